@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what hvdrun needs from Debian 12 packages, and nothing that is already there.
+# Idempotent: a second run with everything present makes no apt call at all.
+#
+#   packaging/install-deps.sh           build + test dependencies
+#   packaging/install-deps.sh --bench   also the benchmark peers (Open MPI, MPICH, torch, hyperfine, gnuplot)
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config
+  libboost-dev libboost-program-options-dev libboost-system-dev
+  libssh2-1-dev libgloo-dev nlohmann-json3-dev catch2 libyaml-cpp-dev
+  # tests: a real sshd, network namespaces, process inspection, libFuzzer
+  openssh-server openssh-client iproute2 procps psmisc clang libclang-rt-14-dev
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch hyperfine gnuplot-nox linux-perf valgrind)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  # dpkg-query prints "install ok installed" only for a fully installed package.
+  if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+if (( ${#missing[@]} == 0 )); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,49 @@
+// Store over the rendezvous server's HTTP protocol (client side, used by every worker).
+//
+// Key "scope/name" is the URL "/scope/name". wait() uses the server's long-poll GET (?wait_ms=) so
+// clients do not poll every 10 ms as Horovod's do; against a server without long-poll it falls back to
+// polling. Connection failures are retried with backoff until the call's deadline (the server may not
+// be up yet); the final error names the server, the scope, the keys still missing and, for Gloo's
+// numeric keys, the ranks they belong to.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rendezvous/store.h"
+
+namespace hvd::rendezvous {
+
+struct StoreOptions {
+  std::string host;   // IPv4/IPv6 literal or name
+  uint16_t port = 0;
+  std::optional<std::string> token;  // sent as "X-Hvd-Token" when set
+  std::chrono::milliseconds connect_timeout{5000};
+  // Retries of a failed connection: first delay, doubling up to max, until the operation deadline.
+  std::chrono::milliseconds retry_initial{10};
+  std::chrono::milliseconds retry_max{500};
+  std::chrono::milliseconds request_deadline{Store::kDefaultTimeout};  // for set/get/add/delete
+};
+
+class HttpStore final : public Store {
+ public:
+  explicit HttpStore(StoreOptions options);
+  ~HttpStore() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  std::optional<Bytes> tryGet(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void deleteKey(const std::string& key) override;
+  std::string describe() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hvd::rendezvous

@@ -1,0 +1,97 @@
+// The key-value store through which the ranks of a job meet.
+//
+// One interface, shared by the rendezvous client, the Gloo backend, the launcher and the tests:
+//   MemoryStore  in-process (ranks as threads in tests; single-process jobs)
+//   FileStore    a directory on a shared file system (multi-process tests without a server)
+//   HttpStore    the rendezvous server over HTTP (production; speaks Horovod's protocol)
+//   PrefixStore  a decorator that scopes keys ("global" + "rank_0" -> "global/rank_0")
+//
+// Keys are '/'-separated paths. HttpStore maps key "scope/name" to the URL "/scope/name", so a
+// PrefixStore("global") over an HttpStore issues exactly the requests real Horovod workers issue.
+//
+// Threading: every implementation is safe to call from several threads at once.
+// Errors: blocking calls throw RendezvousTimeout naming the keys still missing; transport or I/O
+// failures throw StoreError naming the store (server address, directory) and the key.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::rendezvous {
+
+// Values are opaque bytes: Gloo address blobs contain NULs. Same type as gloo::rendezvous::Store uses,
+// so the Gloo adapter passes values through without copies.
+using Bytes = std::vector<char>;
+
+class Store {
+ public:
+  // One default for every blocking call in every layer (Gloo's default is also 30 s).
+  static constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::seconds(30)};
+
+  virtual ~Store() = default;
+
+  // Stores value at key, replacing any previous value.
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+
+  // Non-blocking read: the value, or nullopt when the key is absent.
+  virtual std::optional<Bytes> tryGet(const std::string& key) = 0;
+
+  // Blocks until every key exists or the timeout expires; then throws RendezvousTimeout whose
+  // message lists the keys still missing.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  void wait(const std::vector<std::string>& keys) { wait(keys, kDefaultTimeout); }
+
+  // Atomically adds delta to the decimal integer stored at key (absent counts as 0) and returns the
+  // new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+
+  // Removes key. Removing an absent key is not an error. Over HTTP this is Horovod's "finalize": for
+  // scopes whose size the server knows, it records that a rank has finished with the scope.
+  virtual void deleteKey(const std::string& key) = 0;
+
+  // Blocking read: waits for key (as wait()), then returns its value.
+  virtual Bytes get(const std::string& key, std::chrono::milliseconds timeout);
+  Bytes get(const std::string& key) { return get(key, kDefaultTimeout); }
+
+  // True when every key exists now. Non-blocking.
+  virtual bool check(const std::vector<std::string>& keys);
+
+  // Human-readable name for error messages, e.g. "http://127.0.0.1:4321" or "memory store".
+  virtual std::string describe() const = 0;
+};
+
+// Scopes every key of an underlying store: key k becomes "<prefix>/k". Cheap to create; shares the
+// underlying store.
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> store);
+
+  void set(const std::string& key, const Bytes& value) override;
+  std::optional<Bytes> tryGet(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void deleteKey(const std::string& key) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  using Store::get;
+  bool check(const std::vector<std::string>& keys) override;
+  std::string describe() const override;
+
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  std::string join(const std::string& key) const;
+  std::vector<std::string> join(const std::vector<std::string>& keys) const;
+
+  std::string prefix_;
+  std::shared_ptr<Store> store_;
+};
+
+// Formats a list of keys for error messages: "[a, b, c]" (at most a few dozen, then "... and N more").
+std::string formatKeys(const std::vector<std::string>& keys);
+
+}  // namespace hvd::rendezvous
