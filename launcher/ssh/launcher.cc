@@ -1,0 +1,2 @@
+// Placeholder until the libssh2 launcher lands.
+namespace hvd::launcher::ssh {}

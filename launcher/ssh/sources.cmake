@@ -1,0 +1,4 @@
+# Sources of the ssh launcher (libssh2), compiled into hvd_launcher. Owned by the ssh work.
+set(HVD_LAUNCHER_SSH_SOURCES
+  ssh/launcher.cc
+)
