@@ -1,0 +1,122 @@
+// Shared parts of the Launcher interface: state names, exit status text, and local-host detection.
+#include "launcher/launcher.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "rendezvous/error.h"
+
+namespace hvd::launcher {
+
+const char* toString(WorkerState state) {
+  switch (state) {
+    case WorkerState::kInit: return "init";
+    case WorkerState::kRunning: return "running";
+    case WorkerState::kSucceeded: return "succeeded";
+    case WorkerState::kFailed: return "failed";
+    case WorkerState::kStopped: return "stopped";
+    case WorkerState::kUnknown: return "unknown";
+  }
+  return "invalid";
+}
+
+int ExitStatus::shellCode() const {
+  switch (kind) {
+    case Kind::kExited: return code;
+    case Kind::kSignaled: return 128 + signal;
+    case Kind::kLost: return 255;
+  }
+  return 1;
+}
+
+std::string ExitStatus::describe() const {
+  switch (kind) {
+    case Kind::kExited: return detail::concat("exit code ", code);
+    case Kind::kSignaled: {
+      const char* name = ::strsignal(signal);
+      return detail::concat("signal ", signal, " (", name ? name : "unknown", ")");
+    }
+    case Kind::kLost: return detail::concat("lost: ", detail);
+  }
+  return "invalid status";
+}
+
+int RunResult::exitCode() const {
+  if (first_failed_rank) {
+    const auto it = failures.find(*first_failed_rank);
+    HVD_INTERNAL_ASSERT(it != failures.end(), "first failed rank ", *first_failed_rank, " has no failure");
+    const int code = it->second.status.shellCode();
+    return code == 0 ? 1 : code;
+  }
+  if (interrupted_by) return 128 + *interrupted_by;
+  if (error || !failures.empty()) return 1;
+  return 0;
+}
+
+namespace {
+
+// Every address of every interface of this machine, as numeric strings.
+std::set<std::string> interfaceAddresses() {
+  std::set<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* it = list; it; it = it->ifa_next) {
+    if (!it->ifa_addr) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (it->ifa_addr->sa_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, buf, sizeof buf);
+    } else if (it->ifa_addr->sa_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(it->ifa_addr)->sin6_addr, buf, sizeof buf);
+    } else {
+      continue;
+    }
+    out.insert(buf);
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+bool isLoopbackLiteral(const std::string& host) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+}  // namespace
+
+bool isLocalHost(const std::string& host) {
+  if (host == "localhost" || isLoopbackLiteral(host)) return true;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0) {
+    const std::string self = name;
+    if (host == self || host == self.substr(0, self.find('.'))) return true;
+  }
+  // A name that resolves to a loopback address or to an address of one of our interfaces. Unlike
+  // horovodrun, 127.0.1.1 (Debian's /etc/hosts entry for the hostname) counts as local.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  const auto mine = interfaceAddresses();
+  bool local = false;
+  for (addrinfo* it = res; it && !local; it = it->ai_next) {
+    char buf[NI_MAXHOST] = {};
+    if (::getnameinfo(it->ai_addr, it->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    local = isLoopbackLiteral(buf) || mine.count(buf) > 0;
+  }
+  ::freeaddrinfo(res);
+  return local;
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,36 @@
+// Option structs the command line fills and the launchers read.
+//
+// Plain data with in-class defaults (STYLE.md §8). The precedence flag > environment > config file > default
+// is applied in exactly one place, launcher/cli.cc; everything downstream reads these structs only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace hvd::launcher {
+
+// How host keys are checked against known_hosts (issue 6).
+enum class KnownHostsPolicy {
+  kStrict,     // unknown or changed key: refuse
+  kAcceptNew,  // unknown key: add it; changed key: refuse, showing the fingerprint (default)
+  kOff,        // no check (tests only)
+};
+
+// Everything the ssh transport needs from the command line. Filled by launcher/cli.cc, consumed by
+// hvd::launcher::ssh::makeLauncher (launcher/ssh/launcher.h).
+struct SshOptions {
+  static constexpr std::chrono::milliseconds kDefaultConnectTimeout{10000};  // horovodrun: ConnectTimeout=10
+
+  std::optional<uint16_t> port;                // -p/--ssh-port; unset: ~/.ssh/config or 22
+  std::optional<std::string> identity_file;    // -i/--ssh-identity-file
+  KnownHostsPolicy known_hosts = KnownHostsPolicy::kAcceptNew;  // --ssh-known-hosts=strict|accept-new|off
+  std::optional<std::string> known_hosts_file;  // unset: ~/.ssh/known_hosts
+  std::optional<std::string> config_file;       // unset: ~/.ssh/config
+  // Start even hosts that are this machine through ssh (tests run a real sshd on loopback).
+  bool force_ssh = false;                       // --ssh-force
+  std::chrono::milliseconds connect_timeout = kDefaultConnectTimeout;  // --ssh-connect-timeout SECONDS
+};
+
+}  // namespace hvd::launcher
