@@ -1,4 +1,7 @@
 # Sources of the ssh launcher (libssh2), compiled into hvd_launcher. Owned by the ssh work.
 set(HVD_LAUNCHER_SSH_SOURCES
+  ssh/config.cc
   ssh/launcher.cc
+  ssh/remote.cc
+  ssh/session.cc
 )

@@ -1,0 +1,56 @@
+// A reader for the common ~/.ssh/config keywords, so hvdrun resolves host aliases the way `ssh` does.
+//
+// Supported: Host blocks with patterns (`*`, `?`, `!negation`, several patterns per line), and the
+// keywords HostName (with %h and %%), User, Port, IdentityFile (with ~, %d, %h, %r, %u, %%). Keywords are
+// case-insensitive, `Keyword value` and `Keyword=value` both work, values may be double-quoted. As in
+// OpenSSH the FIRST value found for a keyword wins (so specific Host blocks go before `Host *`), except
+// IdentityFile, whose values accumulate in order. Lines before the first Host apply to every host.
+// Not supported (ignored, documented in docs/ssh.md): Match blocks (their lines are skipped), Include,
+// and every other keyword.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hvd::launcher::ssh {
+
+// What the config says about one host alias. Unset fields: the caller's defaults apply.
+struct HostConfig {
+  std::string hostname;  // HostName, or the alias itself
+  std::optional<std::string> user;
+  std::optional<uint16_t> port;
+  std::vector<std::string> identity_files;  // expanded (~ and % tokens)
+};
+
+// True when `host` matches the ssh pattern `pattern` (`*` any run of characters, `?` one character).
+// Matching is case-insensitive, as OpenSSH's match_pattern for host names.
+bool matchPattern(std::string_view pattern, std::string_view host);
+
+class SshConfig {
+ public:
+  // Parses config text. `origin` names it in errors ("/root/.ssh/config"). Throws UsageError
+  // "<origin>:<line>: <what> '<token>'" for a keyword without a value or a bad Port.
+  static SshConfig parse(std::string_view text, const std::string& origin);
+  // Reads and parses `path`; a file that does not exist is an empty config.
+  static SshConfig load(const std::string& path);
+
+  // Resolves an alias. `local_user` and `home` expand %u and %d / ~ in IdentityFile.
+  HostConfig lookup(const std::string& alias, const std::string& local_user, const std::string& home) const;
+
+ private:
+  struct Entry {
+    std::string keyword;  // lower-case
+    std::string value;
+  };
+  struct Block {
+    std::vector<std::string> patterns;  // empty: applies to all (lines before the first Host)
+    bool is_match = false;              // a Match block: never applies
+    std::vector<Entry> entries;
+  };
+  std::vector<Block> blocks_;
+};
+
+}  // namespace hvd::launcher::ssh
