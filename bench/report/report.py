@@ -1,0 +1,569 @@
+"""Turns one bench/compare run (results.json) into docs/PERFORMANCE.md and the charts in docs/perf/.
+
+    /usr/bin/python3 bench/report/report.py docs/perf/results.json [OUT_DIR]   re-renders a run
+
+finalize(data) adds the summaries (median and min-max of the per-round values), the derived bus
+bandwidths, the ratios and the target verdicts to the results; write(data, out) renders them.
+Hand-written analysis of missed targets lives in bench/report/findings.md, one '## <target id>'
+section each, and is placed under that target's verdict.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NP = 2  # ranks in the collective benchmarks
+
+NAMES = {
+    "hvdrun": "hvdrun (ours)", "hvd": "hvd (ours)", "hydra": "MPICH Hydra", "mpich": "MPICH",
+    "openmpi": "Open MPI", "openmpi_ob1": "Open MPI, --mca pml ob1", "gloo": "raw Gloo",
+    "gloo_bench": "raw Gloo (bench/allreduce)", "torch": "torch.distributed gloo",
+    "torchrun": "torchrun (default)", "torchrun_mi01": "torchrun --monitor_interval 0.1",
+}
+ALLREDUCE_SUBJECTS = ["hvd", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
+LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
+SWEEP_SUBJECTS = ["hvdrun", "hydra", "openmpi"]
+FUSION_VARIANTS = [("fused", "fused by the runtime (async, then wait)"), ("async", "all async, then wait"),
+                   ("one_by_one", "one by one, synchronous"), ("manual_cat", "manual cat + 1 allreduce + copy back"),
+                   ("single_400k", "one 400 KiB allreduce (lower bound)")]
+
+
+def name(subject):
+    return NAMES.get(subject, subject)
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistics
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def summarize(rounds):
+    vals = [v for v in rounds if v is not None]
+    if not vals:
+        return None
+    return {"median": median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def busbw_gbps(nbytes, t_us):
+    return 2 * (NP - 1) / NP * nbytes / (t_us * 1e-6) / 1e9
+
+
+def finalize(data):
+    """Adds derived metrics, summaries, ratios and target verdicts to data (in place)."""
+    metrics = data["metrics"]
+    for key in [k for k in metrics if k.startswith("allreduce.")]:
+        _, nbytes, subject = key.split(".", 2)
+        if not nbytes.isdigit():
+            continue
+        metrics[f"busbw.{nbytes}.{subject}"] = {
+            "unit": "GB/s",
+            "rounds": [None if t is None else busbw_gbps(int(nbytes), t) for t in metrics[key]["rounds"]]}
+    data["summary"] = {k: s for k, m in metrics.items() if (s := summarize(m["rounds"]))}
+    data["targets"] = evaluate_targets(data)
+    return data
+
+
+def get(data, key):
+    return data["summary"].get(key)
+
+
+def why_absent(data, *subjects):
+    for s in subjects:
+        section = s.split(":")[0] if s in ("rendezvous", "ssh") else None
+        if section and section not in data.get("sections", [section]):
+            return f"section `{section}` not selected in this run"
+        st = data["status"].get(s)
+        if st and st["status"] != "ok":
+            return f"{s}: {st['status']} ({st['reason']})"
+    return "not measured in this run"
+
+
+def ratio_target(data, tid, issue, text, ours_key, peer_key, limit, higher_better, unit, absent):
+    o, p = get(data, ours_key), get(data, peer_key)
+    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
+    if not o or not p:
+        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+        return t
+    r = o["median"] / p["median"]
+    met = r >= limit if higher_better else r <= limit
+    t.update(status="MET" if met else "MISSED", ours=o, peer=p, ratio=r,
+             measured=f"{fmt(o['median'])} vs {fmt(p['median'])} {unit} = {r:.2f}x")
+    return t
+
+
+def absolute_target(data, tid, issue, text, key, limit, higher_better, unit, absent):
+    v = get(data, key)
+    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
+    if not v:
+        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+        return t
+    met = v["median"] >= limit if higher_better else v["median"] <= limit
+    t.update(status="MET" if met else "MISSED", ours=v,
+             measured=f"{fmt(v['median'])} {unit} [{fmt(v['min'])}-{fmt(v['max'])}]")
+    return t
+
+
+def raw_gloo_subject(data):
+    """The raw Gloo figures measured the same way as ours when bench/allreduce has them."""
+    return "gloo_bench" if get(data, "allreduce.4096.gloo_bench") else "gloo"
+
+
+def evaluate_targets(data):
+    g = raw_gloo_subject(data)
+    ts = [
+        ratio_target(data, "launch-vs-hydra", 3, "hvdrun -np 2 init+barrier+shutdown worker: wall time <= 1.0x "
+                     "mpiexec.hydra -np 2 MPI_Init/Barrier/Finalize", "launch.np2_init.hvdrun",
+                     "launch.np2_init.hydra", 1.0, False, "ms", ["hvdrun", "launch:hvdrun", "mpich"]),
+        absolute_target(data, "launcher-rss", 3, "launcher peak RSS at -np 64 /bin/true <= 15 MiB",
+                        "rss.true_np64.hvdrun", 15.0, False, "MiB", ["hvdrun"]),
+        absolute_target(data, "rendezvous-load", 4, "rendezvous load: >= 50,000 requests/s",
+                        "rendezvous.load.rps", 50000, True, "req/s", ["rendezvous"]),
+        absolute_target(data, "rendezvous-scale", 4, "rendezvous scale: 1024 simulated workers (full mesh) "
+                        "in <= 5 s", "rendezvous.scale.1024.seconds", 5.0, False, "s", ["rendezvous"]),
+        ratio_target(data, "busbw-64m", 5, "64 MiB allreduce bus bandwidth >= 1.0x raw Gloo ring",
+                     f"busbw.{64 << 20}.hvd", f"busbw.{64 << 20}.{g}", 1.0, True, "GB/s",
+                     ["allreduce:hvd", "hvdrun", "gloo"]),
+        ratio_target(data, "latency-4k", 5, "4 KiB synchronous allreduce latency <= 1.5x raw Gloo",
+                     "allreduce.4096.hvd", f"allreduce.4096.{g}", 1.5, False, "us",
+                     ["allreduce:hvd", "hvdrun", "gloo"]),
+        absolute_target(data, "fusion-100x4k", 5, "100 x 4 KiB submitted asynchronously then waited: <= 1.0 ms",
+                        "fusion.fused.hvd" if get(data, "fusion.fused.hvd") else "fusion.async.hvd",
+                        1000.0, False, "us", ["allreduce:hvd", "hvdrun"]),
+        ratio_target(data, "ssh-32x8", 6, "32 ranks on 8 ssh hosts, start to all joined: <= 2x one "
+                     "`ssh host true` (OpenSSH)", "ssh.hvdrun_32x8", "ssh.openssh_single", 2.0, False, "ms",
+                     ["ssh"]),
+    ]
+    return ts
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def cell(s):
+    if not s:
+        return "-"
+    if s["n"] == 1:
+        return f"{fmt(s['median'])} (1 round)"
+    return f"{fmt(s['median'])} [{fmt(s['min'])}-{fmt(s['max'])}]"
+
+
+def size_label(nbytes):
+    nbytes = int(nbytes)
+    if nbytes >= 1 << 20:
+        return f"{nbytes >> 20} MiB"
+    return f"{nbytes >> 10} KiB"
+
+
+def subject_cell(data, key, subject, owners):
+    """A table cell: the figure, or why it is absent (missing peer, component not built)."""
+    s = get(data, key)
+    if s:
+        return cell(s)
+    for o in owners:
+        st = data["status"].get(o)
+        if st and st["status"] != "ok":
+            return st["status"]
+    return "failed" if any(f["key"].endswith("." + subject) for f in data["failures"]) else "-"
+
+
+def owners_of(subject):
+    return {"hvd": ["allreduce:hvd", "hvdrun"], "hvdrun": ["launch:hvdrun", "hvdrun"],
+            "gloo_bench": ["allreduce:hvd"], "hydra": ["mpich"], "openmpi_ob1": ["openmpi"],
+            "torchrun": ["torch"], "torchrun_mi01": ["torch"]}.get(subject, [subject])
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def ratio_str(o, p, higher_better):
+    if not o or not p:
+        return "-"
+    r = o["median"] / p["median"]
+    overlap = not (o["max"] < p["min"] or p["max"] < o["min"])
+    word = ("faster" if r < 1 else "slower") if not higher_better else ("higher" if r > 1 else "lower")
+    return f"{r:.2f}x ({word}{', ranges overlap' if overlap else ''})"
+
+
+# ----------------------------------------------------------------------------------------------
+# Charts (gnuplot, pngcairo when present)
+
+
+def gnuplot_terminal():
+    try:
+        out = subprocess.run(["gnuplot", "-e", "set terminal"], capture_output=True, text=True, timeout=30)
+    except OSError:
+        return None
+    text = out.stdout + out.stderr
+    return "pngcairo" if "pngcairo" in text else ("png" if " png " in text else None)
+
+
+def plot(script, data_rows, columns, png, extra):
+    """Writes a data file (x, then median/min/max per column; '-' = missing) and runs a script."""
+    term = gnuplot_terminal()
+    if not term:
+        return "gnuplot with a png terminal is missing (Debian: gnuplot-nox)"
+    with tempfile.NamedTemporaryFile("w", suffix=".dat", delete=False) as f:
+        f.write("x " + " ".join(f'"{c}" "{c}_min" "{c}_max"' for c in columns) + "\n")
+        for x, vals in data_rows:
+            f.write(f"{x} " + " ".join("- - -" if v is None else f"{v['median']} {v['min']} {v['max']}"
+                                       for v in vals) + "\n")
+        dat = f.name
+    xs = [x for x, _ in data_rows]
+    cmd = ["gnuplot", "-e", f"term='{term}'; datafile='{dat}'; outfile='{png}'; ncols={len(columns)}; "
+           f"xmin={min(xs)}.0; xmax={max(xs)}.0; {extra}",
+           os.path.join(HERE, script)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    os.unlink(dat)
+    return None if r.returncode == 0 else f"gnuplot failed: {r.stderr.strip()[-300:]}"
+
+
+def charts(data, perf_dir):
+    msgs = {}
+    sizes = sorted({int(k.split(".")[1]) for k in data["summary"] if k.startswith("busbw.")})
+    subs = [s for s in ALLREDUCE_SUBJECTS if any(get(data, f"busbw.{n}.{s}") for n in sizes)]
+    xt = "set xtics (" + ", ".join(f'"{size_label(n)}" {n}' for n in sizes) + ")"
+    if subs:
+        rows = [(n, [get(data, f"busbw.{n}.{s}") for s in subs]) for n in sizes]
+        ceil = get(data, "ceiling.tcp_bidir_1m")
+        extra = xt + (f"; ceiling={ceil['median']}" if ceil else "; ceiling=0")
+        msgs["busbw.png"] = plot("busbw.gp", rows, [name(s) for s in subs], os.path.join(perf_dir, "busbw.png"), extra)
+        rows = [(n, [get(data, f"allreduce.{n}.{s}") for s in subs]) for n in sizes]
+        msgs["latency.png"] = plot("latency.gp", rows, [name(s) for s in subs],
+                                   os.path.join(perf_dir, "latency.png"), xt)
+    nps = sorted({int(k.split(".")[1][len("true_np"):]) for k in data["summary"]
+                  if k.startswith("launch.true_np")} - {64})
+    subs = [s for s in SWEEP_SUBJECTS if any(get(data, f"launch.true_np{n}.{s}") for n in nps)]
+    if subs:
+        rows = [(n, [get(data, f"launch.true_np{n}.{s}") for s in subs]) for n in nps]
+        xt = "set xtics (" + ", ".join(f'"{n}" {n}' for n in nps) + ")"
+        msgs["launch_np.png"] = plot("launch_np.gp", rows, [name(s) for s in subs],
+                                     os.path.join(perf_dir, "launch_np.png"), xt)
+    return {k: v for k, v in msgs.items() if v}
+
+
+# ----------------------------------------------------------------------------------------------
+# Markdown
+
+
+def findings():
+    """Sections of bench/report/findings.md keyed by target id."""
+    path = os.path.join(HERE, "findings.md")
+    out, cur = {}, None
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            if line.startswith("## "):
+                cur = line[3:].strip()
+                out[cur] = []
+            elif cur:
+                out[cur].append(line.rstrip("\n"))
+    return {k: "\n".join(v).strip() for k, v in out.items()}
+
+
+def write(data, out_dir):
+    perf_dir = os.path.join(out_dir, "perf")
+    os.makedirs(perf_dir, exist_ok=True)
+    chart_errors = charts(data, perf_dir)
+    md = render(data, chart_errors)
+    path = os.path.join(out_dir, "PERFORMANCE.md")
+    with open(path, "w") as f:
+        f.write(md)
+    return path
+
+
+def render(data, chart_errors):
+    L = []
+    m, v, load = data["machine"], data["versions"], data["load"]
+    L += ["# hvdrun performance against its peers", "",
+          "Generated by `bench/compare` (do not edit by hand: edit `bench/report/` and re-run). "
+          "Every figure is the **median of the per-round medians, [min-max of the round medians]** "
+          f"over {data['rounds']} rounds of one run; ratios compare figures from that same run.", "",
+          "## How to reproduce", "",
+          "```",
+          "bench/compare            # full run, 3 rounds, ~15-25 min on 2 cores; writes this file,",
+          "                         # docs/perf/*.png and docs/perf/results.json",
+          "bench/compare --quick    # smoke run, 2 short rounds, ~3-5 min",
+          "bench/compare --build-dir build --no-build --sections launch,allreduce --rounds 5",
+          "/usr/bin/python3 bench/report/report.py docs/perf/results.json   # re-render this page",
+          "```", "",
+          "Peers needed: `packaging/install-deps.sh --bench` (openmpi-bin, mpich, python3-torch, gnuplot-nox, "
+          "linux-perf). A peer that is not installed shows as *missing*; a component benchmark that is not "
+          "in the tree or does not work yet shows as *not built*, with the reason below.", "",
+          "## This run", "",
+          f"- Date: {data['date']}; command: `{data['command']}`; mode: {data['mode']}, {data['rounds']} rounds, "
+          f"{data['duration_s'] / 60:.1f} min.",
+          f"- Load average before: {' / '.join(str(x) for x in load['before']['loadavg'])}, CPU busy "
+          f"{load['before']['cpu_busy']:.0%} in the second before the run; after: "
+          f"{' / '.join(str(x) for x in load['after']['loadavg'])}. Per round (load1, CPU busy just before it): "
+          + ", ".join(f"{s['loadavg'][0]} / {s['cpu_busy']:.0%}" for s in load["rounds"]) + ".",
+          ]
+    if data.get("shared_machine_note"):
+        L.append(f"- {data['shared_machine_note']}")
+    for n in data["notes"]:
+        L.append(f"- Note: {n}")
+    L += ["", "## Machine and versions", "",
+          table(["", ""], [["CPU", f"{m['nproc']} x {m['cpu']}"], ["Memory", m["memory"]], ["Kernel", m["kernel"]],
+                           ["OS", m["os"]]] + [[k, f"`{x}`" if x else "-"] for k, x in v.items()]), ""]
+
+    # Targets
+    L += ["## Targets from issues 3-6", "",
+          table(["issue", "target", "measured (ours vs peer)", "verdict"],
+                [[t["issue"], t["target"], t.get("measured") or t.get("reason", "-"), f"**{t['status']}**"]
+                 for t in data["targets"]]), ""]
+    L += subject_status(data)
+    L += ceilings_md(data)
+    L += launch_md(data, chart_errors)
+    L += allreduce_md(data, chart_errors)
+    L += fusion_md(data)
+    L += rendezvous_md(data)
+    L += ssh_md(data)
+    L += missed_md(data)
+    L += failures_md(data)
+    L += method_md(data)
+    return "\n".join(L) + "\n"
+
+
+def subject_status(data):
+    rows = [[name(k) if ":" not in k else k, st["status"], st["reason"] or "-"]
+            for k, st in sorted(data["status"].items())]
+    return ["## What was measured", "", table(["subject", "status", "reason"], rows), ""]
+
+
+def ceilings_md(data):
+    rows = [
+        ("memcpy 64 MiB, 1 thread", "ceiling.memcpy_64m", "GB/s"),
+        ("`a[i] += b[i]` float, 64 MiB (the reduction)", "ceiling.reduce_64m", "GB/s"),
+        ("TCP loopback one-way, 1 MiB sends", "ceiling.tcp_oneway_1m", "GB/s"),
+        ("TCP loopback one-way, 64 KiB sends", "ceiling.tcp_oneway_64k", "GB/s"),
+        ("TCP loopback both directions at once, 1 MiB sends, per direction", "ceiling.tcp_bidir_1m", "GB/s"),
+        ("4 KiB TCP ping-pong round trip, blocking", "ceiling.tcp_pingpong_4k", "us"),
+    ]
+    L = ["## Physical ceilings (same run)", "",
+         table(["measure", "value", "unit"], [[a, cell(get(data, k)), u] for a, k, u in rows]), "",
+         "How to read them: a 2-rank ring allreduce of B bytes sends and receives B/2 bytes in each direction "
+         "at once and reduces B/2 floats, so its bus bandwidth cannot exceed the per-direction TCP figure "
+         "(and not the reduce figure either). One blocking ping-pong is the floor of a small allreduce "
+         "over TCP; MPI beats it because it busy-polls shared memory instead of sleeping in the kernel.", ""]
+    return L
+
+
+def launch_md(data, chart_errors):
+    h = get(data, "launch.np2_init.hvdrun")
+    rows = []
+    for s in LAUNCH_SUBJECTS:
+        k = f"launch.np2_init.{s}"
+        rows.append([name(s), subject_cell(data, k, s, owners_of(s)),
+                     ratio_str(h, get(data, k), False) if s != "hvdrun" else "-"])
+    L = ["## Launch", "",
+         "Whole-process wall time of a 2-process job whose workers initialise, run one barrier and exit "
+         "(hvdrun: `hvdrun -np 2 -H localhost:2 W` with a C++ init+barrier+shutdown worker; MPI: "
+         "`MPI_Init/MPI_Barrier/MPI_Finalize`; raw Gloo: 2 processes from `sh`, FileStore, connectFullMesh, "
+         "barrier; torch: `torchrun --nproc_per_node 2` of init_process_group(gloo)+barrier). "
+         f"{data['params']['launch_runs']} runs per round (torchrun {data['params']['torch_launch_runs']}), "
+         "interleaved run by run.", "",
+         table(["launcher", "wall ms", "hvdrun ÷ this"], rows), ""]
+    nps = sorted({int(k.split(".")[1][len("true_np"):]) for k in data["summary"] if k.startswith("launch.true_np")})
+    if nps:
+        L += ["Launch time against the number of processes, `/bin/true` workers (launcher cost alone):", "",
+              table(["np"] + [name(s) for s in SWEEP_SUBJECTS],
+                    [[n] + [subject_cell(data, f"launch.true_np{n}.{s}", s, owners_of(s)) for s in SWEEP_SUBJECTS]
+                     for n in nps]), ""]
+    L += chart_md(chart_errors, "launch_np.png", "launch time vs np")
+    L += ["Launcher peak RSS at `-np 64 /bin/true` (kernel `ru_maxrss` of the launcher process; includes its "
+          "reaped children, which for `/bin/true` are smaller than the launcher):", "",
+          table(["launcher", "peak RSS MiB"],
+                [[name(s), subject_cell(data, f"rss.true_np64.{s}", s, owners_of(s))] for s in SWEEP_SUBJECTS]), ""]
+    return L
+
+
+def chart_md(chart_errors, png, alt):
+    if png in chart_errors:
+        return [f"*Chart {png} not drawn: {chart_errors[png]}*", ""]
+    return [f"![{alt}](perf/{png})", ""]
+
+
+def allreduce_md(data, chart_errors):
+    sizes = sorted({int(k.split(".")[1]) for k in data["summary"] if k.startswith("allreduce.")
+                    and k.split(".")[1].isdigit()})
+    if not sizes:
+        return ["## Allreduce", "", "No allreduce figures in this run.", ""]
+    subs = [s for s in ALLREDUCE_SUBJECTS if s == "hvd" or s in data["status"]
+            or any(get(data, f"allreduce.{n}.{s}") for n in sizes)]
+    it = data["params"]["allreduce_iters"]
+    L = ["## Allreduce, float32 sum, np=2 on localhost", "",
+         "Each operation is timed on both ranks and the slower rank's time taken per iteration (what a "
+         "synchronous caller waits for); a round's figure is the median over its iterations "
+         "(iterations per size: " + ", ".join(f"{size_label(k)} {v}" for k, v in sorted(it.items(), key=lambda x: int(x[0])))
+         + "; 10 % warm-up). The result is checked before timing.", "",
+         "Latency, µs:", "",
+         table(["size"] + [name(s) for s in subs],
+               [[size_label(n)] + [subject_cell(data, f"allreduce.{n}.{s}", s, owners_of(s)) for s in subs]
+                for n in sizes]), "",
+         "Bus bandwidth busbw = 2(n-1)/n · bytes / t, GB/s:", "",
+         table(["size"] + [name(s) for s in subs],
+               [[size_label(n)] + [subject_cell(data, f"busbw.{n}.{s}", s, owners_of(s)) for s in subs]
+                for n in sizes]), ""]
+    L += chart_md(chart_errors, "busbw.png", "bus bandwidth vs message size")
+    L += chart_md(chart_errors, "latency.png", "allreduce latency vs message size")
+    peers = [s for s in subs if s != "hvd"]
+    if not any(get(data, f"allreduce.{n}.hvd") for n in sizes):
+        return L + ["Ours against each peer: no figures for hvd in this run ("
+                    + why_absent(data, "allreduce:hvd", "hvdrun") + ").", ""]
+    L += ["Ours against each peer (latency ratio hvd ÷ peer; below 1 = we are faster):", "",
+          table(["size"] + [name(s) for s in peers],
+                [[size_label(n)] + [ratio_str(get(data, f"allreduce.{n}.hvd"), get(data, f"allreduce.{n}.{s}"), False)
+                                    for s in peers] for n in sizes]), ""]
+    return L
+
+
+def fusion_md(data):
+    subs = [s for s in ALLREDUCE_SUBJECTS if s == "hvd" or s in data["status"]
+            or any(k.startswith("fusion.") and k.endswith("." + s) for k in data["summary"])]
+    rows = []
+    for v, label in FUSION_VARIANTS:
+        r = [label] + [cell(get(data, f"fusion.{v}.{s}")) for s in subs]
+        if v == "fused" and r[1] == "-":
+            r[1] = subject_cell(data, "fusion.fused.hvd", "hvd", owners_of("hvd"))
+        if any(c != "-" for c in r[1:]):
+            rows.append(r)
+    L = ["## Fusion: 100 x 4 KiB allreduces", "",
+         f"Time for the whole batch of 100, µs ({data['params']['fusion_reps']} batches per round, slower rank). "
+         "A dash means that peer has no such mode (Gloo has no asynchronous collectives; MPI has no fusion).", ""]
+    if rows:
+        L += [table(["mode"] + [name(s) for s in subs], rows), ""]
+    else:
+        L += ["No fusion figures in this run.", ""]
+    return L
+
+
+def section_absent(data, section, subject):
+    if section not in data.get("sections", [section]):
+        return [f"*Not measured in this run* (section `{section}` not selected).", ""]
+    st = data["status"].get(subject)
+    if st and st["status"] != "ok":
+        return [f"*{st['status']}*: {st['reason']}", ""]
+    return None
+
+
+def rendezvous_md(data):
+    L = ["## Rendezvous server", ""]
+    absent = section_absent(data, "rendezvous", "rendezvous")
+    if absent:
+        return L + absent
+    load = [["requests/s", cell(get(data, "rendezvous.load.rps"))], ["p99 latency, ms", cell(get(data, "rendezvous.load.p99"))]]
+    L += ["Load (keep-alive clients doing PUT/GET, from `bench/rendezvous`):", "", table(["measure", "value"], load), ""]
+    ns = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("rendezvous.scale.")})
+    if ns:
+        L += ["Scale (N simulated workers in Gloo's full-mesh pattern):", "",
+              table(["workers", "seconds", "server peak RSS MiB"],
+                    [[n, cell(get(data, f"rendezvous.scale.{n}.seconds")), cell(get(data, f"rendezvous.scale.{n}.rss"))]
+                     for n in ns]), ""]
+        L += extrapolation(data, ns)
+    return L
+
+
+def extrapolation(data, ns):
+    pts = [(n, get(data, f"rendezvous.scale.{n}.seconds")) for n in ns]
+    pts = [(n, s["median"]) for n, s in pts if s and s["median"] > 0]
+    if len(pts) < 2:
+        return []
+    (n1, t1), (n2, t2) = pts[-2], pts[-1]
+    k = math.log(t2 / t1) / math.log(n2 / n1)
+    t10k = t2 * (10000 / n2) ** k
+    return [f"Extrapolation to 10,000 workers from the two largest runs: time grows as N^{k:.2f}, "
+            f"so about {fmt(t10k)} s (the full mesh has N² address lookups; see issue 4).", ""]
+
+
+def ssh_md(data):
+    L = ["## Remote launch over ssh", ""]
+    absent = section_absent(data, "ssh", "ssh")
+    if absent:
+        return L + absent
+    keys = sorted(k for k in data["summary"] if k.startswith("ssh."))
+    return L + [table(["measure (ms)", "value"], [[k[4:], cell(get(data, k))] for k in keys]), ""]
+
+
+def missed_md(data):
+    notes = findings()
+    prof = data.get("profiles", {})
+    L = ["## Missed and unmeasured targets: causes and what would close the gap", ""]
+    any_ = False
+    for t in data["targets"]:
+        if t["status"] == "MET":
+            continue
+        any_ = True
+        L += [f"### {t['id']} (issue {t['issue']}): {t['status']}", "", f"Target: {t['target']}. "
+              + (f"Measured: {t['measured']}." if t.get("measured") else f"Reason: {t.get('reason')}."), ""]
+        if t["id"] in prof:
+            p = prof[t["id"]]
+            L += [f"Profile (`{p['command']}`):", "", "```", p["text"].rstrip(), "```", ""]
+        L += [notes.get(t["id"], "*Cause not yet analysed: LEAD TO FILL (component owner's profile).*"), ""]
+    if not any_:
+        L += ["Every target was met in this run.", ""]
+    return L
+
+
+def failures_md(data):
+    if not data["failures"]:
+        return ["## Failed runs", "", "None.", ""]
+    rows = [[f["key"], f["round"] + 1, f["rc"], f["detail"][-200:].replace("|", "/")] for f in data["failures"]]
+    return ["## Failed runs", "", "Runs that exited non-zero are left out of the medians and listed here:", "",
+            table(["what", "round", "exit", "last output"], rows), ""]
+
+
+def method_md(data):
+    return ["## Method", "",
+            "- One run, R rounds; in each round every section measures ours and each peer back to back, the order "
+            "rotating between rounds; launch cases are interleaved run by run. Machine load is recorded before each "
+            "round.",
+            "- Wall times are taken by `bench/compare` around `posix_spawn` ... `wait4`; peak RSS is the kernel's "
+            "`ru_maxrss` of the reaped launcher.",
+            "- Peers are built at bench time from `bench/peers/` (`mpicc.openmpi`, `mpicc.mpich`, `g++ -lgloo`) and run "
+            "exactly as their users run them: `mpirun.openmpi --allow-run-as-root`, `mpiexec.hydra`, two raw Gloo "
+            "processes from `sh`, and `bench/peers/torchrun_py311.py` (torchrun with the Python 3.11 `Std.from_str` "
+            "fix) under `/usr/bin/python3`.",
+            "- Ceilings come from `bench/ceilings/` (two processes over 127.0.0.1 for TCP).",
+            "- Raw machine-readable results of this run: `docs/perf/results.json` (per-round values of every metric, "
+            "statuses, failures, load), so later runs can be compared.", ""]
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit("usage: report.py RESULTS_JSON [OUT_DIR]")
+    with open(argv[1]) as f:
+        data = json.load(f)
+    finalize(data)
+    out = argv[2] if len(argv) > 2 else os.path.dirname(os.path.dirname(os.path.abspath(argv[1])))
+    print(write(data, out))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
