@@ -18,12 +18,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NP = 2  # ranks in the collective benchmarks
 
 NAMES = {
-    "hvdrun": "hvdrun (ours)", "hvd": "hvd (ours)", "hydra": "MPICH Hydra", "mpich": "MPICH",
+    "hvdrun": "hvdrun (ours)", "hvd": "hvd (ours)", "hvd_bench": "hvd (ours, bench/allreduce)", "hydra": "MPICH Hydra", "mpich": "MPICH",
     "openmpi": "Open MPI", "openmpi_ob1": "Open MPI, --mca pml ob1", "gloo": "raw Gloo",
     "gloo_bench": "raw Gloo (bench/allreduce)", "torch": "torch.distributed gloo",
     "torchrun": "torchrun (default)", "torchrun_mi01": "torchrun --monitor_interval 0.1",
 }
-ALLREDUCE_SUBJECTS = ["hvd", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
+ALLREDUCE_SUBJECTS = ["hvd", "hvd_bench", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
 LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
 SWEEP_SUBJECTS = ["hvdrun", "hydra", "openmpi"]
 FUSION_VARIANTS = [("fused", "fused by the runtime (async, then wait)"), ("async", "all async, then wait"),
@@ -111,13 +111,21 @@ def absolute_target(data, tid, issue, text, key, limit, higher_better, unit, abs
     return t
 
 
-def raw_gloo_subject(data):
-    """The raw Gloo figures measured the same way as ours when bench/allreduce has them."""
-    return "gloo_bench" if get(data, "allreduce.4096.gloo_bench") else "gloo"
+def collective_pair(data):
+    """(ours, raw Gloo) measured the same way: bench/allreduce's own pair when it has both, else
+    the harness pair (bench/peers/hvd_allreduce.c vs bench/peers/gloo_allreduce.cc)."""
+    has = lambda s: any(k.startswith("allreduce.") and k.endswith("." + s) for k in data["summary"])
+    if has("hvd_bench") and has("gloo_bench"):
+        return "hvd_bench", "gloo_bench"
+    if has("hvd_bench") and not has("hvd"):
+        return "hvd_bench", "gloo"
+    return "hvd", "gloo"
 
 
 def evaluate_targets(data):
-    g = raw_gloo_subject(data)
+    o, g = collective_pair(data)
+    fused = next((f"fusion.{v}.{s}" for s in (o, "hvd", "hvd_bench") for v in ("fused", "async")
+                  if get(data, f"fusion.{v}.{s}")), f"fusion.fused.{o}")
     ts = [
         ratio_target(data, "launch-vs-hydra", 3, "hvdrun -np 2 init+barrier+shutdown worker: wall time <= 1.0x "
                      "mpiexec.hydra -np 2 MPI_Init/Barrier/Finalize", "launch.np2_init.hvdrun",
@@ -129,14 +137,13 @@ def evaluate_targets(data):
         absolute_target(data, "rendezvous-scale", 4, "rendezvous scale: 1024 simulated workers (full mesh) "
                         "in <= 5 s", "rendezvous.scale.1024.seconds", 5.0, False, "s", ["rendezvous"]),
         ratio_target(data, "busbw-64m", 5, "64 MiB allreduce bus bandwidth >= 1.0x raw Gloo ring",
-                     f"busbw.{64 << 20}.hvd", f"busbw.{64 << 20}.{g}", 1.0, True, "GB/s",
-                     ["allreduce:hvd", "hvdrun", "gloo"]),
+                     f"busbw.{64 << 20}.{o}", f"busbw.{64 << 20}.{g}", 1.0, True, "GB/s",
+                     ["allreduce:" + o, "hvdrun", "gloo"]),
         ratio_target(data, "latency-4k", 5, "4 KiB synchronous allreduce latency <= 1.5x raw Gloo",
-                     "allreduce.4096.hvd", f"allreduce.4096.{g}", 1.5, False, "us",
-                     ["allreduce:hvd", "hvdrun", "gloo"]),
+                     f"allreduce.4096.{o}", f"allreduce.4096.{g}", 1.5, False, "us",
+                     ["allreduce:" + o, "hvdrun", "gloo"]),
         absolute_target(data, "fusion-100x4k", 5, "100 x 4 KiB submitted asynchronously then waited: <= 1.0 ms",
-                        "fusion.fused.hvd" if get(data, "fusion.fused.hvd") else "fusion.async.hvd",
-                        1000.0, False, "us", ["allreduce:hvd", "hvdrun"]),
+                        fused, 1000.0, False, "us", ["allreduce:" + o, "hvdrun"]),
         ratio_target(data, "ssh-32x8", 6, "32 ranks on 8 ssh hosts, start to all joined: <= 2x one "
                      "`ssh host true` (OpenSSH)", "ssh.hvdrun_32x8", "ssh.openssh_single", 2.0, False, "ms",
                      ["ssh"]),
@@ -192,7 +199,7 @@ def subject_cell(data, key, subject, owners):
 
 def owners_of(subject):
     return {"hvd": ["allreduce:hvd", "hvdrun"], "hvdrun": ["launch:hvdrun", "hvdrun"],
-            "gloo_bench": ["allreduce:hvd"], "hydra": ["mpich"], "openmpi_ob1": ["openmpi"],
+            "hvd_bench": ["allreduce:hvd_bench"], "gloo_bench": ["allreduce:hvd_bench"], "hydra": ["mpich"], "openmpi_ob1": ["openmpi"],
             "torchrun": ["torch"], "torchrun_mi01": ["torch"]}.get(subject, [subject])
 
 
@@ -433,13 +440,14 @@ def allreduce_md(data, chart_errors):
                 for n in sizes]), ""]
     L += chart_md(chart_errors, "busbw.png", "bus bandwidth vs message size")
     L += chart_md(chart_errors, "latency.png", "allreduce latency vs message size")
-    peers = [s for s in subs if s != "hvd"]
-    if not any(get(data, f"allreduce.{n}.hvd") for n in sizes):
+    o, _ = collective_pair(data)
+    peers = [s for s in subs if s not in ("hvd", "hvd_bench")]
+    if not any(get(data, f"allreduce.{n}.{o}") for n in sizes):
         return L + ["Ours against each peer: no figures for hvd in this run ("
-                    + why_absent(data, "allreduce:hvd", "hvdrun") + ").", ""]
-    L += ["Ours against each peer (latency ratio hvd ÷ peer; below 1 = we are faster):", "",
+                    + why_absent(data, "allreduce:" + o, "hvdrun") + ").", ""]
+    L += [f"Ours ({name(o)}) against each peer (latency ratio ours ÷ peer; below 1 = we are faster):", "",
           table(["size"] + [name(s) for s in peers],
-                [[size_label(n)] + [ratio_str(get(data, f"allreduce.{n}.hvd"), get(data, f"allreduce.{n}.{s}"), False)
+                [[size_label(n)] + [ratio_str(get(data, f"allreduce.{n}.{o}"), get(data, f"allreduce.{n}.{s}"), False)
                                     for s in peers] for n in sizes]), ""]
     return L
 
@@ -450,7 +458,7 @@ def fusion_md(data):
     rows = []
     for v, label in FUSION_VARIANTS:
         r = [label] + [cell(get(data, f"fusion.{v}.{s}")) for s in subs]
-        if v == "fused" and r[1] == "-":
+        if v == "fused" and r[1] == "-" and subs[0] == "hvd":
             r[1] = subject_cell(data, "fusion.fused.hvd", "hvd", owners_of("hvd"))
         if any(c != "-" for c in r[1:]):
             rows.append(r)
