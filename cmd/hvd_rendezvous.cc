@@ -1,1 +1,4 @@
-int main() { return 1; }
+// hvd-rendezvous: see rendezvous/daemon.h.
+#include "rendezvous/daemon.h"
+
+int main(int argc, char** argv) { return hvd::rendezvous::daemonMain(argc, argv); }

@@ -1,0 +1,404 @@
+#include "rendezvous/handler.h"
+
+#include <charconv>
+#include <variant>
+
+#include "rendezvous/error.h"
+#include "rendezvous/token.h"
+
+namespace hvd::rendezvous {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+std::string fullKey(const std::string& scope, const std::string& key) { return scope + "/" + key; }
+
+std::optional<int64_t> parseInt(std::string_view text) {
+  int64_t value = 0;
+  if (text.empty()) return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+Response makeResponse(const Request& req, http::status status, std::string body = {},
+                      const char* content_type = nullptr) {
+  Response res{status, req.version()};
+  res.set(http::field::server, "hvd-rendezvous");
+  if (content_type) res.set(http::field::content_type, content_type);
+  res.body() = std::move(body);
+  // Keep-alive only when the client asked for it (HTTP/1.1 default, or 1.0 with "Connection: keep-alive").
+  res.keep_alive(req.keep_alive());
+  res.prepare_payload();  // sets "Content-Length" in exactly that case, which Horovod's client needs
+  return res;
+}
+
+Response textError(const Request& req, http::status status, const std::string& message) {
+  return makeResponse(req, status, message + "\n", "text/plain");
+}
+
+// A parsed "/<scope>/<key>[?query]" target.
+struct Target {
+  std::string scope;
+  std::string key;
+  std::map<std::string, std::string> query;
+};
+
+// Returns the target, or an error message for a 400.
+std::variant<Target, std::string> parseTarget(std::string_view target) {
+  if (target.empty() || target[0] != '/') return std::string("request target must start with '/'");
+  std::string_view path = target;
+  std::string_view query;
+  if (auto q = target.find('?'); q != std::string_view::npos) {
+    path = target.substr(0, q);
+    query = target.substr(q + 1);
+  }
+  path.remove_prefix(1);
+  const auto slash = path.find('/');
+  if (slash == std::string_view::npos) return std::string("path must be /<scope>/<key>");
+  if (path.find('/', slash + 1) != std::string_view::npos) {
+    return std::string("path must be /<scope>/<key>, with exactly two segments (escape '/' in a key as %2F)");
+  }
+  Target out;
+  auto scope = percentDecode(path.substr(0, slash));
+  auto key = percentDecode(path.substr(slash + 1));
+  if (!scope || !key) return std::string("malformed %-escape in path");
+  if (scope->empty() || key->empty()) return std::string("scope and key must not be empty");
+  out.scope = std::move(*scope);
+  out.key = std::move(*key);
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    std::string_view item = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos) return "query parameter '" + std::string(item) + "' has no value";
+    out.query.emplace(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> percentDecode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) return std::nullopt;
+    const int hi = hex(text[i + 1]);
+    const int lo = hex(text[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+std::string percentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+        c == ':' || c == '~' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::optional<int> rankOfKey(std::string_view key) {
+  if (key.substr(0, 5) == "rank_") key.remove_prefix(5);
+  if (key.empty() || key.size() > 9) return std::nullopt;
+  for (char c : key) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  return static_cast<int>(*parseInt(key));
+}
+
+// ---- KvState ----
+
+KvState::KvState(ServerOptions options) : options_(std::move(options)) {}
+
+void KvState::setScopeSizes(const std::map<std::string, int>& sizes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  scopes_.clear();
+  sizes_ = sizes;
+}
+
+std::vector<KvState::Waiter> KvState::takeWaiters(const std::string& full_key) {
+  std::vector<Waiter> out;
+  auto [first, last] = waiters_.equal_range(full_key);
+  for (auto it = first; it != last; ++it) {
+    waiter_keys_.erase(it->second.first);
+    out.push_back(std::move(it->second.second));
+  }
+  waiters_.erase(first, last);
+  return out;
+}
+
+void KvState::put(const std::string& scope, const std::string& key, std::string value) {
+  std::vector<Waiter> wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    scopes_[scope].data[key] = std::move(value);
+    if (!waiters_.empty()) wake = takeWaiters(fullKey(scope, key));
+  }
+  for (auto& waiter : wake) waiter();
+}
+
+std::optional<std::string> KvState::get(const std::string& scope, const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto s = scopes_.find(scope);
+  if (s == scopes_.end()) return std::nullopt;
+  auto it = s->second.data.find(key);
+  if (it == s->second.data.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<int64_t> KvState::add(const std::string& scope, const std::string& key, int64_t delta) {
+  std::vector<Waiter> wake;
+  int64_t value = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& stored = scopes_[scope].data[key];
+    if (!stored.empty()) {
+      auto current = parseInt(stored);
+      if (!current) return std::nullopt;
+      value = *current;
+    }
+    value += delta;
+    stored = std::to_string(value);
+    if (!waiters_.empty()) wake = takeWaiters(fullKey(scope, key));
+  }
+  for (auto& waiter : wake) waiter();
+  return value;
+}
+
+void KvState::finalize(const std::string& scope, const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto size = sizes_.find(scope);
+  if (size != sizes_.end()) {
+    auto& s = scopes_[scope];
+    // A set, not Horovod's list: a rank that finalizes twice must not count as two ranks.
+    s.finished.insert(key);
+    if (static_cast<int>(s.finished.size()) >= size->second) scopes_.erase(scope);
+    return;
+  }
+  auto s = scopes_.find(scope);
+  if (s == scopes_.end()) return;
+  s->second.data.erase(key);
+  if (s->second.data.empty() && s->second.finished.empty()) scopes_.erase(s);
+}
+
+std::optional<uint64_t> KvState::addWaiter(const std::string& scope, const std::string& key, Waiter waiter) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto s = scopes_.find(scope);
+  if (s != scopes_.end() && s->second.data.count(key)) return std::nullopt;
+  const uint64_t id = next_waiter_++;
+  std::string full = fullKey(scope, key);
+  waiter_keys_.emplace(id, full);
+  waiters_.emplace(std::move(full), std::make_pair(id, std::move(waiter)));
+  return id;
+}
+
+void KvState::cancelWaiter(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto k = waiter_keys_.find(id);
+  if (k == waiter_keys_.end()) return;  // already woken
+  auto [first, last] = waiters_.equal_range(k->second);
+  for (auto it = first; it != last; ++it) {
+    if (it->second.first == id) {
+      waiters_.erase(it);
+      break;
+    }
+  }
+  waiter_keys_.erase(k);
+}
+
+std::map<std::string, ScopeStatus> KvState::scopes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, ScopeStatus> out;
+  for (const auto& [name, size] : sizes_) out[name].size = size;
+  for (const auto& [name, scope] : scopes_) {
+    auto& status = out[name];
+    std::set<int> joined;
+    for (const auto& [key, value] : scope.data) {
+      status.keys.push_back(key);
+      if (auto rank = rankOfKey(key)) joined.insert(*rank);
+    }
+    status.joined_ranks.assign(joined.begin(), joined.end());
+    std::set<int> finished;
+    for (const auto& key : scope.finished) {
+      if (auto rank = rankOfKey(key)) finished.insert(*rank);
+    }
+    status.finished_ranks.assign(finished.begin(), finished.end());
+  }
+  return out;
+}
+
+nlohmann::json KvState::status() const {
+  nlohmann::json scopes = nlohmann::json::object();
+  for (const auto& [name, s] : this->scopes()) {
+    scopes[name] = {{"size", s.size},
+                    {"keys", s.keys},
+                    {"joined_ranks", s.joined_ranks},
+                    {"finished_ranks", s.finished_ranks}};
+  }
+  size_t waiting = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting = waiters_.size();
+  }
+  const double uptime = std::chrono::duration<double>(Clock::now() - started_).count();
+  return {{"uptime_s", uptime},
+          {"connections", connections_.load()},
+          {"long_polls_waiting", waiting},
+          {"token_required", options_.token.has_value()},
+          {"scopes", std::move(scopes)}};
+}
+
+// ---- handle ----
+
+Response errorResponse(http::status status, const std::string& message, unsigned version) {
+  Response res{status, version};
+  res.set(http::field::server, "hvd-rendezvous");
+  res.set(http::field::content_type, "text/plain");
+  res.body() = message + "\n";
+  res.keep_alive(false);
+  res.prepare_payload();
+  return res;
+}
+
+Outcome handle(const Request& req, KvState& state, bool allow_wait) {
+  const ServerOptions& options = state.options();
+  const std::string_view target(req.target().data(), req.target().size());
+  const http::verb method = req.method();
+
+  if (method == http::verb::get && (target == "/status" || target.substr(0, 8) == "/status?")) {
+    return {makeResponse(req, http::status::ok, state.status().dump(2) + "\n", "application/json")};
+  }
+  if (method != http::verb::get && method != http::verb::put && method != http::verb::delete_ &&
+      method != http::verb::post) {
+    Response res = textError(req, http::status::method_not_allowed,
+                             "method '" + std::string(req.method_string()) +
+                                 "' not allowed; use GET, PUT, DELETE or POST");
+    res.set(http::field::allow, "GET, PUT, DELETE, POST");
+    return {std::move(res)};
+  }
+  if (options.token) {
+    auto presented = req.find(kTokenHeader);
+    if (presented == req.end()) {
+      return {textError(req, http::status::unauthorized,
+                        std::string("this rendezvous server requires the ") + kTokenHeader +
+                            " header (workers read it from " + kTokenEnv + ")")};
+    }
+    if (!tokensEqual(std::string_view(presented->value().data(), presented->value().size()), *options.token)) {
+      return {textError(req, http::status::forbidden, std::string("wrong ") + kTokenHeader)};
+    }
+  }
+  if (target.size() > options.max_key_bytes + 64) {
+    return {textError(req, http::status::payload_too_large,
+                      "request target of " + std::to_string(target.size()) + " bytes exceeds the limit of " +
+                          std::to_string(options.max_key_bytes) + " bytes for scope + key")};
+  }
+  auto parsed = parseTarget(target);
+  if (auto* error = std::get_if<std::string>(&parsed)) {
+    return {textError(req, http::status::bad_request, *error + ": '" + std::string(target) + "'")};
+  }
+  Target& t = std::get<Target>(parsed);
+  if (t.scope.size() + t.key.size() > options.max_key_bytes) {
+    return {textError(req, http::status::payload_too_large,
+                      "scope + key of " + std::to_string(t.scope.size() + t.key.size()) +
+                          " bytes exceeds the limit of " + std::to_string(options.max_key_bytes))};
+  }
+  auto unexpectedQuery = [&](const char* allowed) -> std::optional<Outcome> {
+    for (const auto& [name, value] : t.query) {
+      if (name != allowed) {
+        return Outcome{textError(req, http::status::bad_request,
+                                 "unknown query parameter '" + name + "' for " +
+                                     std::string(req.method_string()))};
+      }
+    }
+    return std::nullopt;
+  };
+
+  switch (method) {
+    case http::verb::put: {
+      if (auto bad = unexpectedQuery("")) return std::move(*bad);
+      if (req.find(http::field::content_length) == req.end() && !req.chunked()) {
+        return {textError(req, http::status::length_required, "PUT needs a Content-Length header")};
+      }
+      if (req.body().size() > options.max_value_bytes) {
+        return {textError(req, http::status::payload_too_large,
+                          "value of " + std::to_string(req.body().size()) + " bytes exceeds the limit of " +
+                              std::to_string(options.max_value_bytes) + " bytes")};
+      }
+      state.put(t.scope, t.key, req.body());
+      return {makeResponse(req, http::status::ok)};
+    }
+    case http::verb::get: {
+      if (auto bad = unexpectedQuery("wait_ms")) return std::move(*bad);
+      std::chrono::milliseconds wait{0};
+      const bool long_poll = t.query.count("wait_ms") > 0;
+      if (long_poll) {
+        auto ms = parseInt(t.query["wait_ms"]);
+        if (!ms || *ms < 0) {
+          return {textError(req, http::status::bad_request,
+                            "wait_ms must be a non-negative integer, got '" + t.query["wait_ms"] + "'")};
+        }
+        wait = std::min(std::chrono::milliseconds(*ms), options.max_wait);
+      }
+      auto value = state.get(t.scope, t.key);
+      if (!value && long_poll && allow_wait && wait.count() > 0) {
+        Outcome parked;
+        parked.wait_scope = std::move(t.scope);
+        parked.wait_key = std::move(t.key);
+        parked.wait_for = wait;
+        return parked;
+      }
+      Response res = value ? makeResponse(req, http::status::ok, std::move(*value))
+                           : makeResponse(req, http::status::not_found);
+      if (long_poll) res.set(kLongPollHeader, "1");
+      return {std::move(res)};
+    }
+    case http::verb::delete_: {
+      if (auto bad = unexpectedQuery("")) return std::move(*bad);
+      state.finalize(t.scope, t.key);
+      return {makeResponse(req, http::status::ok)};
+    }
+    case http::verb::post: {
+      if (auto bad = unexpectedQuery("add")) return std::move(*bad);
+      auto delta = t.query.count("add") ? parseInt(t.query["add"]) : std::nullopt;
+      if (!delta) {
+        return {textError(req, http::status::bad_request,
+                          "POST needs ?add=<integer>, got '" + std::string(target) + "'")};
+      }
+      auto value = state.add(t.scope, t.key, *delta);
+      if (!value) {
+        return {textError(req, http::status::conflict,
+                          "key '" + t.scope + "/" + t.key + "' holds a value that is not a decimal integer")};
+      }
+      return {makeResponse(req, http::status::ok, std::to_string(*value), "text/plain")};
+    }
+    default:
+      detail::throwInternal(__FILE__, __LINE__, "method", detail::concat("unhandled method ", req.method_string()));
+  }
+}
+
+}  // namespace hvd::rendezvous

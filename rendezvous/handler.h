@@ -1,0 +1,127 @@
+// The rendezvous server's request handling, without sockets: HTTP request in, HTTP response out.
+//
+// Routes (Horovod's protocol, ../shared/reference/horovodrun_spec.md §4, plus our extensions):
+//   PUT    /<scope>/<key>             store the body (binary); 200, empty body
+//   GET    /<scope>/<key>             200 with the value, or 404 with an empty body
+//   GET    /<scope>/<key>?wait_ms=N   long poll: as GET, but waits up to N ms for the key (extension)
+//   DELETE /<scope>/<key>             Horovod's "finalize" (see KvState::finalize); always 200
+//   POST   /<scope>/<key>?add=N       atomic add to a decimal integer; 200, body = new value (extension)
+//   GET    /status                    JSON: scopes, keys, joined ranks, uptime (extension)
+// Scope and key are single path segments; %XX escapes are decoded (Horovod's keys never contain '%', so
+// this is compatible, and lets our clients send keys holding '/').
+//
+// Threading: KvState is safe to use from any number of threads (one mutex). handle() is pure apart from
+// the KvState it is given.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <nlohmann/json.hpp>
+
+#include "rendezvous/server.h"
+
+namespace hvd::rendezvous {
+
+using Request = boost::beast::http::request<boost::beast::http::string_body>;
+using Response = boost::beast::http::response<boost::beast::http::string_body>;
+
+// Response header our server sets on every answer to a GET with ?wait_ms=, so clients can tell a server
+// that long-polls from one that ignores the query (Horovod's), and fall back to polling.
+inline constexpr const char* kLongPollHeader = "X-Hvd-Long-Poll";
+
+// The key-value data, the scope sizes and the long-poll waiters.
+class KvState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit KvState(ServerOptions options);
+
+  const ServerOptions& options() const { return options_; }
+
+  // Clears all data and sets the sizes of the scopes that count finalizes (Horovod's init()).
+  void setScopeSizes(const std::map<std::string, int>& sizes);
+
+  void put(const std::string& scope, const std::string& key, std::string value);
+  std::optional<std::string> get(const std::string& scope, const std::string& key) const;
+  // Adds delta to the decimal integer at scope/key (absent = 0). nullopt when the stored value is not
+  // an integer (the value is left unchanged).
+  std::optional<int64_t> add(const std::string& scope, const std::string& key, int64_t delta);
+  // DELETE semantics. Scope with a size: records key as finished; when every member has finished,
+  // clears that scope's data and its finished list (and only its own: Horovod wipes every scope's list,
+  // which strands partially finished local_/cross_ scopes). Other (ad-hoc) scopes: deletes the key and
+  // the scope when it becomes empty.
+  void finalize(const std::string& scope, const std::string& key);
+
+  // Long poll. A waiter is called (from the thread that stored the key, with no lock held) once when
+  // scope/key is next stored. Returns an id for cancelWaiter, or nullopt when the key is already
+  // present (checked under the same lock, so no wake-up is lost).
+  using Waiter = std::function<void()>;
+  std::optional<uint64_t> addWaiter(const std::string& scope, const std::string& key, Waiter waiter);
+  void cancelWaiter(uint64_t id);
+
+  std::map<std::string, ScopeStatus> scopes() const;
+  nlohmann::json status() const;
+
+  // Connection and request counters, shown in status().
+  void connectionOpened() { ++connections_; }
+  void connectionClosed() { --connections_; }
+  size_t connections() const { return connections_; }
+
+ private:
+  struct Scope {
+    std::map<std::string, std::string> data;
+    std::set<std::string> finished;
+  };
+  std::vector<Waiter> takeWaiters(const std::string& full_key);  // requires mutex_
+
+  const ServerOptions options_;
+  const Clock::time_point started_ = Clock::now();
+  mutable std::mutex mutex_;
+  std::map<std::string, Scope> scopes_;
+  std::map<std::string, int> sizes_;
+  uint64_t next_waiter_ = 1;
+  std::multimap<std::string, std::pair<uint64_t, Waiter>> waiters_;  // "scope/key" -> waiters
+  std::map<uint64_t, std::string> waiter_keys_;                       // id -> "scope/key"
+  std::atomic<size_t> connections_{0};
+};
+
+// What the server should do with a request: answer now, or park it until scope/key is stored (long
+// poll) and then call handle() again, at most until wait_for has passed.
+struct Outcome {
+  Outcome() = default;
+  Outcome(Response r) : response(std::move(r)) {}  // implicit: `return {response};` reads best
+
+  std::optional<Response> response;
+  std::string wait_scope;
+  std::string wait_key;
+  std::chrono::milliseconds wait_for{0};
+};
+
+// The whole protocol. allow_wait=false turns a long poll into a plain GET (used when its time is up).
+Outcome handle(const Request& request, KvState& state, bool allow_wait = true);
+
+// A response for errors found before a request could be parsed (bad request line, body too large,
+// read timeout); always closes the connection.
+Response errorResponse(boost::beast::http::status status, const std::string& message, unsigned version = 11);
+
+// Decodes %XX escapes; nullopt for a malformed escape. Exposed for the client's tests.
+std::optional<std::string> percentDecode(std::string_view text);
+// Escapes every byte outside [A-Za-z0-9_.:~-] as %XX (so '/' in a key survives a path segment).
+std::string percentEncode(std::string_view text);
+
+// Rank of a Gloo rendezvous key: "<r>" or "rank_<r>" -> r; otherwise nullopt.
+std::optional<int> rankOfKey(std::string_view key);
+
+}  // namespace hvd::rendezvous

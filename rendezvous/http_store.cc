@@ -1,0 +1,347 @@
+// HttpStore: blocking client of the rendezvous server.
+//
+// Each connection owns a private io_context and runs it only inside the calling thread, so operations
+// can use Beast's async deadlines (tcp_stream::expires_after) while the API stays synchronous. Idle
+// keep-alive connections wait in a small pool; a thread takes one, uses it alone, and puts it back.
+#include "rendezvous/http_store.h"
+
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "rendezvous/error.h"
+#include "rendezvous/handler.h"
+#include "rendezvous/token.h"
+
+namespace hvd::rendezvous {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using error_code = boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A pooled connection idle longer than this is dropped rather than reused: the server closes idle
+// keep-alive connections after its read timeout (10 s by default), and reusing one it is closing costs a
+// retry.
+constexpr std::chrono::seconds kMaxIdle{2};
+constexpr size_t kMaxPooled = 8;
+// Extra time granted to a long-poll exchange beyond the wait itself, for the answer to travel.
+constexpr std::chrono::seconds kLongPollGrace{5};
+// Polling interval range against a server without long poll (Horovod's polls every 10 ms always).
+constexpr std::chrono::milliseconds kPollMin{10};
+constexpr std::chrono::milliseconds kPollMax{100};
+
+struct Connection {
+  net::io_context ioc;
+  beast::tcp_stream stream{ioc};
+  beast::flat_buffer buffer;
+  bool connected = false;
+  Clock::time_point last_used;
+};
+
+struct Reply {
+  unsigned status = 0;
+  std::string body;
+  bool long_poll = false;  // the server marked a ?wait_ms= answer with kLongPollHeader
+};
+
+// Runs the connection's io_context until the operation started by start() has completed.
+template <typename Start>
+error_code runOp(Connection& c, std::chrono::milliseconds timeout, Start start) {
+  error_code result = net::error::would_block;
+  c.stream.expires_after(timeout);
+  start([&result](error_code ec, auto&&...) { result = ec; });
+  c.ioc.restart();
+  c.ioc.run();
+  return result;
+}
+
+std::chrono::milliseconds until(Clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
+
+}  // namespace
+
+struct HttpStore::Impl {
+  explicit Impl(StoreOptions o) : options(std::move(o)) {
+    const bool v6 = options.host.find(':') != std::string::npos;
+    name = detail::concat("http://", v6 ? "[" : "", options.host, v6 ? "]" : "", ":", options.port);
+  }
+
+  // The URL path of a store key "scope/rest": "/scope/<rest %-escaped, '/' included>".
+  std::string path(const std::string& key) const {
+    const auto slash = key.find('/');
+    HVD_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < key.size(), StoreError, "key '", key,
+              "' for ", name, " must be '<scope>/<key>' (use a PrefixStore to add a scope)");
+    return "/" + percentEncode(key.substr(0, slash)) + "/" + percentEncode(key.substr(slash + 1));
+  }
+
+  std::unique_ptr<Connection> take() {
+    std::lock_guard<std::mutex> lock(mutex);
+    while (!idle.empty()) {
+      auto c = std::move(idle.back());
+      idle.pop_back();
+      if (Clock::now() - c->last_used < kMaxIdle) return c;
+    }
+    return std::make_unique<Connection>();
+  }
+
+  void giveBack(std::unique_ptr<Connection> c) {
+    c->last_used = Clock::now();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (idle.size() < kMaxPooled) idle.push_back(std::move(c));
+  }
+
+  // Resolves the server once; later calls reuse the endpoints.
+  error_code resolve(tcp::resolver::results_type& out) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!endpoints.empty()) {
+      out = endpoints;
+      return {};
+    }
+    net::io_context ioc;
+    tcp::resolver resolver(ioc);
+    error_code ec;
+    endpoints = resolver.resolve(options.host, std::to_string(options.port), ec);
+    out = endpoints;
+    return ec;
+  }
+
+  // One request/response on c. Sets stale when a reused connection turned out closed by the server
+  // before it read anything (safe to resend, even for non-idempotent requests).
+  error_code exchange(Connection& c, const http::request<http::string_body>& req, Reply& reply,
+                      std::chrono::milliseconds timeout, bool& stale) {
+    const bool reused = c.connected;
+    stale = false;
+    if (!c.connected) {
+      tcp::resolver::results_type eps;
+      if (auto ec = resolve(eps)) return ec;
+      auto ec = runOp(c, std::min(timeout, options.connect_timeout),
+                      [&](auto handler) { c.stream.async_connect(eps, handler); });
+      if (ec) return ec;
+      c.stream.socket().set_option(tcp::no_delay(true));
+      c.connected = true;
+    }
+    auto ec = runOp(c, timeout, [&](auto handler) { http::async_write(c.stream, req, handler); });
+    if (ec) {
+      stale = reused;
+      return ec;
+    }
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::numeric_limits<uint64_t>::max());
+    ec = runOp(c, timeout, [&](auto handler) { http::async_read(c.stream, c.buffer, parser, handler); });
+    if (ec) {
+      stale = reused && !parser.got_some() && (ec == http::error::end_of_stream || ec == net::error::connection_reset);
+      return ec;
+    }
+    auto res = parser.release();
+    reply.status = res.result_int();
+    reply.long_poll = res.find(kLongPollHeader) != res.end();
+    reply.body = std::move(res.body());
+    if (!res.keep_alive()) {
+      error_code ignored;
+      c.stream.socket().close(ignored);
+      c.connected = false;
+    }
+    return {};
+  }
+
+  // Sends a request, retrying with backoff while the server cannot be reached (it may not be up yet),
+  // until deadline. idempotent=false: a request that may have reached the server is not resent.
+  Reply request(http::verb method, const std::string& target, const std::string& body, Clock::time_point deadline,
+                std::chrono::milliseconds exchange_timeout, bool idempotent) {
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, options.host);
+    if (options.token) req.set(kTokenHeader, *options.token);
+    req.body() = body;
+    req.keep_alive(true);
+    req.prepare_payload();
+
+    auto backoff = options.retry_initial;
+    int attempts = 0;
+    const auto started = Clock::now();
+    std::string last_error;
+    while (true) {
+      ++attempts;
+      auto c = take();
+      Reply reply;
+      bool stale = false;
+      const auto timeout = std::max(std::chrono::milliseconds(1), std::min(exchange_timeout, until(deadline)));
+      error_code ec = exchange(*c, req, reply, timeout, stale);
+      if (!ec && reply.status != 503) {
+        if (c->connected) giveBack(std::move(c));
+        return reply;
+      }
+      if (stale) continue;  // the server had closed an idle keep-alive connection: resend on a new one
+      if (ec) {
+        const bool sent = c->connected;
+        last_error = ec == beast::error::timeout ? detail::concat("no answer within ", timeout.count(), " ms")
+                                                 : ec.message();
+        if (sent && !idempotent) {
+          throw StoreError(detail::concat(method, " ", target, " to rendezvous server ", name,
+                                          " failed after it was sent: ", last_error));
+        }
+      } else {
+        last_error = "503 " + reply.body;
+      }
+      if (Clock::now() + backoff >= deadline) {
+        throw StoreError(detail::concat(
+            "cannot reach rendezvous server ", name, " for ", method, " ", target, ": ", last_error, " (", attempts,
+            " attempt(s) over ",
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count(), " ms)"));
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, options.retry_max);
+    }
+  }
+
+  [[noreturn]] void fail(http::verb method, const std::string& key, const Reply& reply) const {
+    std::string body = reply.body;
+    while (!body.empty() && body.back() == '\n') body.pop_back();
+    std::string hint;
+    if (reply.status == 401 || reply.status == 403) {
+      hint = detail::concat(" (the job's token reaches workers in ", kTokenEnv, ")");
+    }
+    throw StoreError(detail::concat(method, " of key '", key, "' at rendezvous server ", name, " failed: HTTP ",
+                                    reply.status, ": ", body, hint));
+  }
+
+  // "scope 'global' is missing ranks [1, 3]; scope 'x' is missing keys [a]" for a timeout message.
+  static std::string describeMissing(const std::vector<std::string>& keys) {
+    std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> by_scope;
+    for (const auto& key : keys) {
+      const auto slash = key.rfind('/');
+      const std::string scope = slash == std::string::npos ? "" : key.substr(0, slash);
+      const std::string leaf = slash == std::string::npos ? key : key.substr(slash + 1);
+      auto& [ranks, others] = by_scope[scope];
+      if (auto rank = rankOfKey(leaf)) {
+        ranks.push_back(std::to_string(*rank));
+      } else {
+        others.push_back(leaf);
+      }
+    }
+    std::string out;
+    for (const auto& [scope, missing] : by_scope) {
+      if (!out.empty()) out += "; ";
+      out += "scope '" + scope + "'";
+      if (!missing.first.empty()) out += " is missing the keys of rank(s) " + formatKeys(missing.first);
+      if (!missing.second.empty()) {
+        out += missing.first.empty() ? " is missing keys " : " and keys ";
+        out += formatKeys(missing.second);
+      }
+    }
+    return out;
+  }
+
+  StoreOptions options;
+  std::string name;
+  std::mutex mutex;  // guards idle and endpoints
+  std::vector<std::unique_ptr<Connection>> idle;
+  tcp::resolver::results_type endpoints;
+  std::atomic<bool> long_poll{true};  // cleared when the server turns out not to support ?wait_ms=
+};
+
+HttpStore::HttpStore(StoreOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+HttpStore::~HttpStore() = default;
+
+std::string HttpStore::describe() const { return impl_->name; }
+
+void HttpStore::set(const std::string& key, const Bytes& value) {
+  const auto& o = impl_->options;
+  auto reply = impl_->request(http::verb::put, impl_->path(key), std::string(value.begin(), value.end()),
+                              Clock::now() + o.request_deadline, o.request_deadline, true);
+  if (reply.status != 200) impl_->fail(http::verb::put, key, reply);
+}
+
+std::optional<Bytes> HttpStore::tryGet(const std::string& key) {
+  const auto& o = impl_->options;
+  auto reply = impl_->request(http::verb::get, impl_->path(key), {}, Clock::now() + o.request_deadline,
+                              o.request_deadline, true);
+  if (reply.status == 404) return std::nullopt;
+  if (reply.status != 200) impl_->fail(http::verb::get, key, reply);
+  return Bytes(reply.body.begin(), reply.body.end());
+}
+
+void HttpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  size_t next = 0;  // keys before next are known present
+  auto poll = kPollMin;
+  while (next < keys.size()) {
+    const auto remaining = until(deadline);
+    if (remaining.count() == 0) break;
+    const std::string path = impl_->path(keys[next]);
+    Reply reply;
+    const bool long_poll = impl_->long_poll;
+    if (long_poll) {
+      // The server answers at the wait deadline at the latest; the grace lets that answer arrive.
+      reply = impl_->request(http::verb::get, path + "?wait_ms=" + std::to_string(remaining.count()), {},
+                             deadline + kLongPollGrace, remaining + kLongPollGrace, true);
+    } else {
+      reply = impl_->request(http::verb::get, path, {}, deadline, impl_->options.request_deadline, true);
+    }
+    if (reply.status == 200) {
+      ++next;
+      continue;
+    }
+    if (reply.status != 404) impl_->fail(http::verb::get, keys[next], reply);
+    if (long_poll && !reply.long_poll) {
+      impl_->long_poll = false;  // e.g. Horovod's own server: it took "?wait_ms=" as part of the key
+      continue;
+    }
+    if (!long_poll) {
+      std::this_thread::sleep_for(std::min(poll, until(deadline)));
+      poll = std::min(poll * 2, kPollMax);
+    }
+  }
+  if (next == keys.size()) return;
+  std::vector<std::string> missing;
+  for (size_t i = next; i < keys.size(); ++i) {
+    // One last non-blocking look, so the message lists only what is really missing.
+    bool present = false;
+    try {
+      present = i > next && tryGet(keys[i]).has_value();
+    } catch (const StoreError&) {
+    }
+    if (!present) missing.push_back(keys[i]);
+  }
+  throw RendezvousTimeout(detail::concat("timed out after ", timeout.count(), " ms waiting for key(s) ",
+                                         formatKeys(missing), " at rendezvous server ", impl_->name, ": ",
+                                         Impl::describeMissing(missing)));
+}
+
+int64_t HttpStore::add(const std::string& key, int64_t delta) {
+  const auto& o = impl_->options;
+  auto reply = impl_->request(http::verb::post, impl_->path(key) + "?add=" + std::to_string(delta), {},
+                              Clock::now() + o.request_deadline, o.request_deadline, false);
+  if (reply.status != 200) impl_->fail(http::verb::post, key, reply);
+  try {
+    return std::stoll(reply.body);
+  } catch (const std::exception&) {
+    throw StoreError(detail::concat("add of key '", key, "' at rendezvous server ", impl_->name,
+                                    ": answer is not an integer: '", reply.body, "'"));
+  }
+}
+
+void HttpStore::deleteKey(const std::string& key) {
+  const auto& o = impl_->options;
+  auto reply = impl_->request(http::verb::delete_, impl_->path(key), {}, Clock::now() + o.request_deadline,
+                              o.request_deadline, true);
+  if (reply.status != 200) impl_->fail(http::verb::delete_, key, reply);
+}
+
+}  // namespace hvd::rendezvous

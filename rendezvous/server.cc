@@ -1,0 +1,333 @@
+// Sockets around the pure handler (handler.h): a Listener and one Session per connection, in the shape of
+// Boost.Beast's async server example, with deadlines and limits on every read.
+//
+// Threading: the acceptor lives on its own strand, every session on its own strand, so the io_context may
+// run on any number of threads. Sessions share only the KvState (one mutex) and the session registry
+// (used by stop()).
+#include "rendezvous/server.h"
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core/bind_handler.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "rendezvous/error.h"
+#include "rendezvous/handler.h"
+
+namespace hvd::rendezvous {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using error_code = boost::system::error_code;
+
+namespace {
+
+class Session;
+
+// Headers beyond the request target (Host, Content-Length, the token, a few more from curl or urllib)
+// fit comfortably in this many bytes.
+constexpr size_t kHeaderAllowance = 8192;
+// Pause before accepting again after an accept error (e.g. EMFILE), so the loop does not spin.
+constexpr std::chrono::milliseconds kAcceptRetryDelay{50};
+
+std::string formatEndpoint(const net::ip::address& address, uint16_t port) {
+  if (address.is_v6()) return detail::concat("[", address.to_string(), "]:", port);
+  return detail::concat(address.to_string(), ":", port);
+}
+
+}  // namespace
+
+// Everything the acceptor and the sessions share. Sessions hold it by shared_ptr, so it outlives the
+// Server object until the last connection is gone.
+struct ServerCore : std::enable_shared_from_this<ServerCore> {
+  ServerCore(net::io_context& ioc, ServerOptions options)
+      : ioc(ioc), state(std::move(options)), acceptor_strand(net::make_strand(ioc)), acceptor(acceptor_strand),
+        retry_timer(acceptor_strand) {}
+
+  void listen();
+  void accept();
+  void onAccept(error_code ec, tcp::socket socket);
+  void stop();
+
+  net::io_context& ioc;
+  KvState state;
+  net::strand<net::io_context::executor_type> acceptor_strand;
+  tcp::acceptor acceptor;
+  net::steady_timer retry_timer;
+  std::string address;  // the bound address, as given (resolved) e.g. "127.0.0.1" or "::1"
+  uint16_t port = 0;
+  std::atomic<bool> stopped{false};
+
+  std::mutex sessions_mutex;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+};
+
+struct Server::Impl : ServerCore {
+  using ServerCore::ServerCore;
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, std::shared_ptr<ServerCore> server)
+      : server_(std::move(server)), stream_(std::move(socket)), wait_timer_(stream_.get_executor()) {
+    server_->state.connectionOpened();
+  }
+  ~Session() {
+    server_->state.connectionClosed();
+    std::lock_guard<std::mutex> lock(server_->sessions_mutex);
+    server_->sessions.erase(this);
+  }
+
+  void start() { net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::read, shared_from_this())); }
+
+  // From any thread: closes the connection on the session's strand.
+  void close() { net::post(stream_.get_executor(), beast::bind_front_handler(&Session::doClose, shared_from_this())); }
+
+ private:
+  const ServerOptions& options() const { return server_->state.options(); }
+
+  void read() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->body_limit(options().max_value_bytes);
+    parser_->header_limit(static_cast<uint32_t>(options().max_key_bytes + kHeaderAllowance));
+    // The whole request must arrive within read_timeout: a client that trickles bytes (slowloris) or
+    // idles on a keep-alive connection is cut off.
+    stream_.expires_after(options().read_timeout);
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::onRead, shared_from_this()));
+  }
+
+  void onRead(error_code ec, size_t) {
+    if (closed_) return;
+    if (ec) {
+      const unsigned version = parser_->is_header_done() ? parser_->get().version() : 11;
+      if (ec == beast::error::timeout) {
+        // A request that had begun gets Horovod's 408; an idle keep-alive connection just closes.
+        if (parser_->got_some() || buffer_.size() > 0) {
+          sendError(http::status::request_timeout,
+                    detail::concat("request not received whole within ", options().read_timeout.count(), " ms"),
+                    version);
+        } else {
+          doClose();
+        }
+      } else if (ec == http::error::body_limit) {
+        sendError(http::status::payload_too_large,
+                  detail::concat("value exceeds the limit of ", options().max_value_bytes, " bytes"), version);
+      } else if (ec == http::error::header_limit) {
+        sendError(http::status::request_header_fields_too_large,
+                  detail::concat("request line and headers exceed ", options().max_key_bytes + kHeaderAllowance,
+                                 " bytes"),
+                  version);
+      } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
+        sendError(http::status::bad_request, "malformed HTTP request: " + ec.message(), version);
+      } else {
+        doClose();  // end of stream, reset, abort: nobody to answer
+      }
+      return;
+    }
+    request_ = parser_->release();
+    wait_deadline_.reset();
+    process(true);
+  }
+
+  void process(bool allow_wait) {
+    Outcome outcome = handle(request_, server_->state, allow_wait);
+    if (outcome.response) {
+      send(std::move(*outcome.response));
+      return;
+    }
+    // Long poll: park until the key is stored or the wait is over. No read is pending meanwhile: a
+    // client that disconnects is noticed when the wait ends (bounded by ServerOptions::max_wait).
+    if (!wait_deadline_) wait_deadline_ = KvState::Clock::now() + outcome.wait_for;
+    std::weak_ptr<Session> weak = weak_from_this();
+    auto id = server_->state.addWaiter(outcome.wait_scope, outcome.wait_key, [weak] {
+      if (auto self = weak.lock()) {
+        net::post(self->stream_.get_executor(), [self] { self->wait_timer_.cancel(); });
+      }
+    });
+    if (!id) {  // stored between handle() and addWaiter()
+      process(allow_wait);
+      return;
+    }
+    waiter_id_ = id;
+    stream_.expires_never();
+    wait_timer_.expires_at(*wait_deadline_);
+    wait_timer_.async_wait(beast::bind_front_handler(&Session::onWaitDone, shared_from_this()));
+  }
+
+  void onWaitDone(error_code) {
+    if (waiter_id_) server_->state.cancelWaiter(*waiter_id_);
+    waiter_id_.reset();
+    if (closed_) return;
+    process(KvState::Clock::now() < *wait_deadline_);
+  }
+
+  void sendError(http::status status, const std::string& message, unsigned version) {
+    send(errorResponse(status, message, version));
+  }
+
+  void send(Response response) {
+    response_ = std::move(response);
+    const bool close = response_.need_eof();
+    stream_.expires_after(options().read_timeout);  // a client that does not read cannot hold us either
+    http::async_write(stream_, response_,
+                      [self = shared_from_this(), close](error_code ec, size_t) {
+                        if (ec || close) {
+                          self->doClose();
+                        } else {
+                          self->read();
+                        }
+                      });
+  }
+
+  void doClose() {
+    if (closed_) return;
+    closed_ = true;
+    wait_timer_.cancel();
+    error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  std::shared_ptr<ServerCore> server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  Request request_;
+  Response response_;
+  net::steady_timer wait_timer_;
+  std::optional<uint64_t> waiter_id_;
+  std::optional<KvState::Clock::time_point> wait_deadline_;
+  bool closed_ = false;
+};
+
+net::ip::address resolveBindAddress(net::io_context& ioc, const std::string& host, uint16_t port) {
+  error_code ec;
+  auto address = net::ip::make_address(host, ec);
+  if (!ec) return address;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || results.empty()) {
+    throw NetworkError(detail::concat("cannot listen on ", host, ":", port, ": cannot resolve '", host,
+                                      "': ", ec ? ec.message() : "no addresses"));
+  }
+  return results.begin()->endpoint().address();
+}
+
+}  // namespace
+
+void ServerCore::listen() {
+  const ServerOptions& o = state.options();
+  const auto ip = resolveBindAddress(ioc, o.bind_address, o.port);
+  const tcp::endpoint endpoint(ip, o.port);
+  const std::string where = formatEndpoint(ip, o.port);
+  error_code ec;
+  auto fail = [&](const char* what) {
+    throw NetworkError(detail::concat("cannot listen on ", where, ": ", what, ": ", ec.message(), " (errno ",
+                                      ec.value(), ")"));
+  };
+  acceptor.open(endpoint.protocol(), ec);
+  if (ec) fail("socket");
+  // SO_REUSEADDR: a restarted daemon can bind while old connections sit in TIME_WAIT; on Linux it does
+  // not allow two listeners on one port, so "port in use" is still reported.
+  acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (ec) fail("setsockopt(SO_REUSEADDR)");
+  acceptor.bind(endpoint, ec);
+  if (ec) fail("bind");
+  // The kernel's maximum backlog: thousands of workers connect at once (Horovod's 5 is a known cause of
+  // failures at scale).
+  acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) fail("listen");
+  address = ip.to_string();
+  port = acceptor.local_endpoint().port();
+}
+
+void ServerCore::accept() {
+  acceptor.async_accept(net::make_strand(ioc),
+                        beast::bind_front_handler(&ServerCore::onAccept, shared_from_this()));
+}
+
+void ServerCore::onAccept(error_code ec, tcp::socket socket) {
+  if (stopped || !acceptor.is_open()) return;
+  if (ec) {
+    // EMFILE and friends: the connection stays in the backlog; try again shortly.
+    retry_timer.expires_after(kAcceptRetryDelay);
+    retry_timer.async_wait([self = shared_from_this()](error_code wait_ec) {
+      if (!wait_ec) self->accept();
+    });
+    return;
+  }
+  if (state.connections() >= state.options().max_connections) {
+    // A clear answer instead of a silent reset; the socket is fresh, so this tiny write cannot block.
+    static const std::string kBusy =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 44\r\nConnection: close\r\n\r\n"
+        "rendezvous server: too many open connections";
+    error_code ignored;
+    socket.non_blocking(true, ignored);
+    socket.write_some(net::buffer(kBusy), ignored);
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.close(ignored);
+  } else {
+    auto session = std::make_shared<Session>(std::move(socket), shared_from_this());
+    {
+      std::lock_guard<std::mutex> lock(sessions_mutex);
+      sessions.emplace(session.get(), session);
+    }
+    session->start();
+  }
+  accept();
+}
+
+void ServerCore::stop() {
+  if (stopped.exchange(true)) return;
+  net::post(acceptor_strand, [self = shared_from_this()] {
+    error_code ignored;
+    self->acceptor.close(ignored);
+    self->retry_timer.cancel();
+  });
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mutex);
+    for (auto& [raw, weak] : sessions) {
+      if (auto session = weak.lock()) live.push_back(std::move(session));
+    }
+  }
+  for (auto& session : live) session->close();
+}
+
+Server::Server(net::io_context& ioc, ServerOptions options)
+    : impl_(std::make_shared<Impl>(ioc, std::move(options))) {
+  impl_->listen();
+  net::post(impl_->acceptor_strand, [impl = impl_] {
+    if (!impl->stopped) impl->accept();
+  });
+}
+
+Server::~Server() { stop(); }
+
+uint16_t Server::port() const { return impl_->port; }
+const std::string& Server::address() const { return impl_->address; }
+void Server::setScopeSizes(const std::map<std::string, int>& sizes) { impl_->state.setScopeSizes(sizes); }
+std::map<std::string, ScopeStatus> Server::scopes() const { return impl_->state.scopes(); }
+nlohmann::json Server::status() const { return impl_->state.status(); }
+void Server::stop() { impl_->stop(); }
+
+}  // namespace hvd::rendezvous
