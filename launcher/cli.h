@@ -1,0 +1,74 @@
+// hvdrun's command line: horovodrun's Gloo-mode flags (Boost.Program_options) plus a few extensions.
+//
+// Parsing follows horovodrun's argparse semantics (../shared/reference/horovodrun_spec.md §1.1):
+//   - single-dash long forms (-np 4, -np=4, -hostfile F, -prefix-timestamp); -np4 is rejected;
+//   - unambiguous prefixes of long options (--verb, --slots for --slots-per-host);
+//   - the user command starts at the first token that is neither an option nor an option's value, and
+//     everything after it is the command's; one leading "--" is stripped (argparse keeps it);
+//   - a repeated single-valued option: the last one wins.
+// Configuration precedence is resolved here and nowhere else: flag > environment > config file > default.
+// Every error is a UsageError with a one-line message naming the offending token (hvdrun exits 2).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/options.h"
+
+namespace hvd::launcher {
+
+// hvdrun's own environment as NAME, VALUE pairs in environ order (a snapshot, so parsing is testable).
+using Environment = std::vector<std::pair<std::string, std::string>>;
+Environment currentEnvironment();
+const std::string* findEnv(const Environment& env, const std::string& name);
+
+struct HvdrunOptions {
+  static constexpr std::chrono::seconds kDefaultStartTimeout{30};       // horovodrun's default
+  static constexpr std::chrono::milliseconds kDefaultGracePeriod{5000};  // GRACEFUL_TERMINATION_TIME_S
+
+  int num_proc = 0;
+  std::optional<std::string> hosts;     // -H, as given
+  std::optional<std::string> hostfile;  // --hostfile path
+  std::optional<int> slots_per_host;    // default slots for -H entries without ":slots"
+  SshOptions ssh;
+
+  // --start-timeout / HOROVOD_START_TIMEOUT. When given explicitly, every rank must have joined the
+  // rendezvous by then; with the default, only jobs in which some rank joined are held to it (a command
+  // that never uses hvd, e.g. a shell script, is not stopped).
+  std::chrono::seconds start_timeout = kDefaultStartTimeout;
+  bool start_timeout_explicit = false;
+  std::chrono::milliseconds grace_period = kDefaultGracePeriod;  // SIGTERM -> SIGKILL
+
+  std::vector<std::string> network_interfaces;  // --network-interface(s), in the order given, no repeats
+  std::optional<std::string> output_filename;   // --output-filename DIR
+  bool prefix_timestamp = false;                // --prefix-output-with-timestamp
+  bool tag_output = true;                       // --no-tag-output turns the [rank]<stream>: tags off
+  bool verbose = false;
+  bool dry_run = false;
+  bool disable_cache = false;  // accepted for compatibility: hvdrun keeps no cache
+
+  // Variables set on every worker: tuning/diagnostic flags and config-file values (§1.4), then -x.
+  std::vector<std::pair<std::string, std::string>> worker_env;
+  std::vector<std::string> command;  // never empty: horovodrun's empty command runs `env`
+};
+
+struct CliResult {
+  enum class Action { kRun, kPrintAndExit };
+  Action action = Action::kRun;
+  HvdrunOptions options;  // kRun
+  std::string text;       // kPrintAndExit: --help, --version, --check-build output
+};
+
+// Parses argv (without argv[0]) against `env`. Reads the --config-file and --hostfile only when named.
+CliResult parseCommandLine(const std::vector<std::string>& args, const Environment& env);
+
+// One line pointing at --help, printed after a usage error.
+std::string usageHint();
+
+// Variables hvdrun sets per rank or per job; -x cannot set them and they are not inherited.
+bool isReservedVariable(const std::string& name);
+
+}  // namespace hvd::launcher

@@ -1,0 +1,61 @@
+#include "launcher/hvdrun.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "launcher/cli.h"
+#include "launcher/host_plan.h"
+#include "launcher/job.h"
+#include "rendezvous/error.h"
+
+namespace hvd::launcher {
+
+namespace {
+
+constexpr int kUsageExitCode = 2;  // argparse's code for usage errors
+constexpr int kErrorExitCode = 1;
+
+// Where the ranks run: -H, --hostfile, a Slurm allocation, or np slots on localhost (horovodrun's order).
+std::vector<HostSpec> hostsFor(const HvdrunOptions& o, const Environment& env) {
+  if (o.hosts) return parseHostList(*o.hosts, o.slots_per_host.value_or(1));
+  if (o.hostfile) return parseHostfile(*o.hostfile);
+  if (const auto* nodelist = findEnv(env, "SLURM_JOB_NODELIST")) {
+    const auto* tasks = findEnv(env, "SLURM_TASKS_PER_NODE");
+    return slurmHosts(*nodelist, tasks ? *tasks : "");
+  }
+  return {HostSpec{"localhost", std::nullopt, o.num_proc}};
+}
+
+}  // namespace
+
+int hvdrunMain(int argc, char** argv) {
+  try {
+    const Environment env = currentEnvironment();
+    CliResult cli = parseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env);
+    if (cli.action == CliResult::Action::kPrintAndExit) {
+      std::fputs(cli.text.c_str(), stdout);
+      return 0;
+    }
+    HvdrunOptions& options = cli.options;
+    const auto hosts = hostsFor(options, env);
+    if (options.num_proc == 0) {  // inside Slurm without -np: every task of the allocation
+      for (const auto& h : hosts) options.num_proc += h.slots;
+    }
+    auto plan = assignRanks(hosts, options.num_proc);
+    if (options.dry_run) {
+      std::fputs(describePlan(plan, options, env).c_str(), stdout);
+      return 0;
+    }
+    Job job(std::move(options), std::move(plan), env);
+    return job.run().exitCode();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n%s\n", e.what(), usageHint().c_str());
+    return kUsageExitCode;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return kErrorExitCode;
+  }
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,441 @@
+#include "launcher/job.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "launcher/local/launcher.h"
+#include "launcher/network.h"
+#include "launcher/output.h"
+#include "rendezvous/error.h"
+#include "rendezvous/server.h"
+#include "rendezvous/token.h"
+
+// The ssh transport provides hvd::launcher::ssh::makeLauncher in launcher/ssh/launcher.h. Until that
+// header lands, remote hosts get a clear error instead of a link failure.
+#if __has_include("launcher/ssh/launcher.h")
+#include "launcher/ssh/launcher.h"
+#define HVD_LAUNCHER_HAVE_SSH 1
+#else
+#define HVD_LAUNCHER_HAVE_SSH 0
+#endif
+
+namespace hvd::launcher {
+
+namespace asio = boost::asio;
+
+// ---------------------------------------------------------------------------------------------------------
+// Environment
+
+namespace {
+
+class EnvBuilder {
+ public:
+  void set(const std::string& name, const std::string& value) {
+    const auto [it, inserted] = index_.emplace(name, entries_.size());
+    if (inserted) {
+      entries_.emplace_back(name, value);
+    } else {
+      entries_[it->second].second = value;
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> take() { return std::move(entries_); }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> entries_;
+  std::map<std::string, size_t> index_;
+};
+
+void setJobVariables(EnvBuilder& env, const Placement& p, const RendezvousEndpoint& endpoint) {
+  env.set("HOROVOD_HOSTNAME", p.host.name);
+  env.set("HOROVOD_RANK", std::to_string(p.rank));
+  env.set("HOROVOD_SIZE", std::to_string(p.size));
+  env.set("HOROVOD_LOCAL_RANK", std::to_string(p.local_rank));
+  env.set("HOROVOD_LOCAL_SIZE", std::to_string(p.local_size));
+  env.set("HOROVOD_CROSS_RANK", std::to_string(p.cross_rank));
+  env.set("HOROVOD_CROSS_SIZE", std::to_string(p.cross_size));
+  env.set("HOROVOD_GLOO_RENDEZVOUS_ADDR", endpoint.address);
+  env.set("HOROVOD_GLOO_RENDEZVOUS_PORT", endpoint.port);
+  env.set("HOROVOD_CONTROLLER", "gloo");
+  env.set("HOROVOD_CPU_OPERATIONS", "gloo");
+  std::string joined;
+  for (const auto& nic : endpoint.interfaces) joined += (joined.empty() ? "" : ",") + nic;
+  env.set("HOROVOD_GLOO_IFACE", endpoint.interfaces.empty() ? "" : endpoint.interfaces.front());
+  env.set("NCCL_SOCKET_IFNAME", joined);
+  env.set(rendezvous::kTokenEnv, endpoint.token);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> workerEnvironment(const Placement& placement,
+                                                                   const HvdrunOptions& options,
+                                                                   const Environment& inherited,
+                                                                   const Launcher* launcher,
+                                                                   const RendezvousEndpoint& endpoint) {
+  EnvBuilder env;
+  for (const auto& [name, value] : inherited) {
+    // horovodrun lets a launcher-level HOROVOD_RANK etc. override the per-rank values (nested launches);
+    // hvdrun drops them, and the token of an enclosing job.
+    if (isReservedVariable(name)) continue;
+    if (launcher && !launcher->shouldInheritEnv(name)) continue;
+    env.set(name, value);
+  }
+  for (const auto& [name, value] : options.worker_env) env.set(name, value);
+  env.set("PYTHONUNBUFFERED", "1");
+  setJobVariables(env, placement, endpoint);
+  return env.take();
+}
+
+std::string shellQuote(const std::string& word) {
+  if (word.empty()) return "''";
+  bool safe = true;
+  for (unsigned char c : word) {
+    if (!(std::isalnum(c) || std::strchr("_@%+=:,./-", c))) safe = false;
+  }
+  if (safe) return word;
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\"'\"'";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions& options,
+                         const Environment& inherited) {
+  std::vector<HostSpec> remote;
+  for (const auto& p : plan) {
+    if (options.ssh.force_ssh || !isLocalHost(p.host.name)) remote.push_back(p.host);
+  }
+  RendezvousEndpoint endpoint;
+  endpoint.address = remote.empty() ? "127.0.0.1" : "<address routed to " + remote.front().name + ">";
+  endpoint.port = "<port>";
+  endpoint.token = "<secret>";
+  endpoint.interfaces = options.network_interfaces.empty() ? std::vector<std::string>{"<interface>"}
+                                                           : options.network_interfaces;
+  if (remote.empty() && options.network_interfaces.empty()) endpoint.interfaces = {"lo"};
+  std::ostringstream out;
+  // Only what hvdrun sets is shown; hvdrun's own environment is passed on as well.
+  const Environment none;
+  for (const auto& p : plan) {
+    const bool local = !options.ssh.force_ssh && isLocalHost(p.host.name);
+    out << "rank " << p.rank << " on " << displayName(p.host) << " (" << (local ? "local" : "ssh") << "): env";
+    for (const auto& [name, value] : workerEnvironment(p, options, none, nullptr, endpoint)) {
+      out << ' ' << name << '=' << shellQuote(value);
+    }
+    for (const auto& arg : options.command) out << ' ' << shellQuote(arg);
+    out << '\n';
+  }
+  return out.str();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Supervision
+
+namespace {
+
+std::string signalName(int signo) {
+  switch (signo) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGKILL: return "SIGKILL";
+    default: return "signal " + std::to_string(signo);
+  }
+}
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+class Supervisor : public WorkerEvents {
+ public:
+  Supervisor(const HvdrunOptions& options, const std::vector<Placement>& plan, const Environment& inherited)
+      : options_(options),
+        plan_(plan),
+        inherited_(inherited),
+        signals_(ioc_, SIGINT, SIGTERM, SIGHUP),
+        kill_timer_(ioc_),
+        start_timer_(ioc_),
+        workers_(plan.size()),
+        ended_(plan.size(), false) {}
+
+  RunResult run() {
+    awaitSignal();
+    try {
+      prepare();
+      startWorkers();
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      // Nothing or only part of the job started: stop what runs and report the cause.
+      result_.error = e.what();
+      if (output_) output_->message(Stream::kStderr, detail::concat("hvdrun: error: ", e.what(), "\n"));
+      if (!output_) throw;
+      stopAll(SIGTERM);
+    }
+    starting_ = false;
+    if (running() == 0) {
+      finish();
+    } else {
+      ioc_.run();
+    }
+    return result_;
+  }
+
+  void onOutput(int rank, Stream stream, std::string_view bytes) override { output_->write(rank, stream, bytes); }
+
+  void onStreamClosed(int rank, Stream stream) override { output_->close(rank, stream); }
+
+  void onExit(int rank, const ExitStatus& status) override {
+    ended_[rank] = true;
+    const Placement& p = plan_[rank];
+    const bool stopped = workers_[rank]->state() == WorkerState::kStopped;
+    if (!status.success() && !stopped) {
+      result_.failures[rank] = WorkerFailure{p.host.name, status, std::chrono::system_clock::now()};
+      if (!stopping_) {
+        result_.first_failed_rank = rank;
+        banner(rank, status);
+        stopAll(SIGTERM);
+      }
+    } else if (options_.verbose) {
+      output_->message(Stream::kStdout, detail::concat("hvdrun: rank ", rank, " on ", p.host.name, " ended with ",
+                                                       status.describe(), "\n"));
+    }
+    if (running() == 0 && !starting_) finish();
+  }
+
+ private:
+  size_t running() const {
+    size_t n = 0;
+    for (size_t r = 0; r < workers_.size(); ++r) n += workers_[r] && !ended_[r];
+    return n;
+  }
+
+  Launcher& launcherFor(const HostSpec& host) {
+    const bool local = !options_.ssh.force_ssh && isLocalHost(host.name);
+    auto& slot = local ? local_ : remote_;
+    if (!slot) {
+      if (local) {
+        slot = std::make_unique<local::LocalLauncher>(ioc_);
+      } else {
+#if HVD_LAUNCHER_HAVE_SSH
+        slot = ssh::makeLauncher(ioc_, options_.ssh);
+#else
+        throw LaunchError(detail::concat("remote host ", host.name, ": ssh launch not available yet"));
+#endif
+      }
+    }
+    return *slot;
+  }
+
+  void prepare() {
+    // Launchers per host, and their checks before anything starts.
+    std::map<Launcher*, std::vector<HostSpec>> hosts_by_launcher;
+    std::vector<HostSpec> remote_hosts;
+    std::map<std::string, bool> seen;
+    for (const auto& p : plan_) {
+      Launcher& l = launcherFor(p.host);
+      launchers_.push_back(&l);
+      if (!seen.emplace(p.host.name, true).second) continue;
+      hosts_by_launcher[&l].push_back(p.host);
+      if (&l != local_.get()) remote_hosts.push_back(p.host);
+    }
+    for (auto& [launcher, hosts] : hosts_by_launcher) launcher->preflight(hosts);
+
+    OutputOptions out;
+    out.tag = options_.tag_output;
+    out.timestamp = options_.prefix_timestamp;
+    out.directory = options_.output_filename;
+    out.num_proc = static_cast<int>(plan_.size());
+    output_ = std::make_unique<OutputForwarder>(out);
+
+    const NetworkPlan network = chooseNetwork(remote_hosts, options_.network_interfaces);
+    rendezvous::ServerOptions server_options;
+    server_options.bind_address = network.bind_address;
+    server_options.token = rendezvous::generateToken();
+    server_ = std::make_unique<rendezvous::Server>(ioc_, server_options);
+    server_->setScopeSizes(scopeSizes(plan_));
+    endpoint_.address = network.bind_address;
+    endpoint_.port = std::to_string(server_->port());
+    endpoint_.token = *server_options.token;
+    endpoint_.interfaces = network.interfaces;
+    for (auto& [launcher, hosts] : hosts_by_launcher) {
+      launcher->checkRendezvousReachable(hosts, endpoint_.address, server_->port());
+    }
+    if (options_.verbose) {
+      output_->message(Stream::kStdout, detail::concat("hvdrun: rendezvous server listening on ", endpoint_.address,
+                                                       ":", endpoint_.port, "\n"));
+    }
+  }
+
+  void startWorkers() {
+    char cwd[4096];
+    const std::string dir = ::getcwd(cwd, sizeof cwd) ? cwd : "";
+    for (const auto& p : plan_) {
+      if (stopping_) break;  // a signal arrived or a worker failed while starting
+      Launcher& launcher = *launchers_[p.rank];
+      LaunchSpec spec;
+      spec.rank = p.rank;
+      spec.host = p.host;
+      spec.argv = options_.command;
+      spec.env = workerEnvironment(p, options_, inherited_, &launcher, endpoint_);
+      spec.cwd = dir;
+      spec.forward_stdin = p.rank == 0;
+      if (options_.verbose) {
+        output_->message(Stream::kStdout, detail::concat("hvdrun: starting rank ", p.rank, " on ",
+                                                         displayName(p.host), " (", launcher.name(), "): ",
+                                                         commandLine(spec), "\n"));
+      }
+      workers_[p.rank] = launcher.start(spec, *this);
+      // Handle events that are already due (fast exits, signals) so a failure stops the start loop.
+      ioc_.poll();
+    }
+    if (!stopping_) armStartTimeout();
+  }
+
+  static std::string commandLine(const LaunchSpec& spec) {
+    std::string out;
+    for (const auto& arg : spec.argv) out += (out.empty() ? "" : " ") + shellQuote(arg);
+    return out;
+  }
+
+  void awaitSignal() {
+    signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
+      if (ec) return;
+      if (!result_.interrupted_by) result_.interrupted_by = signo;
+      if (stopping_) {
+        // A second signal: no more grace.
+        output_->message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo),
+                                                         " again, killing all workers\n"));
+        killAll();
+      } else {
+        if (output_) {
+          output_->message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo), ", stopping ",
+                                                           running(), " workers\n"));
+        }
+        stopAll(signo);
+      }
+      awaitSignal();
+    });
+  }
+
+  void banner(int rank, const ExitStatus& status) {
+    const Placement& p = plan_[rank];
+    const std::string line(80, '=');
+    const auto pid = workers_[rank]->pid();
+    std::ostringstream out;
+    out << line << "\n"
+        << "=   hvdrun: BAD TERMINATION OF RANK " << rank << " ON HOST " << displayName(p.host)
+        << (pid ? " (PID " + std::to_string(*pid) + ")" : "") << "\n"
+        << "=   " << (status.kind == ExitStatus::Kind::kSignaled ? "KILLED BY " : "EXIT STATUS: ")
+        << status.describe() << "\n";
+    if (running() > 0) {
+      out << "=   TERMINATING THE REMAINING " << running() << " WORKERS (SIGTERM, SIGKILL AFTER "
+          << std::chrono::duration<double>(options_.grace_period).count() << " S)\n";
+    }
+    out << line << "\n";
+    output_->message(Stream::kStderr, out.str());
+  }
+
+  // All-or-nothing: every running worker gets `signo`, and SIGKILL after the grace period.
+  void stopAll(int signo) {
+    stopping_ = true;
+    for (size_t r = 0; r < workers_.size(); ++r) {
+      if (workers_[r] && !ended_[r]) workers_[r]->signal(signo);
+    }
+    start_timer_.cancel();
+    kill_timer_.expires_after(options_.grace_period);
+    kill_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) killAll();
+    });
+  }
+
+  void killAll() {
+    for (size_t r = 0; r < workers_.size(); ++r) {
+      if (workers_[r] && !ended_[r]) workers_[r]->signal(SIGKILL);
+    }
+  }
+
+  void armStartTimeout() {
+    start_timer_.expires_after(options_.start_timeout);
+    start_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || stopping_) return;
+      const auto scopes = server_->scopes();
+      const auto global = scopes.find("global");
+      std::vector<int> joined;
+      if (global != scopes.end()) joined = global->second.joined_ranks;
+      // With the default timeout, a job none of whose ranks uses the rendezvous is not an hvd job.
+      if (joined.empty() && !options_.start_timeout_explicit) return;
+      std::vector<int> missing;
+      std::string hosts;
+      for (const auto& p : plan_) {
+        if (ended_[p.rank] || std::find(joined.begin(), joined.end(), p.rank) != joined.end()) continue;
+        missing.push_back(p.rank);
+        if (hosts.find(p.host.name) == std::string::npos) hosts += (hosts.empty() ? "" : ", ") + p.host.name;
+      }
+      if (missing.empty()) return;
+      result_.error = detail::concat("start timeout: rank(s) ", joinRanks(missing), " (on ", hosts,
+                                     ") did not join the rendezvous within ", options_.start_timeout.count(),
+                                     " s (--start-timeout)");
+      output_->message(Stream::kStderr, "hvdrun: error: " + *result_.error + "; stopping the job\n");
+      stopAll(SIGTERM);
+    });
+  }
+
+  void finish() {
+    kill_timer_.cancel();
+    start_timer_.cancel();
+    signals_.cancel();
+    if (server_) server_->stop();
+    ioc_.stop();
+  }
+
+  const HvdrunOptions& options_;
+  const std::vector<Placement>& plan_;
+  const Environment& inherited_;
+  // Destroyed in reverse: workers (kill what still runs), launchers (reap), server, then the loop.
+  asio::io_context ioc_;
+  asio::signal_set signals_;
+  asio::steady_timer kill_timer_;
+  asio::steady_timer start_timer_;
+  std::unique_ptr<rendezvous::Server> server_;
+  std::unique_ptr<OutputForwarder> output_;
+  std::unique_ptr<Launcher> local_;
+  std::unique_ptr<Launcher> remote_;
+  std::vector<Launcher*> launchers_;  // by rank
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<bool> ended_;
+  RendezvousEndpoint endpoint_;
+  RunResult result_;
+  bool starting_ = true;  // inside the start loop: ranks not started yet do not count as ended
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+Job::Job(HvdrunOptions options, std::vector<Placement> plan, Environment inherited)
+    : options_(std::move(options)), plan_(std::move(plan)), inherited_(std::move(inherited)) {}
+
+RunResult Job::run() {
+  // A closed console must show up as a failed write, not kill hvdrun with its workers still running.
+  ::signal(SIGPIPE, SIG_IGN);
+  Supervisor supervisor(options_, plan_, inherited_);
+  return supervisor.run();
+}
+
+}  // namespace hvd::launcher

@@ -1,0 +1,69 @@
+// Output forwarding: workers' bytes in, whole tagged segments out (horovodrun_spec.md §6).
+//
+// Each (rank, stream) has a buffer; a segment ends at '\n' or '\r' and is written, with its terminator,
+// as "{timestamp}[rank]<stdout>:{segment}" to hvdrun's stdout (stderr for <stderr>) and, with
+// --output-filename, to DIR/rank.N/stdout|stderr. Every segment goes out in one piece, so a line never
+// holds bytes of two ranks. Bytes are forwarded as they are (no UTF-8 decoding: horovodrun's reader
+// thread dies on invalid UTF-8).
+// Deviations from horovodrun, both so that the next rank's tag starts a fresh line:
+//   - a final partial line (no newline before EOF) is written with a newline added;
+//   - a line longer than kMaxSegment is cut into segments of kMaxSegment bytes, each ending in a newline.
+// Threading: not thread-safe; the job calls it from its io_context thread only.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/launcher.h"
+
+namespace hvd::launcher {
+
+struct OutputOptions {
+  bool tag = true;        // "[rank]<stdout>:" prefix
+  bool timestamp = false;  // time.asctime() prefix, no separator, as horovodrun writes it
+  std::optional<std::string> directory;  // --output-filename
+  int num_proc = 1;       // for the rank directory padding
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+};
+
+class OutputForwarder {
+ public:
+  static constexpr size_t kMaxSegment = 64 * 1024;
+
+  // Creates DIR and DIR/rank.<padded>/{stdout,stderr} for every rank when a directory is set; throws
+  // LaunchError naming the path and errno text when that fails.
+  explicit OutputForwarder(OutputOptions options);
+  ~OutputForwarder();
+  OutputForwarder(const OutputForwarder&) = delete;
+  OutputForwarder& operator=(const OutputForwarder&) = delete;
+
+  void write(int rank, Stream stream, std::string_view bytes);
+  // End of a stream: writes its partial segment, if any.
+  void close(int rank, Stream stream);
+  // hvdrun's own messages (banners), written untagged to the console only.
+  void message(Stream stream, std::string_view text);
+
+  // "rank.<rank zero-padded to the digits of num_proc - 1>" (horovodrun; np = 1 gives width 1).
+  static std::string rankDirectory(int rank, int num_proc);
+
+ private:
+  struct Sink {
+    std::string pending;  // bytes of the unfinished segment
+    int file_fd = -1;
+  };
+  Sink& sink(int rank, Stream stream);
+  void emit(int rank, Stream stream, Sink& sink, std::string_view segment, bool add_newline, std::string& out);
+  void flush(Stream stream, Sink& sink, const std::string& out);
+
+  OutputOptions options_;
+  std::vector<Sink> sinks_;  // index rank * 2 + stream
+  bool console_broken_[2] = {false, false};
+};
+
+// Writes all of `data` to `fd`, retrying on EINTR and waiting on EAGAIN. Returns false on any other error.
+bool writeAll(int fd, std::string_view data);
+
+}  // namespace hvd::launcher
