@@ -1,0 +1,194 @@
+#include "gloo_backend/communicator.h"
+
+#include <cstring>
+#include <exception>
+#include <numeric>
+
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "gloo_backend/store_adapter.h"
+#include "rendezvous/error.h"
+
+namespace hvd::gloo_backend {
+
+std::shared_ptr<gloo::transport::Device> createDevice(const DeviceOptions& options) {
+  gloo::transport::tcp::attr attr;
+  if (!options.iface.empty()) {
+    attr.iface = options.iface;
+  } else {
+    attr.hostname = options.hostname;
+  }
+  try {
+    return gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw NetworkError(detail::concat("cannot create the Gloo TCP device on ",
+                                      options.iface.empty() ? "host '" + options.hostname + "'"
+                                                            : "interface '" + options.iface + "'",
+                                      ": ", e.what()));
+  }
+}
+
+Communicator::Communicator(CommunicatorOptions options, std::shared_ptr<gloo::Context> context)
+    : options_(std::move(options)), context_(std::move(context)) {}
+
+std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::Store> store,
+                                                    std::shared_ptr<gloo::transport::Device> device,
+                                                    const CommunicatorOptions& options) {
+  HVD_CHECK(options.size >= 1 && options.rank >= 0 && options.rank < options.size, UsageError,
+            "invalid identity for scope '", options.scope, "': rank ", options.rank, ", size ", options.size);
+  auto scoped = std::make_shared<rendezvous::PrefixStore>(options.scope, std::move(store));
+  GlooStoreAdapter adapter(scoped, options.timeout);
+  auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+  context->setTimeout(options.timeout);
+  try {
+    context->connectFullMesh(adapter, device);
+    // "Don't finalize the store until all clients have had a chance to connect." (Horovod)
+    gloo::BarrierOptions barrier(context);
+    barrier.setTimeout(options.timeout);
+    gloo::barrier(barrier);
+  } catch (const hvd::Error&) {
+    throw;  // store errors already name the server, scope and keys
+  } catch (const std::exception& e) {
+    throw BackendError(detail::concat("Gloo rendezvous of scope '", options.scope, "' failed on rank ",
+                                      options.rank, " of ", options.size, ": ", e.what()));
+  }
+  scoped->deleteKey(std::to_string(options.rank));
+  return std::unique_ptr<Communicator>(new Communicator(options, std::move(context)));
+}
+
+Communicator::~Communicator() { close(); }
+
+template <typename F>
+void Communicator::guarded(const char* what, F&& body) {
+  HVD_CHECK(!failed_ && context_, BackendError, "Gloo context '", options_.scope, "' on rank ", options_.rank,
+            " is unusable after an earlier failure (", what, ")");
+  try {
+    body();
+  } catch (const std::exception& e) {
+    failed_ = true;
+    throw BackendError(detail::concat("Gloo ", what, " on scope '", options_.scope, "' failed on rank ",
+                                      options_.rank, " of ", options_.size, ": ", e.what()));
+  }
+}
+
+namespace {
+
+// Gloo's allreduce templates take the element type only for its size; the reduction itself is ours.
+template <typename T>
+void runAllreduce(const std::shared_ptr<gloo::Context>& context, void* data, size_t count, DataType type,
+                  ReduceOp op, uint32_t tag, std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(context);
+  opts.setOutput(static_cast<T*>(data), count);
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  opts.setAlgorithm(count * sizeof(T) <= kSmallAllreduceBytes ? gloo::AllreduceOptions::Algorithm::BCUBE
+                                                               : gloo::AllreduceOptions::Algorithm::RING);
+  opts.setReduceFunction([type, op](void* out, const void* a, const void* b, size_t n) {
+    reduce(type, op, out, a, b, n);
+  });
+  gloo::allreduce(opts);
+}
+
+}  // namespace
+
+void Communicator::allreduce(void* data, size_t count, DataType type, ReduceOp op) {
+  if (count == 0 || size() == 1) return;
+  guarded("allreduce", [&] {
+    const uint32_t tag = nextTag();
+    switch (elementSize(type)) {
+      case 1: return runAllreduce<uint8_t>(context_, data, count, type, op, tag, options_.timeout);
+      case 2: return runAllreduce<uint16_t>(context_, data, count, type, op, tag, options_.timeout);
+      case 4: return runAllreduce<uint32_t>(context_, data, count, type, op, tag, options_.timeout);
+      case 8: return runAllreduce<uint64_t>(context_, data, count, type, op, tag, options_.timeout);
+    }
+  });
+}
+
+void Communicator::broadcast(void* data, size_t bytes, int root) {
+  HVD_CHECK(root >= 0 && root < size(), UsageError, "broadcast root ", root, " out of range for scope '",
+            options_.scope, "' of size ", size());
+  if (bytes == 0 || size() == 1) return;
+  guarded("broadcast", [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<uint8_t*>(data), bytes);
+    opts.setRoot(root);
+    opts.setTag(nextTag());
+    opts.setTimeout(options_.timeout);
+    gloo::broadcast(opts);
+  });
+}
+
+void Communicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
+  HVD_INTERNAL_ASSERT(bytesPerRank.size() == static_cast<size_t>(size()), "allgatherv counts for ",
+                      bytesPerRank.size(), " ranks, scope size ", size());
+  const size_t mine = bytesPerRank[rank()];
+  if (size() == 1) {
+    if (mine && in != out) std::memmove(out, in, mine);
+    return;
+  }
+  if (std::accumulate(bytesPerRank.begin(), bytesPerRank.end(), size_t{0}) == 0) return;
+  guarded("allgatherv", [&] {
+    gloo::AllgathervOptions opts(context_);
+    // Gloo wants a non-null input even for zero bytes; it copies it into its slot of out.
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in ? in : out)), mine);
+    opts.setOutput(static_cast<uint8_t*>(out), bytesPerRank);
+    opts.setTag(nextTag());
+    opts.setTimeout(options_.timeout);
+    gloo::allgatherv(opts);
+  });
+}
+
+void Communicator::alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                             const std::vector<size_t>& recvBytes) {
+  HVD_INTERNAL_ASSERT(sendBytes.size() == static_cast<size_t>(size()) &&
+                          recvBytes.size() == static_cast<size_t>(size()),
+                      "alltoallv counts for ", sendBytes.size(), "/", recvBytes.size(), " ranks, scope size ",
+                      size());
+  if (size() == 1) {
+    if (sendBytes[0] && in != out) std::memmove(out, in, sendBytes[0]);
+    return;
+  }
+  guarded("alltoallv", [&] {
+    gloo::AlltoallvOptions opts(context_);
+    std::vector<int64_t> send(sendBytes.begin(), sendBytes.end());
+    std::vector<int64_t> recv(recvBytes.begin(), recvBytes.end());
+    // Gloo rejects null pointers even for empty buffers.
+    static uint8_t empty;
+    opts.setInput(in ? static_cast<uint8_t*>(const_cast<void*>(in)) : &empty, send);
+    opts.setOutput(out ? static_cast<uint8_t*>(out) : &empty, recv);
+    opts.setTag(nextTag());
+    opts.setTimeout(options_.timeout);
+    gloo::alltoallv(opts);
+  });
+}
+
+void Communicator::barrier() {
+  if (size() == 1) return;
+  guarded("barrier", [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(nextTag());
+    opts.setTimeout(options_.timeout);
+    gloo::barrier(opts);
+  });
+}
+
+void Communicator::close(bool orderly) noexcept {
+  if (!context_) return;
+  if (orderly && !failed_ && size() > 1) {
+    try {
+      barrier();
+    } catch (const std::exception&) {
+      // A peer is gone: its sockets are closed already, nothing outstanding can be released by it.
+    }
+  }
+  context_.reset();
+}
+
+}  // namespace hvd::gloo_backend

@@ -1,0 +1,116 @@
+// One Gloo context (a full mesh of TCP pairs between the members of a scope) and the collectives the
+// runtime runs on it.
+//
+// Rendezvous follows Horovod (runtime_spec §3.2) so our workers and Horovod's meet through the same
+// server: connectFullMesh over PrefixStore(<scope>) (keys <scope>/rank_<r> and <scope>/<r>), a barrier
+// so nobody finalizes before every peer has connected, then DELETE <scope>/<rank> (the server's scope
+// finalize).
+//
+// Orderly close (why close() runs a barrier): Gloo's TCP pair turns EOF on a socket into an
+// IoException ("Connection closed by peer") that it stores in the pair and hands to every operation
+// still outstanding on it. Operations the device loop thread drives by itself (a send released by the
+// peer's ready-to-receive notification: Pair::handleRemotePendingRecv -> sendAsyncMode ->
+// throwIfException) rethrow it on that thread, where nothing can catch it and the process aborts
+// (exit 134). A rank must therefore close its sockets only when no peer has anything outstanding with
+// it: close() runs a final barrier -- its last messages are read by every rank before it leaves -- and
+// only then destroys the pairs. EOF seen on an idle pair is harmless (stored, never thrown).
+// Threading: a Communicator is used by one thread at a time (the runtime's background thread).
+// Errors: Gloo failures (peer lost, timeout) are rethrown as hvd::BackendError naming the scope, the
+// operation and this rank; the context is unusable afterwards.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gloo_backend/types.h"
+#include "rendezvous/store.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}
+}  // namespace gloo
+
+namespace hvd::gloo_backend {
+
+struct DeviceOptions {
+  // Network interface to bind (HOROVOD_GLOO_IFACE). Empty: bind the address given by hostname.
+  std::string iface;
+  // Used when iface is empty. Empty: Gloo resolves this machine's host name.
+  std::string hostname;
+};
+
+// The TCP device (one epoll loop thread) shared by every context of a process.
+std::shared_ptr<gloo::transport::Device> createDevice(const DeviceOptions& options);
+
+struct CommunicatorOptions {
+  std::string scope = "global";  // "global", "local_<host>", "cross_<local_rank>"
+  int rank = 0;
+  int size = 1;
+  // Rendezvous waits and every collective (HOROVOD_GLOO_TIMEOUT_SECONDS).
+  std::chrono::milliseconds timeout{rendezvous::Store::kDefaultTimeout};
+};
+
+// Message size (bytes) up to which allreduce uses the latency-optimised algorithm; see allreduce().
+inline constexpr size_t kSmallAllreduceBytes = 256 * 1024;
+
+class Communicator {
+ public:
+  // Rendezvous of one scope through store (unscoped; the scope prefix is added here). Blocks until
+  // every member has connected or options.timeout expires (RendezvousTimeout / BackendError).
+  static std::unique_ptr<Communicator> connect(std::shared_ptr<rendezvous::Store> store,
+                                               std::shared_ptr<gloo::transport::Device> device,
+                                               const CommunicatorOptions& options);
+  ~Communicator();  // close(); never throws
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return options_.rank; }
+  int size() const { return options_.size; }
+  const std::string& scope() const { return options_.scope; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+
+  // In-place allreduce of count elements. kAverage sums (the caller divides through its postscale).
+  // Algorithm by size: up to kSmallAllreduceBytes Gloo's bcube (log2(size) rounds: fewest messages,
+  // latency bound), above it the ring (bandwidth optimal: each rank sends 2(n-1)/n of the data).
+  void allreduce(void* data, size_t count, DataType type, ReduceOp op);
+
+  // In-place broadcast of bytes from root (binomial tree).
+  void broadcast(void* data, size_t bytes, int root);
+
+  // Rank r contributes bytesPerRank[r] bytes from in; out receives all contributions in rank order.
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank);
+
+  // Rank r sends sendBytes[p] bytes (consecutive in `in`) to each p and receives recvBytes[p] from p
+  // into consecutive ranges of out.
+  void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                 const std::vector<size_t>& recvBytes);
+
+  void barrier();
+
+  // Final barrier, then closes every pair (see the header comment). Idempotent. When the barrier fails
+  // (a peer already died) the pairs are closed anyway: there is nobody left to protect. orderly=false
+  // skips the barrier: the job is being aborted because a peer was lost, and waiting for it would only
+  // add the Gloo timeout.
+  void close(bool orderly = true) noexcept;
+
+  // True once an operation failed: Gloo pairs are closed after any error, so the context is dead.
+  bool failed() const { return failed_; }
+
+ private:
+  Communicator(CommunicatorOptions options, std::shared_ptr<gloo::Context> context);
+  uint32_t nextTag() { return tag_++; }
+  template <typename F>
+  void guarded(const char* what, F&& body);
+
+  CommunicatorOptions options_;
+  std::shared_ptr<gloo::Context> context_;
+  uint32_t tag_ = 0;
+  bool failed_ = false;
+};
+
+}  // namespace hvd::gloo_backend

@@ -1,0 +1,66 @@
+// The control plane's transport: framed messages ([u32 length][payload]) over TCP between each worker
+// and the coordinator (rank 0), separate from Gloo's data-plane pairs.
+//
+// Why not Gloo for negotiation: Gloo has no non-blocking receive and its timeouts close every pair, so
+// an idle rank cannot wait for "someone has work" without either spinning (Horovod negotiates every
+// 1 ms cycle, idle or not) or timing out when ranks are apart longer than HOROVOD_GLOO_TIMEOUT_SECONDS.
+// A socket can be poll()ed together with the eventfd that wakes the background thread on a local
+// submit, so the runtime is event-driven and an idle job costs nothing, and a dead peer shows up at
+// once as EOF.
+//
+// Threading: a Channel is used by one thread (the background thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hvd::runtime {
+
+class Channel {
+ public:
+  Channel(int fd, std::string peer);
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& peer() const { return peer_; }
+
+  // Writes one message; blocks until it is in the kernel. Throws NetworkError naming the peer.
+  void send(const std::vector<char>& payload);
+
+  // Reads whatever is available without blocking and appends the complete messages to out.
+  // Returns false when the peer closed the connection (or it failed: error() says how).
+  bool receive(std::vector<std::vector<char>>& out);
+
+  // Blocks for one whole message (setup only). Throws NetworkError on timeout or EOF.
+  std::vector<char> receiveOne(std::chrono::milliseconds timeout);
+
+  const std::string& error() const { return error_; }
+
+  // True when whole messages wait in memory (poll() on fd() would not report them).
+  bool hasBuffered() const { return !early_.empty(); }
+
+ private:
+  int fd_;
+  std::string peer_;
+  std::vector<char> buffer_;  // bytes received, not yet a whole message
+  std::vector<std::vector<char>> early_;  // whole messages that arrived behind receiveOne()'s
+  std::string error_;
+};
+
+// Listening socket on host (numeric address), port 0: ephemeral. Returns the fd; sets port.
+int listenTcp(const std::string& host, uint16_t& port);
+// Accepts one connection (blocking up to timeout). Throws NetworkError on timeout.
+int acceptTcp(int listen_fd, std::chrono::milliseconds timeout, std::string& peer);
+// Connects to host:port, retrying refused connections until timeout. Throws NetworkError.
+int connectTcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
+
+// The numeric address this process should use for peers to reach it: the first IPv4 (else IPv6)
+// address of iface when given; else 127.0.0.1 when the whole job is on this host; else the address
+// the host name resolves to. Throws NetworkError naming the interface or host.
+std::string localAddress(const std::string& iface, bool single_host);
+
+}  // namespace hvd::runtime

@@ -1,0 +1,326 @@
+#include "runtime/coordinator.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+namespace hvd::runtime {
+
+std::string formatRanks(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i + 1) {
+      out += "-" + std::to_string(ranks[j]);
+    } else if (j == i + 1) {
+      out += ", " + std::to_string(ranks[j]);
+    }
+    i = j + 1;
+  }
+  return out + "]";
+}
+
+Coordinator::Coordinator(CoordinatorOptions options) : options_(options) {}
+
+void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
+  HVD_INTERNAL_ASSERT(rank >= 0 && rank < options_.size, "request from rank ", rank);
+  if (request.type == OpType::kJoin) {
+    joined_.insert(rank);
+    last_joined_ = rank;
+    // Names waiting only for this rank are ready now.
+    for (auto& [name, p] : pending_) markReadyIfComplete(name, p);
+    if (static_cast<int>(joined_.size()) == options_.size) ready_.push_back("");  // "" = the join itself
+    return;
+  }
+  auto [it, inserted] = pending_.try_emplace(request.name);
+  Pending& p = it->second;
+  if (inserted) {
+    p.by_rank.resize(options_.size);
+    p.first_seen = now;
+  }
+  HVD_INTERNAL_ASSERT(!p.by_rank[rank], "rank ", rank, " reported '", request.name, "' twice");
+  p.by_rank[rank] = request;
+  p.by_rank[rank]->input = nullptr;
+  p.by_rank[rank]->output = nullptr;
+  ++p.reported;
+  markReadyIfComplete(request.name, p);
+}
+
+void Coordinator::markReadyIfComplete(const std::string& name, Pending& p) {
+  if (p.queued) return;
+  for (int r = 0; r < options_.size; ++r) {
+    if (!p.by_rank[r] && !joined_.count(r)) return;
+  }
+  p.queued = true;
+  ready_.push_back(name);
+}
+
+void Coordinator::requestShutdown(int rank) {
+  if (!shutdown_reason_) shutdown_reason_ = "";
+  (void)rank;
+}
+
+namespace {
+
+// Groups ranks by the value f(request) gives, for mismatch messages: "float32 on ranks [0], ...".
+template <typename F>
+std::optional<std::string> differing(const std::vector<std::optional<Request>>& by_rank, F f) {
+  std::map<std::string, std::vector<int>> groups;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (by_rank[r]) groups[f(*by_rank[r])].push_back(static_cast<int>(r));
+  }
+  if (groups.size() <= 1) return std::nullopt;
+  std::string out;
+  for (const auto& [value, ranks] : groups) {
+    if (!out.empty()) out += ", ";
+    out += value + " on ranks " + formatRanks(ranks);
+  }
+  return out;
+}
+
+std::string str(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+std::optional<std::string> Coordinator::validate(const std::string& name, const Pending& p) const {
+  const Request* first = nullptr;
+  for (const auto& q : p.by_rank) {
+    if (q) {
+      first = &*q;
+      break;
+    }
+  }
+  const auto& v = p.by_rank;
+  auto mismatch = [&](const char* what, const std::string& detail) {
+    return detail::concat("Mismatched ", what, " for tensor '", name, "': ", detail);
+  };
+  if (auto d = differing(v, [](const Request& q) { return std::string(runtime::name(q.type)); })) {
+    return mismatch("operations", *d);
+  }
+  const char* op = runtime::name(first->type);
+  if (auto d = differing(v, [](const Request& q) { return std::string(gloo_backend::name(q.dtype)); })) {
+    return mismatch(detail::concat(op, " data types").c_str(), *d);
+  }
+  switch (first->type) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+    case OpType::kReducescatter:
+      if (auto d = differing(v, [](const Request& q) {
+            return q.type == OpType::kReducescatter
+                       ? detail::concat(q.rows, "x", q.row_elements)
+                       : detail::concat(q.elements(), " elements");
+          })) {
+        return mismatch(detail::concat(op, " shapes").c_str(), *d);
+      }
+      break;
+    case OpType::kAllgather:
+    case OpType::kAlltoall:
+      if (auto d = differing(v, [](const Request& q) { return detail::concat(q.row_elements, " elements per row"); })) {
+        return mismatch(detail::concat(op, " shapes (beyond the first dimension)").c_str(), *d);
+      }
+      break;
+    default:
+      break;
+  }
+  if (first->type == OpType::kAllreduce || first->type == OpType::kReducescatter) {
+    if (auto d = differing(v, [](const Request& q) { return std::string(gloo_backend::name(q.op)); })) {
+      return mismatch(detail::concat(op, " reduce operations").c_str(), *d);
+    }
+    if (auto d = differing(v, [](const Request& q) { return str(q.prescale); })) {
+      return mismatch(detail::concat(op, " prescale factors").c_str(), *d);
+    }
+    if (auto d = differing(v, [](const Request& q) { return str(q.postscale); })) {
+      return mismatch(detail::concat(op, " postscale factors").c_str(), *d);
+    }
+  }
+  if (first->type == OpType::kBroadcast) {
+    if (auto d = differing(v, [](const Request& q) { return detail::concat("root ", q.root); })) {
+      return mismatch("broadcast root ranks", *d);
+    }
+  }
+  if (!joined_.empty() && first->type != OpType::kAllreduce) {
+    std::vector<int> joined(joined_.begin(), joined_.end());
+    return detail::concat(op, " of tensor '", name, "' cannot run while ranks ", formatRanks(joined),
+                          " have joined (join supports allreduce only)");
+  }
+  if (first->type == OpType::kAlltoall) {
+    for (size_t r = 0; r < v.size(); ++r) {
+      const auto& q = *v[r];
+      if (q.splits.empty() && q.rows % options_.size != 0) {
+        return detail::concat("alltoall of tensor '", name, "': rank ", r, " gave no splits and its ", q.rows,
+                              " rows are not a multiple of the ", options_.size, " ranks");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+Response Coordinator::build(const std::string& name, const Pending& p) const {
+  const Request* first = nullptr;
+  for (const auto& q : p.by_rank) {
+    if (q) {
+      first = &*q;
+      break;
+    }
+  }
+  Response s;
+  s.type = first->type;
+  s.names = {name};
+  s.dtype = first->dtype;
+  s.op = first->op;
+  s.prescale = first->prescale;
+  s.postscale = first->postscale;
+  s.root = first->root;
+  s.row_elements = first->row_elements;
+  s.joined_ranks.assign(joined_.begin(), joined_.end());
+  switch (first->type) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+      s.counts = {static_cast<int64_t>(first->elements())};
+      break;
+    case OpType::kReducescatter:
+      s.counts = {first->rows};
+      break;
+    case OpType::kAllgather:
+      for (const auto& q : p.by_rank) s.counts.push_back(q->rows);
+      break;
+    case OpType::kAlltoall: {
+      const int n = options_.size;
+      s.splits.resize(static_cast<size_t>(n) * n);
+      for (int from = 0; from < n; ++from) {
+        const auto& q = *p.by_rank[from];
+        for (int to = 0; to < n; ++to) {
+          s.splits[from * n + to] = q.splits.empty() ? q.rows / n : q.splits[to];
+        }
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return s;
+}
+
+ResponseList Coordinator::next() {
+  ResponseList list;
+  // Fusion: allreduces with the same dtype, op and scale factors share a buffer up to the threshold.
+  struct Group {
+    size_t index;  // into list.responses
+    size_t bytes;
+  };
+  std::vector<Group> open;
+  for (const auto& name : ready_) {
+    if (name.empty()) {  // every rank joined
+      Response s;
+      s.type = OpType::kJoin;
+      s.last_joined_rank = last_joined_;
+      list.responses.push_back(std::move(s));
+      joined_.clear();
+      continue;
+    }
+    auto it = pending_.find(name);
+    const Pending& p = it->second;
+    if (auto error = validate(name, p)) {
+      Response s;
+      s.kind = Response::Kind::kError;
+      s.type = OpType::kAllreduce;
+      s.names = {name};
+      s.error = *error;
+      list.responses.push_back(std::move(s));
+      pending_.erase(it);
+      continue;
+    }
+    Response s = build(name, p);
+    pending_.erase(it);
+    if (s.type == OpType::kAllreduce && options_.fusion_threshold > 0) {
+      const size_t bytes = static_cast<size_t>(s.counts[0]) * gloo_backend::elementSize(s.dtype);
+      bool fused = false;
+      for (auto& g : open) {
+        auto& f = list.responses[g.index];
+        if (f.dtype == s.dtype && f.op == s.op && f.prescale == s.prescale && f.postscale == s.postscale &&
+            g.bytes + bytes <= options_.fusion_threshold) {
+          f.names.push_back(name);
+          f.counts.push_back(s.counts[0]);
+          g.bytes += bytes;
+          fused = true;
+          break;
+        }
+      }
+      if (fused) continue;
+      if (bytes < options_.fusion_threshold) open.push_back({list.responses.size(), bytes});
+    }
+    list.responses.push_back(std::move(s));
+  }
+  ready_.clear();
+
+  if (shutdown_reason_) {
+    list.shutdown = true;
+    list.shutdown_reason = *shutdown_reason_;
+    for (const auto& name : stalled_names_) {
+      Response s;
+      s.kind = Response::Kind::kError;
+      s.error_class = Response::ErrorClass::kStalled;
+      s.names = {name};
+      s.error = *shutdown_reason_;
+      list.responses.push_back(std::move(s));
+    }
+  }
+  return list;
+}
+
+std::string Coordinator::checkStalls(Clock::time_point now) {
+  if (!options_.stall_check) return "";
+  std::string report;
+  for (auto& [name, p] : pending_) {
+    if (p.queued) continue;
+    const auto age = now - p.first_seen;
+    const bool shut = options_.stall_shutdown_time.count() > 0 && age >= options_.stall_shutdown_time;
+    if ((p.warned || age < options_.stall_warning_time) && !shut) continue;
+    std::vector<int> missing, present;
+    for (int r = 0; r < options_.size; ++r) {
+      if (p.by_rank[r]) {
+        present.push_back(r);
+      } else if (!joined_.count(r)) {
+        missing.push_back(r);
+      }
+    }
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(age).count();
+    const std::string line = detail::concat("'", name, "' (", runtime::name(p.by_rank[present[0]]->type),
+                                            ") submitted by ranks ", formatRanks(present), " ", seconds,
+                                            " s ago, missing on ranks ", formatRanks(missing));
+    if (!p.warned) {
+      report += (report.empty() ? "" : "; ") + line;
+      p.warned = true;
+    }
+    if (shut && !shutdown_reason_) {
+      shutdown_reason_ = detail::concat("stall shutdown (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=",
+                                        options_.stall_shutdown_time.count() / 1000.0, "): ", line);
+    }
+    if (shut) stalled_names_.push_back(name);
+  }
+  if (report.empty()) return report;
+  return "One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "
+         "and are waiting for remainder of ranks for more than " +
+         std::to_string(options_.stall_warning_time.count() / 1000) + " seconds: " + report;
+}
+
+std::optional<Coordinator::Clock::time_point> Coordinator::nextStallCheck() const {
+  if (!options_.stall_check) return std::nullopt;
+  std::optional<Clock::time_point> next;
+  for (const auto& [name, p] : pending_) {
+    if (p.queued) continue;
+    auto t = p.first_seen + (p.warned ? options_.stall_shutdown_time : options_.stall_warning_time);
+    if (p.warned && options_.stall_shutdown_time.count() == 0) continue;
+    if (!next || t < *next) next = t;
+  }
+  return next;
+}
+
+}  // namespace hvd::runtime

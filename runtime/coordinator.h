@@ -1,0 +1,81 @@
+// The coordinator's bookkeeping (runs on rank 0's background thread; pure logic, no I/O).
+//
+// Every rank reports the requests it submitted; a name becomes ready when every rank that has not
+// joined reported it. next() turns the ready names, in the order they became ready, into the
+// ResponseList every rank executes in the same order: compatible allreduces fused up to the fusion
+// threshold, mismatches (operation, dtype, shape, reduce op, scale factors, root) turned into one
+// error response naming the tensor, the values and the ranks that sent each value.
+//
+// Stall inspection (fixes Horovod's Q1: its Gloo controller never reports missing ranks):
+// checkStalls() names the tensors some ranks have submitted for longer than the warning time and the
+// ranks still missing; past the shutdown time (when set) it makes next() shut the job down.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/wire.h"
+
+namespace hvd::runtime {
+
+struct CoordinatorOptions {
+  int size = 1;
+  size_t fusion_threshold = size_t{128} << 20;
+  bool stall_check = true;
+  std::chrono::milliseconds stall_warning_time{std::chrono::seconds(60)};
+  std::chrono::milliseconds stall_shutdown_time{0};  // 0: never
+};
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit Coordinator(CoordinatorOptions options);
+
+  // Records rank's request (its descriptor fields). A join marks the rank as joined.
+  void add(int rank, const Request& request, Clock::time_point now);
+  // Rank asks the job to shut down (hvd_shutdown()).
+  void requestShutdown(int rank);
+
+  // Responses for every name ready now, and the shutdown decision. Empty list when nothing is ready.
+  ResponseList next();
+
+  // Warning text (empty: nothing newly stalled) for names pending on some ranks for longer than the
+  // warning time; each name is reported once. Arms the stall shutdown when its time has passed.
+  std::string checkStalls(Clock::time_point now);
+  // When checkStalls() should run next (nullopt: nothing pending or stall checks disabled).
+  std::optional<Clock::time_point> nextStallCheck() const;
+
+  bool idle() const { return pending_.empty() && ready_.empty(); }
+
+ private:
+  struct Pending {
+    std::vector<std::optional<Request>> by_rank;
+    int reported = 0;
+    Clock::time_point first_seen;
+    bool warned = false;
+    bool queued = false;  // in ready_
+  };
+
+  void markReadyIfComplete(const std::string& name, Pending& p);
+  std::optional<std::string> validate(const std::string& name, const Pending& p) const;
+  Response build(const std::string& name, const Pending& p) const;
+
+  CoordinatorOptions options_;
+  std::map<std::string, Pending> pending_;
+  std::vector<std::string> ready_;  // in the order names became ready
+  std::set<int> joined_;
+  int last_joined_ = -1;
+  std::optional<std::string> shutdown_reason_;
+  std::vector<std::string> stalled_names_;  // to fail with the stall shutdown
+};
+
+// "[0, 2-5, 7]"
+std::string formatRanks(const std::vector<int>& ranks);
+
+}  // namespace hvd::runtime

@@ -1,0 +1,125 @@
+#include "runtime/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <strings.h>
+
+#include "rendezvous/error.h"
+#include "rendezvous/token.h"
+
+namespace hvd::runtime {
+namespace {
+
+using Getenv = std::function<const char*(const char*)>;
+
+std::optional<std::string> read(const Getenv& getenv, const char* name) {
+  const char* v = getenv(name);
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+long long readInt(const Getenv& getenv, const char* name, long long fallback, long long min, long long max) {
+  auto v = read(getenv, name);
+  if (!v || v->empty()) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  HVD_CHECK(errno == 0 && *end == '\0', UsageError, name, "='", *v, "' is not an integer");
+  HVD_CHECK(x >= min && x <= max, UsageError, name, "=", x, " is out of range [", min, ", ", max, "]");
+  return x;
+}
+
+double readDouble(const Getenv& getenv, const char* name, double fallback, double min) {
+  auto v = read(getenv, name);
+  if (!v || v->empty()) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  HVD_CHECK(errno == 0 && *end == '\0' && std::isfinite(x), UsageError, name, "='", *v, "' is not a number");
+  HVD_CHECK(x >= min, UsageError, name, "=", *v, " must be at least ", min);
+  return x;
+}
+
+// Horovod's SetBoolFromEnv: strtol(v) > 0.
+bool readBool(const Getenv& getenv, const char* name, bool fallback) {
+  auto v = read(getenv, name);
+  if (!v || v->empty()) return fallback;
+  return std::strtol(v->c_str(), nullptr, 10) > 0;
+}
+
+LogLevel parseLogLevel(const std::optional<std::string>& v) {
+  if (!v) return LogLevel::kWarning;
+  static const std::pair<const char*, LogLevel> kLevels[] = {
+      {"trace", LogLevel::kTrace}, {"debug", LogLevel::kDebug},     {"info", LogLevel::kInfo},
+      {"warning", LogLevel::kWarning}, {"error", LogLevel::kError}, {"fatal", LogLevel::kFatal}};
+  for (const auto& [text, level] : kLevels) {
+    if (strcasecmp(v->c_str(), text) == 0) return level;
+  }
+  return LogLevel::kWarning;  // Horovod: unknown values become WARNING
+}
+
+}  // namespace
+
+RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
+  RuntimeOptions o;
+  constexpr long long kMaxRanks = 1 << 24;
+  o.rank = static_cast<int>(readInt(getenv, "HOROVOD_RANK", 0, 0, kMaxRanks));
+  o.size = static_cast<int>(readInt(getenv, "HOROVOD_SIZE", 1, 1, kMaxRanks));
+  o.local_rank = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_RANK", 0, 0, kMaxRanks));
+  o.local_size = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_SIZE", 1, 1, kMaxRanks));
+  o.cross_rank = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_RANK", 0, 0, kMaxRanks));
+  o.cross_size = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_SIZE", 1, 1, kMaxRanks));
+  if (auto h = read(getenv, "HOROVOD_HOSTNAME"); h && !h->empty()) o.hostname = *h;
+
+  if (auto a = read(getenv, "HOROVOD_GLOO_RENDEZVOUS_ADDR"); a && !a->empty()) o.rendezvous_addr = *a;
+  o.rendezvous_port = static_cast<int>(readInt(getenv, "HOROVOD_GLOO_RENDEZVOUS_PORT", -1, -1, 65535));
+  if (auto t = read(getenv, rendezvous::kTokenEnv); t && !t->empty()) o.token = *t;
+
+  if (auto i = read(getenv, "HOROVOD_GLOO_IFACE"); i) o.iface = *i;
+  o.gloo_timeout = std::chrono::seconds(readInt(getenv, "HOROVOD_GLOO_TIMEOUT_SECONDS", 30, 1, 1 << 24));
+
+  o.fusion_threshold =
+      static_cast<size_t>(readInt(getenv, "HOROVOD_FUSION_THRESHOLD", o.fusion_threshold, 0, 1ll << 40));
+  o.cycle_time = std::chrono::microseconds(
+      static_cast<long long>(readDouble(getenv, "HOROVOD_CYCLE_TIME", 1.0, 0.0) * 1000.0));
+  o.cache_capacity = static_cast<size_t>(readInt(getenv, "HOROVOD_CACHE_CAPACITY", 1024, 0, 1 << 24));
+
+  if (auto t = read(getenv, "HOROVOD_TIMELINE"); t && !t->empty()) o.timeline_path = *t;
+  o.timeline_mark_cycles = readBool(getenv, "HOROVOD_TIMELINE_MARK_CYCLES", false);
+
+  o.stall_check = !readBool(getenv, "HOROVOD_STALL_CHECK_DISABLE", false);
+  o.stall_warning_time = std::chrono::milliseconds(
+      static_cast<long long>(readDouble(getenv, "HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0, 0.0) * 1000.0));
+  o.stall_shutdown_time = std::chrono::milliseconds(
+      static_cast<long long>(readDouble(getenv, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, 0.0) * 1000.0));
+
+  o.log_level = parseLogLevel(read(getenv, "HOROVOD_LOG_LEVEL"));
+  o.gpu_pinning = !readBool(getenv, "HVD_DISABLE_GPU_PINNING", false);
+  o.validate();
+  HVD_CHECK(o.size == 1 || o.rendezvous_addr.has_value(), UsageError, "HOROVOD_SIZE=", o.size,
+            " but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: a multi-process job needs the rendezvous "
+            "server (start workers with hvdrun, or set HOROVOD_GLOO_RENDEZVOUS_ADDR and "
+            "HOROVOD_GLOO_RENDEZVOUS_PORT)");
+  return o;
+}
+
+RuntimeOptions RuntimeOptions::fromEnvironment() {
+  return fromEnvironment([](const char* name) { return std::getenv(name); });
+}
+
+void RuntimeOptions::validate() const {
+  HVD_CHECK(rank < size, UsageError, "HOROVOD_RANK=", rank, " is not below HOROVOD_SIZE=", size);
+  HVD_CHECK(local_rank < local_size, UsageError, "HOROVOD_LOCAL_RANK=", local_rank,
+            " is not below HOROVOD_LOCAL_SIZE=", local_size);
+  HVD_CHECK(cross_rank < cross_size, UsageError, "HOROVOD_CROSS_RANK=", cross_rank,
+            " is not below HOROVOD_CROSS_SIZE=", cross_size);
+  HVD_CHECK(local_size <= size && cross_size <= size, UsageError, "HOROVOD_LOCAL_SIZE=", local_size,
+            " and HOROVOD_CROSS_SIZE=", cross_size, " cannot exceed HOROVOD_SIZE=", size);
+  if (rendezvous_addr) {
+    HVD_CHECK(rendezvous_port > 0, UsageError, "HOROVOD_GLOO_RENDEZVOUS_ADDR=", *rendezvous_addr,
+              " needs HOROVOD_GLOO_RENDEZVOUS_PORT (got ", rendezvous_port, ")");
+  }
+}
+
+}  // namespace hvd::runtime

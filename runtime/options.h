@@ -1,0 +1,75 @@
+// RuntimeOptions: everything libhvd reads from the environment, parsed once at init (runtime_spec §4).
+//
+// Variables read (all optional; defaults as Horovod's):
+//   HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE   identity (0,1,0,1,0,1)
+//   HOROVOD_HOSTNAME                      local scope name (default "localhost")
+//   HOROVOD_GLOO_RENDEZVOUS_ADDR / _PORT  the rendezvous server; required when SIZE > 1
+//   HVD_RENDEZVOUS_TOKEN                  the job's secret for the server (set by hvdrun)
+//   HOROVOD_GLOO_IFACE                    network interface for Gloo and the control plane
+//   HOROVOD_GLOO_TIMEOUT_SECONDS          rendezvous and every collective (30)
+//   HOROVOD_FUSION_THRESHOLD              fusion buffer bytes (128 MiB; 0 disables fusion)
+//   HOROVOD_CYCLE_TIME                    batching window in ms (1; a lone operation never waits)
+//   HOROVOD_CACHE_CAPACITY                response cache entries (1024; 0 disables)
+//   HOROVOD_TIMELINE, HOROVOD_TIMELINE_MARK_CYCLES   Chrome-trace file written by rank 0
+//   HOROVOD_STALL_CHECK_DISABLE, HOROVOD_STALL_CHECK_TIME_SECONDS (60),
+//   HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
+//   HOROVOD_LOG_LEVEL                     trace|debug|info|warning|error|fatal (warning)
+//   HVD_DISABLE_GPU_PINNING               1: do not select a CUDA device at init
+//   CUDA_VISIBLE_DEVICES                  honoured by the CUDA runtime when pinning
+// Invalid values (not a number, out of range, inconsistent identity) throw UsageError naming the
+// variable and the value.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "rendezvous/store.h"
+
+namespace hvd::runtime {
+
+enum class LogLevel { kTrace, kDebug, kInfo, kWarning, kError, kFatal };
+
+struct RuntimeOptions {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  std::string hostname = "localhost";
+
+  std::optional<std::string> rendezvous_addr;
+  int rendezvous_port = -1;
+  std::optional<std::string> token;
+
+  std::string iface;
+  std::chrono::milliseconds gloo_timeout{rendezvous::Store::kDefaultTimeout};
+
+  size_t fusion_threshold = size_t{128} << 20;
+  std::chrono::microseconds cycle_time{1000};
+  size_t cache_capacity = 1024;
+
+  std::optional<std::string> timeline_path;
+  bool timeline_mark_cycles = false;
+
+  bool stall_check = true;
+  std::chrono::milliseconds stall_warning_time{std::chrono::seconds(60)};
+  std::chrono::milliseconds stall_shutdown_time{0};  // 0: never
+
+  LogLevel log_level = LogLevel::kWarning;
+  bool gpu_pinning = true;
+
+  // Reads the variables above through getenv (injectable for tests) and validates them. SIZE > 1
+  // without a rendezvous server is a UsageError (Horovod silently runs every rank as a single process
+  // then: runtime_spec §8 item 10).
+  static RuntimeOptions fromEnvironment(const std::function<const char*(const char*)>& getenv);
+  static RuntimeOptions fromEnvironment();
+
+  // Throws UsageError for an inconsistent identity (rank >= size, ...).
+  void validate() const;
+};
+
+}  // namespace hvd::runtime

@@ -1,0 +1,646 @@
+#include "runtime/runtime.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <poll.h>
+#include <random>
+#include <set>
+#include <sstream>
+#include <sys/eventfd.h>
+#include <thread>
+#include <unistd.h>
+#include <unordered_map>
+
+#include "gloo_backend/communicator.h"
+#include "rendezvous/http_store.h"
+#include "rendezvous/memory_store.h"
+#include "runtime/channel.h"
+#include "runtime/coordinator.h"
+#include "runtime/gpu.h"
+#include "runtime/log.h"
+#include "runtime/wire.h"
+
+namespace hvd::runtime {
+
+using gloo_backend::Communicator;
+using gloo_backend::CommunicatorOptions;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kControlKey = "hvd_control/coordinator";
+
+// Why everything pending fails when the job stops.
+std::string shutDownMessage(const std::string& reason) {
+  if (reason.empty()) return "libhvd has been shut down (hvd_shutdown() on one of the ranks)";
+  return "libhvd has been shut down: " + reason;
+}
+
+}  // namespace
+
+class Runtime::Impl {
+ public:
+  Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store);
+  ~Impl();
+
+  std::shared_ptr<Work> enqueue(Request request);
+  void shutdown();
+  bool stopped() const {
+    std::lock_guard lock(mutex_);
+    return stopped_;
+  }
+
+  RuntimeOptions options_;
+  int device_ = -1;
+
+ private:
+  struct Entry {
+    Request request;
+    std::shared_ptr<Work> work;
+  };
+
+  void connectControlPlane();
+  void wake();
+  void run();
+  // Runs until shutdown; throws on a lost peer or a failed collective. Sets abort_ when the job is
+  // being torn down because of a failure.
+  void loop();
+  void takeQueue(std::vector<Request>& fresh, bool& shutdown_requested);
+  void coordinatorStep();
+  void broadcastToWorkers(const ResponseList& list);
+  bool execute(const ResponseList& list);  // false: leave the loop
+  void execute(const Response& response);
+  void executeAllreduce(const Response& s);
+  void executeOther(const Response& s);
+  Entry* find(const std::string& name);
+  void complete(const std::string& name, std::exception_ptr error = nullptr);
+  void failAll(const std::string& reason);
+  std::byte* scratch(size_t bytes);
+  void log(LogLevel level, const std::string& message) const {
+    logLine(options_.log_level, level, options_.rank, message);
+  }
+
+  std::shared_ptr<rendezvous::Store> store_;
+  std::shared_ptr<gloo::transport::Device> gloo_device_;
+  std::unique_ptr<Communicator> global_, local_, cross_;
+
+  // Control plane.
+  int wake_fd_ = -1;
+  std::unique_ptr<Channel> coordinator_channel_;           // workers
+  std::vector<std::unique_ptr<Channel>> worker_channels_;  // coordinator, index = rank (0 empty)
+  std::unique_ptr<Coordinator> coordinator_;               // rank 0 only
+
+  // Submission queue: user threads -> background thread.
+  mutable std::mutex mutex_;
+  std::deque<Entry> queue_;
+  std::set<std::string> names_in_flight_;
+  bool shutdown_requested_ = false;
+  bool stopped_ = false;
+  std::string stop_reason_;
+  uint64_t unnamed_ = 0;
+
+  // Background thread only.
+  std::unordered_map<std::string, Entry> table_;
+  std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
+  bool shutdown_sent_ = false;
+  bool abort_ = false;
+  std::string reason_;
+
+  std::thread thread_;
+};
+
+Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store)
+    : options_(std::move(options)), store_(std::move(store)) {
+  options_.validate();
+  const auto pin = pinGpu(options_.local_rank, options_.gpu_pinning);
+  device_ = pin.device;
+  log(LogLevel::kDebug, pin.detail);
+
+  const bool single_host = options_.cross_size == 1;
+  gloo_backend::DeviceOptions dev;
+  dev.iface = options_.iface;
+  if (dev.iface.empty() && single_host) dev.hostname = "127.0.0.1";
+  gloo_device_ = gloo_backend::createDevice(dev);
+  // Horovod's order (every rank must use it: each rendezvous blocks): global, local, cross.
+  auto connect = [&](std::string scope, int rank, int size) {
+    CommunicatorOptions o;
+    o.scope = std::move(scope);
+    o.rank = rank;
+    o.size = size;
+    o.timeout = options_.gloo_timeout;
+    log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", rank, ", size=", size));
+    return Communicator::connect(store_, gloo_device_, o);
+  };
+  global_ = connect("global", options_.rank, options_.size);
+  local_ = connect("local_" + options_.hostname, options_.local_rank, options_.local_size);
+  cross_ = connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
+
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  HVD_CHECK(wake_fd_ >= 0, NetworkError, "eventfd failed: ", errnoText(errno));
+  connectControlPlane();
+  if (options_.rank == 0) {
+    CoordinatorOptions c;
+    c.size = options_.size;
+    c.fusion_threshold = options_.fusion_threshold;
+    c.stall_check = options_.stall_check;
+    c.stall_warning_time = options_.stall_warning_time;
+    c.stall_shutdown_time = options_.stall_shutdown_time;
+    coordinator_ = std::make_unique<Coordinator>(c);
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+void Runtime::Impl::connectControlPlane() {
+  if (options_.size == 1) return;
+  const std::string address = localAddress(options_.iface, options_.cross_size == 1);
+  if (options_.rank == 0) {
+    uint16_t port = 0;
+    const int listen_fd = listenTcp(address, port);
+    const uint64_t nonce = std::random_device{}() * (uint64_t{1} << 32) ^ std::random_device{}();
+    const std::string value = detail::concat(address, " ", port, " ", nonce);
+    store_->set(kControlKey, rendezvous::Bytes(value.begin(), value.end()));
+    worker_channels_.resize(options_.size);
+    try {
+      const auto deadline = Clock::now() + options_.gloo_timeout;
+      for (int joined = 1; joined < options_.size; ++joined) {
+        std::string peer;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        auto channel = std::make_unique<Channel>(acceptTcp(listen_fd, left, peer), peer);
+        const Hello hello = decodeHello(channel->receiveOne(options_.gloo_timeout));
+        HVD_CHECK(hello.magic == Hello::kMagic && hello.nonce == nonce, NetworkError,
+                  "control connection from ", peer, " is not from this job's libhvd (bad hello)");
+        HVD_CHECK(hello.rank > 0 && hello.rank < options_.size && !worker_channels_[hello.rank], NetworkError,
+                  "control connection from ", peer, " claims rank ", hello.rank, " (invalid or duplicate)");
+        worker_channels_[hello.rank] = std::move(channel);
+      }
+    } catch (...) {
+      ::close(listen_fd);
+      throw;
+    }
+    ::close(listen_fd);
+    store_->deleteKey(kControlKey);  // every rank has read it; a later init publishes a fresh one
+    return;
+  }
+  const auto raw = store_->get(kControlKey, options_.gloo_timeout);
+  std::istringstream in(std::string(raw.begin(), raw.end()));
+  std::string host;
+  uint16_t port = 0;
+  uint64_t nonce = 0;
+  in >> host >> port >> nonce;
+  HVD_CHECK(!in.fail(), StoreError, "malformed control-plane address '", std::string(raw.begin(), raw.end()),
+            "' in ", store_->describe(), " key ", kControlKey);
+  coordinator_channel_ = std::make_unique<Channel>(connectTcp(host, port, options_.gloo_timeout),
+                                                   detail::concat("rank 0 at ", host, ":", port));
+  Hello hello;
+  hello.nonce = nonce;
+  hello.rank = options_.rank;
+  coordinator_channel_->send(encode(hello));
+}
+
+Runtime::Impl::~Impl() {
+  shutdown();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void Runtime::Impl::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] auto rv = ::write(wake_fd_, &one, sizeof one);
+}
+
+std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
+  using gloo_backend::isValid;
+  HVD_CHECK(isValid(r.dtype), UsageError, "invalid data type ", static_cast<int>(r.dtype));
+  HVD_CHECK(r.rows >= 0 && r.row_elements >= 0, UsageError, "negative shape ", r.rows, "x", r.row_elements,
+            " for '", r.name, "'");
+  switch (r.type) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter:
+      HVD_CHECK(isValid(r.op), UsageError, "invalid reduce operation ", static_cast<int>(r.op), " for '", r.name,
+                "'");
+      HVD_CHECK(r.type == OpType::kAllreduce || r.op == ReduceOp::kSum || r.op == ReduceOp::kAverage, UsageError,
+                "reducescatter supports sum and average only, got ", gloo_backend::name(r.op), " for '", r.name,
+                "'");
+      HVD_CHECK(r.dtype != DataType::kBool || (r.prescale == 1.0 && r.postscale == 1.0 && r.op != ReduceOp::kAverage),
+                UsageError, "bool tensor '", r.name, "' cannot be averaged or scaled");
+      HVD_CHECK(r.elements() == 0 || (r.input && r.output) || r.type == OpType::kReducescatter, UsageError,
+                "null buffer for '", r.name, "'");
+      break;
+    case OpType::kBroadcast:
+      HVD_CHECK(r.root >= 0 && r.root < options_.size, UsageError, "broadcast received invalid root rank ", r.root,
+                " for '", r.name, "' (size ", options_.size, ")");
+      break;
+    case OpType::kAlltoall:
+      if (!r.splits.empty()) {
+        HVD_CHECK(static_cast<int>(r.splits.size()) == options_.size, UsageError,
+                  "Number of entries in splits (", r.splits.size(), ") does not equal number of workers (",
+                  options_.size, ") for '", r.name, "'");
+        int64_t sum = 0;
+        for (auto s : r.splits) {
+          HVD_CHECK(s >= 0, UsageError, "negative split ", s, " for '", r.name, "'");
+          sum += s;
+        }
+        HVD_CHECK(sum <= r.rows, UsageError, "Sum of splits entries (", sum,
+                  ") is greater than the first dimension of tensor '", r.name, "' (", r.rows, ")");
+      } else {
+        HVD_CHECK(r.rows % options_.size == 0, UsageError,
+                  "splits not provided, but first dimension of tensor '", r.name, "' (", r.rows,
+                  ") is not an even multiple of the number of workers (", options_.size, ")");
+      }
+      break;
+    default:
+      break;
+  }
+  std::shared_ptr<Work> work;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
+    if (r.name.empty()) r.name = detail::concat(runtime::name(r.type), ".noname.", unnamed_++);
+    HVD_CHECK(!names_in_flight_.count(r.name), UsageError, "Requested to ", runtime::name(r.type),
+              " a tensor with the same name as another tensor that is currently being processed: '", r.name,
+              "'. If you want to request another tensor, use a different tensor name.");
+    names_in_flight_.insert(r.name);
+    work = std::make_shared<Work>(r.name);
+    queue_.push_back({std::move(r), work});
+  }
+  wake();
+  return work;
+}
+
+void Runtime::Impl::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    shutdown_requested_ = true;
+  }
+  if (thread_.joinable()) {
+    wake();
+    thread_.join();
+  }
+}
+
+void Runtime::Impl::run() {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    reason_ = e.what();
+    abort_ = true;
+    log(LogLevel::kError, detail::concat("background loop stopped: ", reason_));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    stop_reason_ = reason_;
+  }
+  failAll(reason_);
+  // Orderly close in the rendezvous order, the same on every rank (see Communicator::close()).
+  global_->close(!abort_);
+  local_->close(!abort_);
+  cross_->close(!abort_);
+  coordinator_channel_.reset();
+  worker_channels_.clear();
+}
+
+void Runtime::Impl::takeQueue(std::vector<Request>& fresh, bool& shutdown_requested) {
+  std::deque<Entry> taken;
+  {
+    std::lock_guard lock(mutex_);
+    taken.swap(queue_);
+    shutdown_requested = shutdown_requested_;
+  }
+  for (auto& e : taken) {
+    fresh.push_back(e.request);
+    table_.emplace(e.request.name, std::move(e));
+  }
+}
+
+void Runtime::Impl::loop() {
+  std::vector<pollfd> fds;
+  std::vector<std::vector<char>> messages;
+  for (;;) {
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    if (coordinator_channel_) fds.push_back({coordinator_channel_->fd(), POLLIN, 0});
+    for (const auto& c : worker_channels_) {
+      if (c) fds.push_back({c->fd(), POLLIN, 0});
+    }
+    int timeout_ms = -1;
+    bool buffered = coordinator_channel_ && coordinator_channel_->hasBuffered();
+    for (const auto& c : worker_channels_) buffered = buffered || (c && c->hasBuffered());
+    if (buffered) {
+      timeout_ms = 0;
+    } else if (coordinator_) {
+      if (auto t = coordinator_->nextStallCheck()) {
+        timeout_ms = static_cast<int>(
+            std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(*t - Clock::now()).count() + 1));
+      }
+    }
+    const int rv = ::poll(fds.data(), fds.size(), timeout_ms);
+    HVD_CHECK(rv >= 0 || errno == EINTR, NetworkError, "poll failed: ", errnoText(errno));
+    if (fds[0].revents) {
+      uint64_t count;
+      [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);
+    }
+
+    std::vector<Request> fresh;
+    bool shutdown_requested = false;
+    takeQueue(fresh, shutdown_requested);
+
+    if (coordinator_) {
+      const auto now = Clock::now();
+      for (const auto& q : fresh) coordinator_->add(0, q, now);
+      if (shutdown_requested) coordinator_->requestShutdown(0);
+      for (size_t r = 1; r < worker_channels_.size(); ++r) {
+        auto& channel = worker_channels_[r];
+        messages.clear();
+        const bool open = channel->receive(messages);
+        for (const auto& m : messages) {
+          RequestBatch batch = decodeRequestBatch(m);
+          for (const auto& q : batch.requests) coordinator_->add(static_cast<int>(r), q, now);
+          if (batch.shutdown) coordinator_->requestShutdown(static_cast<int>(r));
+        }
+        if (!open) {
+          // A worker vanished: tell every other rank, then stop. Its error text names the peer.
+          ResponseList abort;
+          abort.shutdown = true;
+          abort.abort = true;
+          abort.shutdown_reason = detail::concat("rank ", r, " disconnected from the coordinator (",
+                                                 channel->error(), "); the job cannot continue");
+          worker_channels_[r].reset();
+          broadcastToWorkers(abort);
+          throw BackendError(abort.shutdown_reason);
+        }
+      }
+      if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
+        log(LogLevel::kWarning, stall);
+      }
+      ResponseList list = coordinator_->next();
+      if (list.responses.empty() && !list.shutdown) continue;
+      broadcastToWorkers(list);
+      if (!execute(list)) return;
+      continue;
+    }
+
+    if (!fresh.empty() || (shutdown_requested && !shutdown_sent_)) {
+      RequestBatch batch;
+      batch.requests = std::move(fresh);
+      batch.shutdown = shutdown_requested && !shutdown_sent_;
+      shutdown_sent_ = shutdown_sent_ || batch.shutdown;
+      coordinator_channel_->send(encode(batch));
+    }
+    if (coordinator_channel_) {
+      messages.clear();
+      const bool open = coordinator_channel_->receive(messages);
+      for (const auto& m : messages) {
+        if (!execute(decodeResponseList(m))) return;
+      }
+      if (!open) {
+        abort_ = true;
+        throw BackendError(detail::concat("lost the connection to the coordinator (rank 0): ",
+                                          coordinator_channel_->error()));
+      }
+    } else if (shutdown_requested) {
+      return;  // size 1 has no coordinator_channel_ but always has a coordinator_; not reached
+    }
+  }
+}
+
+void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {
+  const auto bytes = encode(list);
+  for (auto& c : worker_channels_) {
+    if (!c) continue;
+    try {
+      c->send(bytes);
+    } catch (const std::exception& e) {
+      if (!list.abort) throw;  // aborting already: the others still get told
+    }
+  }
+}
+
+bool Runtime::Impl::execute(const ResponseList& list) {
+  for (const auto& s : list.responses) execute(s);
+  if (!list.shutdown) return true;
+  reason_ = list.shutdown_reason;
+  abort_ = list.abort;
+  return false;
+}
+
+Runtime::Impl::Entry* Runtime::Impl::find(const std::string& name) {
+  auto it = table_.find(name);
+  return it == table_.end() ? nullptr : &it->second;
+}
+
+void Runtime::Impl::complete(const std::string& key, std::exception_ptr error) {
+  auto it = table_.find(key);
+  if (it == table_.end()) return;
+  const std::string name = key;  // key may live in the node erased below
+  auto work = std::move(it->second.work);
+  table_.erase(it);
+  {
+    std::lock_guard lock(mutex_);
+    names_in_flight_.erase(name);
+  }
+  work->finish(std::move(error));
+}
+
+void Runtime::Impl::failAll(const std::string& reason) {
+  std::deque<Entry> queued;
+  {
+    std::lock_guard lock(mutex_);
+    queued.swap(queue_);
+  }
+  for (auto& e : queued) table_.emplace(e.request.name, std::move(e));
+  const auto error = std::make_exception_ptr(ShutDownError(shutDownMessage(reason)));
+  while (!table_.empty()) complete(table_.begin()->first, error);
+}
+
+std::byte* Runtime::Impl::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+void Runtime::Impl::execute(const Response& s) {
+  if (s.kind == Response::Kind::kError) {
+    std::exception_ptr error;
+    if (s.error_class == Response::ErrorClass::kStalled) {
+      error = std::make_exception_ptr(StalledError(s.error));
+    } else {
+      error = std::make_exception_ptr(MismatchError(s.error));
+    }
+    for (const auto& name : s.names) complete(name, error);
+    return;
+  }
+  try {
+    if (s.type == OpType::kAllreduce) {
+      executeAllreduce(s);
+    } else {
+      executeOther(s);
+    }
+  } catch (const std::exception& e) {
+    // The context is dead after a failed collective: fail these works with the cause, then stop.
+    const auto error = std::current_exception();
+    for (const auto& name : s.names) complete(name, error);
+    throw;
+  }
+}
+
+void Runtime::Impl::executeAllreduce(const Response& s) {
+  const size_t esize = gloo_backend::elementSize(s.dtype);
+  const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / options_.size : 1.0);
+  Entry* single = s.names.size() == 1 ? find(s.names[0]) : nullptr;
+  if (single) {
+    // Unfused: reduce in the caller's output buffer.
+    const Request& q = single->request;
+    const size_t n = static_cast<size_t>(s.counts[0]);
+    if (n && q.input != q.output) std::memcpy(q.output, q.input, n * esize);
+    gloo_backend::scale(s.dtype, q.output, n, s.prescale);
+    global_->allreduce(q.output, n, s.dtype, s.op);
+    gloo_backend::scale(s.dtype, q.output, n, post);
+    complete(s.names[0]);
+    return;
+  }
+  // Fused (or this rank joined and contributes zeros): pack into the reused fusion buffer.
+  size_t total = 0;
+  for (auto c : s.counts) total += static_cast<size_t>(c);
+  std::byte* buffer = scratch(total * esize);
+  size_t offset = 0;
+  for (size_t i = 0; i < s.names.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
+    if (Entry* e = find(s.names[i])) {
+      if (bytes) std::memcpy(buffer + offset, e->request.input, bytes);
+    } else {
+      std::memset(buffer + offset, 0, bytes);
+    }
+    offset += bytes;
+  }
+  gloo_backend::scale(s.dtype, buffer, total, s.prescale);
+  global_->allreduce(buffer, total, s.dtype, s.op);
+  gloo_backend::scale(s.dtype, buffer, total, post);
+  offset = 0;
+  for (size_t i = 0; i < s.names.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
+    if (Entry* e = find(s.names[i])) {
+      if (bytes) std::memcpy(e->request.output, buffer + offset, bytes);
+      complete(s.names[i]);
+    }
+    offset += bytes;
+  }
+}
+
+void Runtime::Impl::executeOther(const Response& s) {
+  const size_t esize = gloo_backend::elementSize(s.dtype);
+  const size_t row_bytes = static_cast<size_t>(s.row_elements) * esize;
+  const int n = options_.size;
+  const int me = options_.rank;
+  switch (s.type) {
+    case OpType::kBroadcast: {
+      Entry* e = find(s.names[0]);
+      HVD_INTERNAL_ASSERT(e, "broadcast '", s.names[0], "' not submitted on rank ", me);
+      const size_t bytes = static_cast<size_t>(s.counts[0]) * esize;
+      if (bytes && e->request.input && e->request.input != e->request.output) {
+        std::memcpy(e->request.output, e->request.input, bytes);
+      }
+      global_->broadcast(e->request.output, bytes, s.root);
+      complete(s.names[0]);
+      return;
+    }
+    case OpType::kAllgather: {
+      Entry* e = find(s.names[0]);
+      HVD_INTERNAL_ASSERT(e, "allgather '", s.names[0], "' not submitted on rank ", me);
+      std::vector<size_t> bytes(n);
+      int64_t rows = 0;
+      for (int r = 0; r < n; ++r) {
+        bytes[r] = static_cast<size_t>(s.counts[r]) * row_bytes;
+        rows += s.counts[r];
+      }
+      Work& w = *e->work;
+      w.result.resize(static_cast<size_t>(rows) * row_bytes);
+      w.result_rows = rows;
+      global_->allgatherv(e->request.input, w.result.data(), bytes);
+      complete(s.names[0]);
+      return;
+    }
+    case OpType::kAlltoall: {
+      Entry* e = find(s.names[0]);
+      HVD_INTERNAL_ASSERT(e, "alltoall '", s.names[0], "' not submitted on rank ", me);
+      std::vector<size_t> send(n), recv(n);
+      Work& w = *e->work;
+      w.received_splits.assign(n, 0);
+      int64_t rows = 0;
+      for (int p = 0; p < n; ++p) {
+        send[p] = static_cast<size_t>(s.splits[me * n + p]) * row_bytes;
+        w.received_splits[p] = s.splits[p * n + me];
+        recv[p] = static_cast<size_t>(w.received_splits[p]) * row_bytes;
+        rows += w.received_splits[p];
+      }
+      w.result.resize(static_cast<size_t>(rows) * row_bytes);
+      w.result_rows = rows;
+      global_->alltoallv(e->request.input, send, w.result.data(), recv);
+      complete(s.names[0]);
+      return;
+    }
+    case OpType::kReducescatter: {
+      Entry* e = find(s.names[0]);
+      HVD_INTERNAL_ASSERT(e, "reducescatter '", s.names[0], "' not submitted on rank ", me);
+      // Allreduce of the whole tensor in the scratch buffer, then this rank keeps its block of rows.
+      const int64_t rows = s.counts[0];
+      const size_t elements = static_cast<size_t>(rows) * static_cast<size_t>(s.row_elements);
+      std::byte* buffer = scratch(elements * esize);
+      if (elements) std::memcpy(buffer, e->request.input, elements * esize);
+      gloo_backend::scale(s.dtype, buffer, elements, s.prescale);
+      global_->allreduce(buffer, elements, s.dtype, s.op);
+      const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
+      const int64_t base = rows / n, extra = rows % n;
+      const int64_t mine = base + (me < extra ? 1 : 0);
+      const int64_t first = me * base + std::min<int64_t>(me, extra);
+      Work& w = *e->work;
+      w.result.resize(static_cast<size_t>(mine) * row_bytes);
+      w.result_rows = mine;
+      if (mine) std::memcpy(w.result.data(), buffer + first * row_bytes, w.result.size());
+      gloo_backend::scale(s.dtype, w.result.data(), static_cast<size_t>(mine * s.row_elements), post);
+      complete(s.names[0]);
+      return;
+    }
+    case OpType::kBarrier:
+      global_->barrier();
+      complete(s.names[0]);
+      return;
+    case OpType::kJoin: {
+      for (auto& [name, entry] : table_) {
+        if (entry.request.type == OpType::kJoin) {
+          entry.work->result_int = s.last_joined_rank;
+          complete(name);
+          break;
+        }
+      }
+      return;
+    }
+    case OpType::kAllreduce:
+      break;
+  }
+  HVD_INTERNAL_ASSERT(false, "unexpected response type ", static_cast<int>(s.type));
+}
+
+Runtime::Runtime(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(store))) {}
+
+Runtime::~Runtime() = default;
+
+std::shared_ptr<rendezvous::Store> Runtime::makeStore(const RuntimeOptions& options) {
+  if (!options.rendezvous_addr) return std::make_shared<rendezvous::MemoryStore>();
+  rendezvous::StoreOptions s;
+  s.host = *options.rendezvous_addr;
+  s.port = static_cast<uint16_t>(options.rendezvous_port);
+  s.token = options.token;
+  s.request_deadline = options.gloo_timeout;
+  return std::make_shared<rendezvous::HttpStore>(s);
+}
+
+const RuntimeOptions& Runtime::options() const { return impl_->options_; }
+int Runtime::device() const { return impl_->device_; }
+std::shared_ptr<Work> Runtime::enqueue(Request request) { return impl_->enqueue(std::move(request)); }
+void Runtime::shutdown() { impl_->shutdown(); }
+bool Runtime::stopped() const { return impl_->stopped(); }
+
+}  // namespace hvd::runtime

@@ -1,0 +1,67 @@
+// hvd::runtime::Runtime: one member of a job -- its Gloo contexts, its control-plane connection and
+// the background thread that negotiates and runs its collectives.
+//
+// Several Runtimes can live in one process (tests run ranks as threads over a MemoryStore); the C API
+// wraps one global instance.
+//
+// Invariant (what lets ranks submit in different orders): every rank executes collectives only from
+// the coordinator's ResponseLists, and every rank receives the same lists in the same order, so every
+// Gloo context sees the same sequence of operations on every rank.
+//
+// Threading: enqueue()/shutdown() and the getters are safe from any thread. Works complete on the
+// background thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rendezvous/store.h"
+#include "runtime/options.h"
+#include "runtime/work.h"
+
+namespace hvd::runtime {
+
+class Runtime {
+ public:
+  // Joins the job: rendezvous of the global, local_<host> and cross_<local_rank> Gloo contexts and of
+  // the control plane through store, then starts the background thread. Blocks until every rank has
+  // joined or options.gloo_timeout expires. Throws UsageError / StoreError / NetworkError /
+  // BackendError naming the cause.
+  Runtime(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store);
+
+  // The store the options name: HttpStore for HOROVOD_GLOO_RENDEZVOUS_ADDR, else a MemoryStore (size 1).
+  static std::shared_ptr<rendezvous::Store> makeStore(const RuntimeOptions& options);
+
+  ~Runtime();  // shutdown()
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const RuntimeOptions& options() const;
+  int rank() const { return options().rank; }
+  int size() const { return options().size; }
+  int localRank() const { return options().local_rank; }
+  int localSize() const { return options().local_size; }
+  int crossRank() const { return options().cross_rank; }
+  int crossSize() const { return options().cross_size; }
+  // CUDA device pinned at init, -1: CPU.
+  int device() const;
+
+  // Queues a collective. Rejects bad arguments and a name already in flight on this rank with
+  // UsageError, and anything after shutdown with ShutDownError. An empty name gets
+  // "<op>.noname.<n>" (n counts this rank's unnamed submissions, as Horovod names them).
+  std::shared_ptr<Work> enqueue(Request request);
+
+  // Orderly shutdown of the whole job (Horovod semantics: every rank leaves together; operations still
+  // pending fail with ShutDownError). Blocks until this rank's background thread has stopped.
+  // Idempotent.
+  void shutdown();
+
+  // True once the background thread stopped (shutdown, a lost peer, a stall shutdown).
+  bool stopped() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hvd::runtime

@@ -1,0 +1,70 @@
+// The runtime's control-plane messages and their byte encoding (little-endian, length-prefixed
+// strings and vectors). Both ends are libhvd of the same build, so there is no versioning beyond the
+// magic in Hello.
+//
+//   worker -> coordinator : Hello (once), RequestBatch (new requests, shutdown request)
+//   coordinator -> worker : ResponseList (what every rank executes next, in this order)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/work.h"
+
+namespace hvd::runtime {
+
+enum class MessageKind : uint8_t { kHello = 1, kRequests = 2, kResponses = 3 };
+
+struct Hello {
+  static constexpr uint64_t kMagic = 0x68766431'00000001ull;  // "hvd1", protocol 1
+  uint64_t magic = kMagic;
+  uint64_t nonce = 0;  // the coordinator's per-job secret, read from the store
+  int32_t rank = -1;
+};
+
+struct RequestBatch {
+  std::vector<Request> requests;  // descriptors only (input/output pointers are not sent)
+  bool shutdown = false;          // this rank asks the job to shut down
+};
+
+struct Response {
+  enum class Kind : uint8_t { kExecute = 0, kError = 1 };
+  Kind kind = Kind::kExecute;
+  OpType type = OpType::kAllreduce;
+  std::vector<std::string> names;  // several: fused allreduce, in buffer order
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  int64_t row_elements = 1;
+  // allreduce: elements of each name; allgather: rows of each rank; reducescatter/broadcast: {rows}.
+  std::vector<int64_t> counts;
+  // alltoall: size x size rows, [sender * size + receiver].
+  std::vector<int64_t> splits;
+  // allreduce while some ranks have joined: they contribute zeros.
+  std::vector<int32_t> joined_ranks;
+  int32_t last_joined_rank = -1;  // join: the last rank to join
+  std::string error;              // kError: the message every rank reports
+  enum class ErrorClass : uint8_t { kMismatch = 0, kStalled = 1, kInvalid = 2 };
+  ErrorClass error_class = ErrorClass::kMismatch;
+};
+
+struct ResponseList {
+  std::vector<Response> responses;
+  bool shutdown = false;         // every rank leaves after executing responses
+  std::string shutdown_reason;   // why (empty: an orderly shutdown requested by a rank)
+  bool abort = false;            // a rank was lost: skip the orderly close barrier
+};
+
+std::vector<char> encode(const Hello& m);
+std::vector<char> encode(const RequestBatch& m);
+std::vector<char> encode(const ResponseList& m);
+
+// Decoders throw BackendError on malformed input (naming what was being read).
+Hello decodeHello(const std::vector<char>& payload);
+RequestBatch decodeRequestBatch(const std::vector<char>& payload);
+ResponseList decodeResponseList(const std::vector<char>& payload);
+
+}  // namespace hvd::runtime

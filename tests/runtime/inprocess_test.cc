@@ -1,0 +1,465 @@
+// Collectives with ranks as threads over a MemoryStore: every op, type and size that matters.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "gloo_backend/types.h"
+#include "tests/runtime/cluster.h"
+
+using namespace hvd::runtime;
+using hvd::runtime::testing::Cluster;
+using hvd::gloo_backend::elementSize;
+
+namespace {
+
+const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                              DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                              DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+
+// Value of element i on rank r, small enough to be exact in every type; product inputs are 1 or 2.
+double inputValue(DataType t, ReduceOp op, int r, size_t i) {
+  if (t == DataType::kBool) return static_cast<double>((r + i) % 2);
+  if (op == ReduceOp::kProduct) return 1.0 + static_cast<double>((r + i) % 2);
+  return static_cast<double>((r * 3 + i) % 7);
+}
+
+uint16_t halfBits(float f) {  // exact for the small integers used here
+  if (f == 0) return 0;
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
+  return static_cast<uint16_t>(sign | (exp << 10) | ((x >> 13) & 0x3ffu));
+}
+float halfValue(uint16_t h) {
+  if ((h & 0x7fff) == 0) return 0;
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exp = ((h >> 10) & 0x1f) - 15 + 127;
+  const uint32_t bits = sign | (exp << 23) | (static_cast<uint32_t>(h & 0x3ff) << 13);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void store(DataType t, void* base, size_t i, double v) {
+  switch (t) {
+    case DataType::kUInt8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = halfBits(static_cast<float>(v)); break;
+    case DataType::kBFloat16: {
+      const float f = static_cast<float>(v);
+      uint32_t x;
+      std::memcpy(&x, &f, 4);
+      static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(x >> 16);
+      break;
+    }
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kBool: static_cast<uint8_t*>(base)[i] = v != 0; break;
+  }
+}
+
+double load(DataType t, const void* base, size_t i) {
+  switch (t) {
+    case DataType::kUInt8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kFloat16: return halfValue(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBFloat16: {
+      const uint32_t x = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
+      float f;
+      std::memcpy(&f, &x, 4);
+      return f;
+    }
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+    case DataType::kBool: return static_cast<const uint8_t*>(base)[i];
+  }
+  return 0;
+}
+
+bool isFloat(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
+}
+
+double expected(DataType t, ReduceOp op, int n, size_t i) {
+  double acc = inputValue(t, op, 0, i);
+  for (int r = 1; r < n; ++r) {
+    const double v = inputValue(t, op, r, i);
+    switch (op) {
+      case ReduceOp::kAverage:
+      case ReduceOp::kSum: acc += v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kProduct: acc *= v; break;
+    }
+  }
+  if (t == DataType::kBool) return acc != 0 ? 1 : 0;
+  if (op == ReduceOp::kAverage) return isFloat(t) ? acc / n : std::llround(acc / n);
+  return acc;
+}
+
+bool close(DataType t, double got, double want) {
+  const double tol = (t == DataType::kFloat16 || t == DataType::kBFloat16) ? 1e-2 : 1e-6;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every type, op and count on 1-8 ranks, fused and unfused", "[inprocess]") {
+  const int n = GENERATE(1, 2, 3, 5, 8);
+  Cluster cluster(n);
+  const size_t counts[] = {0, 1, 7, 1001};
+  cluster.forEach([&](int r) {
+    struct Case {
+      DataType t;
+      ReduceOp op;
+      size_t count;
+      std::vector<std::byte> in, out;
+      std::shared_ptr<Work> work;
+    };
+    std::vector<Case> cases;
+    for (DataType t : kAllTypes) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+        if (t == DataType::kBool && op == ReduceOp::kAverage) continue;
+        for (size_t count : counts) cases.push_back({t, op, count, {}, {}, nullptr});
+      }
+    }
+    // All submitted before any wait: the coordinator fuses what is ready together.
+    for (size_t c = 0; c < cases.size(); ++c) {
+      auto& k = cases[c];
+      k.in.resize(k.count * elementSize(k.t) + 1);
+      k.out.resize(k.count * elementSize(k.t) + 1);
+      for (size_t i = 0; i < k.count; ++i) store(k.t, k.in.data(), i, inputValue(k.t, k.op, r, i));
+      Request q;
+      q.type = OpType::kAllreduce;
+      q.name = "case" + std::to_string(c);
+      q.dtype = k.t;
+      q.op = k.op;
+      q.rows = static_cast<int64_t>(k.count);
+      q.input = k.in.data();
+      // Half the cases in place.
+      q.output = c % 2 ? k.in.data() : k.out.data();
+      k.work = cluster[r].enqueue(q);
+    }
+    for (size_t c = 0; c < cases.size(); ++c) {
+      auto& k = cases[c];
+      k.work->wait();
+      const void* result = c % 2 ? k.in.data() : k.out.data();
+      for (size_t i = 0; i < k.count; ++i) {
+        const double got = load(k.t, result, i), want = expected(k.t, k.op, n, i);
+        if (!close(k.t, got, want)) {
+          FAIL("rank " << r << " size " << n << " " << hvd::gloo_backend::name(k.t) << " "
+                       << hvd::gloo_backend::name(k.op) << " count " << k.count << " element " << i << ": got "
+                       << got << ", want " << want);
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("allreduce prescale and postscale", "[inprocess]") {
+  Cluster cluster(3);
+  cluster.forEach([&](int r) {
+    std::vector<double> v(5, r + 1.0);  // sum over ranks: 6
+    Request q;
+    q.name = "scaled";
+    q.dtype = DataType::kFloat64;
+    q.op = ReduceOp::kAverage;
+    q.prescale = 2.0;
+    q.postscale = 0.5;
+    q.rows = 5;
+    q.input = q.output = v.data();
+    cluster[r].enqueue(q)->wait();
+    for (double x : v) REQUIRE(x == Approx(6.0 * 2.0 * 0.5 / 3));
+  });
+}
+
+TEST_CASE("broadcast from every root", "[inprocess]") {
+  const int n = GENERATE(1, 2, 4, 7);
+  Cluster cluster(n);
+  cluster.forEach([&](int r) {
+    for (int root = 0; root < n; ++root) {
+      for (DataType t : kAllTypes) {
+        const size_t count = 33;
+        std::vector<std::byte> buf(count * elementSize(t));
+        for (size_t i = 0; i < count; ++i) store(t, buf.data(), i, r == root ? static_cast<double>((i + root) % 2) : 0);
+        Request q;
+        q.type = OpType::kBroadcast;
+        q.name = "b" + std::to_string(root) + hvd::gloo_backend::name(t);
+        q.dtype = t;
+        q.root = root;
+        q.rows = count;
+        q.input = q.output = buf.data();
+        cluster[r].enqueue(q)->wait();
+        for (size_t i = 0; i < count; ++i) REQUIRE(load(t, buf.data(), i) == static_cast<double>((i + root) % 2));
+      }
+    }
+  });
+}
+
+TEST_CASE("allgather with a different first dimension on every rank (including 0 rows)", "[inprocess]") {
+  const int n = GENERATE(1, 2, 3, 6);
+  Cluster cluster(n);
+  cluster.forEach([&](int r) {
+    const int64_t rows = r % 3;  // 0, 1, 2, 0, ...
+    const int64_t width = 3;
+    std::vector<int32_t> in(rows * width);
+    for (int64_t i = 0; i < rows * width; ++i) in[i] = r * 100 + static_cast<int32_t>(i);
+    Request q;
+    q.type = OpType::kAllgather;
+    q.name = "gather";
+    q.dtype = DataType::kInt32;
+    q.rows = rows;
+    q.row_elements = width;
+    q.input = in.data();
+    auto w = cluster[r].enqueue(q);
+    w->wait();
+    std::vector<int32_t> want;
+    for (int p = 0; p < n; ++p) {
+      for (int64_t i = 0; i < (p % 3) * width; ++i) want.push_back(p * 100 + static_cast<int32_t>(i));
+    }
+    REQUIRE(w->result_rows * width == static_cast<int64_t>(want.size()));
+    REQUIRE(std::memcmp(w->result.data(), want.data(), want.size() * 4) == 0);
+  });
+}
+
+TEST_CASE("alltoall with explicit and even splits", "[inprocess]") {
+  const int n = GENERATE(1, 2, 4);
+  Cluster cluster(n);
+  cluster.forEach([&](int r) {
+    // Explicit: rank r sends (p + r) % 3 rows to rank p; row value = 1000 * r + p.
+    std::vector<int64_t> splits(n);
+    std::vector<float> in;
+    for (int p = 0; p < n; ++p) {
+      splits[p] = (p + r) % 3;
+      for (int64_t k = 0; k < splits[p] * 2; ++k) in.push_back(1000.0f * r + p);
+    }
+    Request q;
+    q.type = OpType::kAlltoall;
+    q.name = "a2a";
+    q.dtype = DataType::kFloat32;
+    q.rows = static_cast<int64_t>(in.size() / 2);
+    q.row_elements = 2;
+    q.splits = splits;
+    q.input = in.data();
+    auto w = cluster[r].enqueue(q);
+    w->wait();
+    std::vector<float> want;
+    for (int p = 0; p < n; ++p) {
+      REQUIRE(w->received_splits[p] == (r + p) % 3);
+      for (int64_t k = 0; k < ((r + p) % 3) * 2; ++k) want.push_back(1000.0f * p + r);
+    }
+    REQUIRE(w->result.size() == want.size() * 4);
+    REQUIRE(std::memcmp(w->result.data(), want.data(), want.size() * 4) == 0);
+
+    // Even: n rows, one to each rank.
+    std::vector<int64_t> even(n);
+    for (int p = 0; p < n; ++p) even[p] = r * 10 + p;
+    Request e;
+    e.type = OpType::kAlltoall;
+    e.name = "a2a_even";
+    e.dtype = DataType::kInt64;
+    e.rows = n;
+    e.input = even.data();
+    auto we = cluster[r].enqueue(e);
+    we->wait();
+    const auto* got = reinterpret_cast<const int64_t*>(we->result.data());
+    for (int p = 0; p < n; ++p) REQUIRE(got[p] == p * 10 + r);
+  });
+}
+
+TEST_CASE("reducescatter with uneven rows, sum and average", "[inprocess]") {
+  const int n = GENERATE(1, 2, 3);
+  Cluster cluster(n);
+  cluster.forEach([&](int r) {
+    const int64_t rows = 7, width = 2;
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      std::vector<double> in(rows * width);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>(i) + r;
+      Request q;
+      q.type = OpType::kReducescatter;
+      q.name = std::string("rs") + hvd::gloo_backend::name(op);
+      q.dtype = DataType::kFloat64;
+      q.op = op;
+      q.rows = rows;
+      q.row_elements = width;
+      q.input = in.data();
+      auto w = cluster[r].enqueue(q);
+      w->wait();
+      const int64_t base = rows / n, extra = rows % n;
+      const int64_t mine = base + (r < extra), first = r * base + std::min<int64_t>(r, extra);
+      REQUIRE(w->result_rows == mine);
+      const auto* got = reinterpret_cast<const double*>(w->result.data());
+      for (int64_t i = 0; i < mine * width; ++i) {
+        const double idx = static_cast<double>(first * width + i);
+        double want = idx * n + n * (n - 1) / 2.0;
+        if (op == ReduceOp::kAverage) want /= n;
+        REQUIRE(got[i] == Approx(want));
+      }
+    }
+  });
+}
+
+TEST_CASE("ranks submitting in different orders agree on one order", "[inprocess]") {
+  Cluster cluster(4);
+  cluster.forEach([&](int r) {
+    constexpr int kOps = 20;
+    std::vector<std::vector<float>> bufs(kOps, std::vector<float>(10, 1.0f));
+    std::vector<std::shared_ptr<Work>> works(kOps);
+    for (int k = 0; k < kOps; ++k) {
+      const int i = (k + r * 7) % kOps;  // a different rotation per rank
+      Request q;
+      q.name = "t" + std::to_string(i);
+      q.op = ReduceOp::kSum;
+      q.rows = 10;
+      q.input = q.output = bufs[i].data();
+      works[i] = cluster[r].enqueue(q);
+    }
+    for (int i = 0; i < kOps; ++i) {
+      works[i]->wait();
+      for (float x : bufs[i]) REQUIRE(x == 4.0f);
+    }
+  });
+}
+
+TEST_CASE("barrier and join", "[inprocess]") {
+  Cluster cluster(3);
+  cluster.forEach([&](int r) {
+    Request b;
+    b.type = OpType::kBarrier;
+    cluster[r].enqueue(b)->wait();
+    // Rank 2 joins at once; ranks 0 and 1 still allreduce, rank 2 contributes zeros.
+    if (r != 2) {
+      std::vector<float> v(4, 1.0f);
+      Request q;
+      q.name = "after_join";
+      q.op = ReduceOp::kSum;
+      q.rows = 4;
+      q.input = q.output = v.data();
+      cluster[r].enqueue(q)->wait();
+      for (float x : v) REQUIRE(x == 2.0f);
+    }
+    Request j;
+    j.type = OpType::kJoin;
+    auto w = cluster[r].enqueue(j);
+    w->wait();
+    REQUIRE(w->result_int >= 0);
+    REQUIRE(w->result_int != 2);  // rank 2 joined first
+  });
+}
+
+TEST_CASE("mismatches fail the operation on every rank with the tensor, values and ranks", "[inprocess]") {
+  Cluster cluster(3);
+  struct Variant {
+    const char* what;
+    std::function<void(Request&, int)> apply;
+    const char* expect;
+  };
+  const std::vector<Variant> variants = {
+      {"dtype", [](Request& q, int r) { if (r == 1) q.dtype = DataType::kInt32; },
+       "Mismatched allreduce data types for tensor 'm_dtype': float32 on ranks [0, 2], int32 on ranks [1]"},
+      {"shape", [](Request& q, int r) { if (r == 2) q.rows = 3; },
+       "Mismatched allreduce shapes for tensor 'm_shape': 3 elements on ranks [2], 4 elements on ranks [0, 1]"},
+      {"op", [](Request& q, int r) { if (r == 0) q.op = ReduceOp::kMax; },
+       "Mismatched allreduce reduce operations for tensor 'm_op': max on ranks [0], sum on ranks [1, 2]"},
+      {"prescale", [](Request& q, int r) { if (r == 1) q.prescale = 2.0; },
+       "Mismatched allreduce prescale factors for tensor 'm_prescale': 1 on ranks [0, 2], 2 on ranks [1]"},
+      {"type", [](Request& q, int r) { if (r == 2) { q.type = OpType::kBroadcast; q.root = 0; } },
+       "Mismatched operations for tensor 'm_type': allreduce on ranks [0, 1], broadcast on ranks [2]"},
+  };
+  cluster.forEach([&](int r) {
+    for (const auto& v : variants) {
+      std::vector<float> buf(4, 1.0f);
+      Request q;
+      q.name = std::string("m_") + v.what;
+      q.op = ReduceOp::kSum;
+      q.rows = 4;
+      q.input = q.output = buf.data();
+      v.apply(q, r);
+      auto w = cluster[r].enqueue(q);
+      try {
+        w->wait();
+        FAIL("rank " << r << ": mismatched " << v.what << " succeeded");
+      } catch (const MismatchError& e) {
+        REQUIRE(std::string(e.what()) == v.expect);
+      }
+    }
+    // The runtime keeps working after mismatches.
+    std::vector<float> ok(2, 1.0f);
+    Request q;
+    q.name = "after_mismatch";
+    q.op = ReduceOp::kSum;
+    q.rows = 2;
+    q.input = q.output = ok.data();
+    cluster[r].enqueue(q)->wait();
+    REQUIRE(ok[0] == 3.0f);
+  });
+}
+
+TEST_CASE("bad arguments are rejected at once with the offending value", "[inprocess]") {
+  Cluster cluster(2);
+  cluster.forEach([&](int r) {
+    std::vector<float> buf(4);
+    Request q;
+    q.name = "dup";
+    q.rows = 4;
+    q.input = q.output = buf.data();
+    // The same name twice in flight on one rank.
+    auto first = cluster[r].enqueue(q);
+    REQUIRE_THROWS_WITH(cluster[r].enqueue(q), Catch::Contains("same name as another tensor") && Catch::Contains("'dup'"));
+    first->wait();
+
+    Request b;
+    b.type = OpType::kBroadcast;
+    b.name = "badroot";
+    b.root = 5;
+    b.rows = 4;
+    b.input = b.output = buf.data();
+    REQUIRE_THROWS_WITH(cluster[r].enqueue(b), Catch::Contains("invalid root rank 5"));
+
+    Request s;
+    s.type = OpType::kReducescatter;
+    s.name = "rsmax";
+    s.op = ReduceOp::kMax;
+    s.rows = 4;
+    s.input = buf.data();
+    REQUIRE_THROWS_WITH(cluster[r].enqueue(s), Catch::Contains("reducescatter supports sum and average only, got max"));
+
+    Request a;
+    a.type = OpType::kAlltoall;
+    a.name = "a2a_bad";
+    a.rows = 3;
+    a.input = buf.data();
+    REQUIRE_THROWS_WITH(cluster[r].enqueue(a), Catch::Contains("(3) is not an even multiple of the number of workers (2)"));
+  });
+}
+
+TEST_CASE("after shutdown, pending and new operations fail with ShutDownError", "[inprocess]") {
+  Cluster cluster(2);
+  // Rank 0 submits an op rank 1 never submits, then rank 1 shuts the job down.
+  std::vector<float> buf(2, 1.0f);
+  Request q;
+  q.name = "orphan";
+  q.rows = 2;
+  q.input = q.output = buf.data();
+  auto w = cluster[0].enqueue(q);
+  cluster[1].shutdown();
+  REQUIRE_THROWS_AS(w->wait(), ShutDownError);
+  REQUIRE_THROWS_AS(cluster[0].enqueue(q), ShutDownError);
+  cluster[0].shutdown();
+  REQUIRE(cluster[0].stopped());
+}
+
+TEST_CASE("no CUDA runtime here: the CPU is used without error", "[inprocess]") {
+  Cluster cluster(1);
+  REQUIRE(cluster[0].device() == -1);
+  Cluster disabled(1, [](RuntimeOptions& o) { o.gpu_pinning = false; });
+  REQUIRE(disabled[0].device() == -1);
+}
