@@ -162,9 +162,11 @@ struct HttpStore::Impl {
   }
 
   // Sends a request, retrying with backoff while the server cannot be reached (it may not be up yet),
-  // until deadline. idempotent=false: a request that may have reached the server is not resent.
+  // until deadline. Each attempt may last until deadline + grace (a long poll is answered at the
+  // deadline, and the answer needs time to arrive). idempotent=false: a request that may have reached
+  // the server is not resent.
   Reply request(http::verb method, const std::string& target, const std::string& body, Clock::time_point deadline,
-                std::chrono::milliseconds exchange_timeout, bool idempotent) {
+                bool idempotent, std::chrono::milliseconds grace = std::chrono::milliseconds(0)) {
     http::request<http::string_body> req{method, target, 11};
     req.set(http::field::host, options.host);
     if (options.token) req.set(kTokenHeader, *options.token);
@@ -181,7 +183,7 @@ struct HttpStore::Impl {
       auto c = take();
       Reply reply;
       bool stale = false;
-      const auto timeout = std::max(std::chrono::milliseconds(1), std::min(exchange_timeout, until(deadline)));
+      const auto timeout = std::max(std::chrono::milliseconds(1), until(deadline) + grace);
       error_code ec = exchange(*c, req, reply, timeout, stale);
       if (!ec && reply.status != 503) {
         if (c->connected) giveBack(std::move(c));
@@ -264,14 +266,13 @@ std::string HttpStore::describe() const { return impl_->name; }
 void HttpStore::set(const std::string& key, const Bytes& value) {
   const auto& o = impl_->options;
   auto reply = impl_->request(http::verb::put, impl_->path(key), std::string(value.begin(), value.end()),
-                              Clock::now() + o.request_deadline, o.request_deadline, true);
+                              Clock::now() + o.request_deadline, true);
   if (reply.status != 200) impl_->fail(http::verb::put, key, reply);
 }
 
 std::optional<Bytes> HttpStore::tryGet(const std::string& key) {
   const auto& o = impl_->options;
-  auto reply = impl_->request(http::verb::get, impl_->path(key), {}, Clock::now() + o.request_deadline,
-                              o.request_deadline, true);
+  auto reply = impl_->request(http::verb::get, impl_->path(key), {}, Clock::now() + o.request_deadline, true);
   if (reply.status == 404) return std::nullopt;
   if (reply.status != 200) impl_->fail(http::verb::get, key, reply);
   return Bytes(reply.body.begin(), reply.body.end());
@@ -289,10 +290,10 @@ void HttpStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
     const bool long_poll = impl_->long_poll;
     if (long_poll) {
       // The server answers at the wait deadline at the latest; the grace lets that answer arrive.
-      reply = impl_->request(http::verb::get, path + "?wait_ms=" + std::to_string(remaining.count()), {},
-                             deadline + kLongPollGrace, remaining + kLongPollGrace, true);
+      reply = impl_->request(http::verb::get, path + "?wait_ms=" + std::to_string(remaining.count()), {}, deadline,
+                             true, kLongPollGrace);
     } else {
-      reply = impl_->request(http::verb::get, path, {}, deadline, impl_->options.request_deadline, true);
+      reply = impl_->request(http::verb::get, path, {}, deadline, true);
     }
     if (reply.status == 200) {
       ++next;
@@ -327,7 +328,7 @@ void HttpStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
 int64_t HttpStore::add(const std::string& key, int64_t delta) {
   const auto& o = impl_->options;
   auto reply = impl_->request(http::verb::post, impl_->path(key) + "?add=" + std::to_string(delta), {},
-                              Clock::now() + o.request_deadline, o.request_deadline, false);
+                              Clock::now() + o.request_deadline, false);
   if (reply.status != 200) impl_->fail(http::verb::post, key, reply);
   try {
     return std::stoll(reply.body);
@@ -339,8 +340,8 @@ int64_t HttpStore::add(const std::string& key, int64_t delta) {
 
 void HttpStore::deleteKey(const std::string& key) {
   const auto& o = impl_->options;
-  auto reply = impl_->request(http::verb::delete_, impl_->path(key), {}, Clock::now() + o.request_deadline,
-                              o.request_deadline, true);
+  auto reply =
+      impl_->request(http::verb::delete_, impl_->path(key), {}, Clock::now() + o.request_deadline, true);
   if (reply.status != 200) impl_->fail(http::verb::delete_, key, reply);
 }
 

@@ -86,7 +86,10 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, std::shared_ptr<ServerCore> server)
-      : server_(std::move(server)), stream_(std::move(socket)), wait_timer_(stream_.get_executor()) {
+      : server_(std::move(server)),
+        stream_(std::move(socket)),
+        read_timer_(stream_.get_executor()),
+        wait_timer_(stream_.get_executor()) {
     server_->state.connectionOpened();
   }
   ~Session() {
@@ -109,16 +112,26 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(options().max_value_bytes);
     parser_->header_limit(static_cast<uint32_t>(options().max_key_bytes + kHeaderAllowance));
     // The whole request must arrive within read_timeout: a client that trickles bytes (slowloris) or
-    // idles on a keep-alive connection is cut off.
-    stream_.expires_after(options().read_timeout);
+    // idles on a keep-alive connection is cut off. Our own timer rather than tcp_stream's expiry, which
+    // closes the socket: a half-received request deserves a 408 first.
+    stream_.expires_never();
+    read_timed_out_ = false;
+    read_timer_.expires_after(options().read_timeout);
+    read_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->closed_) return;
+      self->read_timed_out_ = true;
+      error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::onRead, shared_from_this()));
   }
 
   void onRead(error_code ec, size_t) {
+    read_timer_.cancel();
     if (closed_) return;
     if (ec) {
       const unsigned version = parser_->is_header_done() ? parser_->get().version() : 11;
-      if (ec == beast::error::timeout) {
+      if (read_timed_out_) {
         // A request that had begun gets Horovod's 408; an idle keep-alive connection just closes.
         if (parser_->got_some() || buffer_.size() > 0) {
           sendError(http::status::request_timeout,
@@ -201,6 +214,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void doClose() {
     if (closed_) return;
     closed_ = true;
+    read_timer_.cancel();
     wait_timer_.cancel();
     error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -213,6 +227,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   Request request_;
   Response response_;
+  net::steady_timer read_timer_;
+  bool read_timed_out_ = false;
   net::steady_timer wait_timer_;
   std::optional<uint64_t> waiter_id_;
   std::optional<KvState::Clock::time_point> wait_deadline_;

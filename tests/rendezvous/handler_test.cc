@@ -1,0 +1,270 @@
+// The rendezvous protocol through the pure handler: no sockets, one request at a time.
+#include <catch2/catch.hpp>
+
+#include "rendezvous/handler.h"
+#include "rendezvous/token.h"
+
+using namespace hvd::rendezvous;
+using namespace std::chrono_literals;
+namespace http = boost::beast::http;
+
+namespace {
+
+Request request(http::verb method, const std::string& target, std::string body = {}, unsigned version = 11) {
+  Request req{method, target, version};
+  req.set(http::field::host, "127.0.0.1");
+  req.body() = std::move(body);
+  if (method == http::verb::put || !req.body().empty()) req.prepare_payload();
+  return req;
+}
+
+Response answer(KvState& state, const Request& req) {
+  Outcome out = handle(req, state);
+  REQUIRE(out.response.has_value());
+  return std::move(*out.response);
+}
+
+unsigned status(KvState& state, http::verb method, const std::string& target, std::string body = {}) {
+  return answer(state, request(method, target, std::move(body))).result_int();
+}
+
+}  // namespace
+
+TEST_CASE("handler: PUT, GET and overwrite with binary bodies", "[handler]") {
+  KvState state({});
+  const std::string value("ab\0cd", 5);
+  auto put = answer(state, request(http::verb::put, "/global/rank_0", value));
+  CHECK(put.result_int() == 200);
+  CHECK(put.body().empty());
+  auto get = answer(state, request(http::verb::get, "/global/rank_0"));
+  CHECK(get.result_int() == 200);
+  CHECK(get.body() == value);
+  CHECK(get[http::field::content_length] == "5");
+  CHECK(status(state, http::verb::put, "/global/rank_0", "new") == 200);
+  CHECK(answer(state, request(http::verb::get, "/global/rank_0")).body() == "new");
+  auto missing = answer(state, request(http::verb::get, "/global/rank_9"));
+  CHECK(missing.result_int() == 404);
+  CHECK(missing.body().empty());
+  CHECK(missing[http::field::content_length] == "0");
+}
+
+TEST_CASE("handler: answers in the request's HTTP version, keep-alive only when asked", "[handler]") {
+  KvState state({});
+  auto v10 = answer(state, request(http::verb::get, "/s/k", {}, 10));
+  CHECK(v10.version() == 10);
+  CHECK_FALSE(v10.keep_alive());
+  auto v11 = answer(state, request(http::verb::get, "/s/k", {}, 11));
+  CHECK(v11.version() == 11);
+  CHECK(v11.keep_alive());
+  auto req = request(http::verb::get, "/s/k", {}, 10);
+  req.keep_alive(true);
+  CHECK(answer(state, req).keep_alive());
+  auto close = request(http::verb::get, "/s/k", {}, 11);
+  close.keep_alive(false);
+  CHECK_FALSE(answer(state, close).keep_alive());
+}
+
+TEST_CASE("handler: malformed paths and queries get 400 naming the target", "[handler]") {
+  KvState state({});
+  for (const std::string target : {"/a/b/c", "/onlyscope", "/", "//k", "/s/", "/s/%zz", "/s/k%4", "noslash",
+                                   "/s/k?bogus=1", "/s/k?wait_ms=-5", "/s/k?wait_ms=abc", "/s/k?wait_ms"}) {
+    INFO(target);
+    auto res = answer(state, request(http::verb::get, target));
+    CHECK(res.result_int() == 400);
+    if (target.find('?') == std::string::npos) CHECK_THAT(res.body(), Catch::Contains(target));
+  }
+  CHECK(status(state, http::verb::put, "/a/b/c", "x") == 400);
+  CHECK(status(state, http::verb::delete_, "/a/b/c") == 400);
+  CHECK(status(state, http::verb::post, "/s/k") == 400);
+  CHECK(status(state, http::verb::post, "/s/k?add=x") == 400);
+  CHECK(status(state, http::verb::put, "/s/k?add=1", "x") == 400);
+}
+
+TEST_CASE("handler: unknown methods get 405 with Allow", "[handler]") {
+  KvState state({});
+  for (auto verb : {http::verb::head, http::verb::options, http::verb::patch, http::verb::connect}) {
+    auto res = answer(state, request(verb, "/s/k"));
+    CHECK(res.result_int() == 405);
+    CHECK(res[http::field::allow] == "GET, PUT, DELETE, POST");
+  }
+  Request custom{http::verb::unknown, "/s/k", 11};
+  custom.method_string("BREW");
+  auto res = answer(state, custom);
+  CHECK(res.result_int() == 405);
+  CHECK_THAT(res.body(), Catch::Contains("BREW"));
+}
+
+TEST_CASE("handler: PUT without Content-Length gets 411", "[handler]") {
+  KvState state({});
+  Request req{http::verb::put, "/s/k", 11};
+  CHECK(answer(state, req).result_int() == 411);
+  CHECK_FALSE(state.get("s", "k").has_value());
+}
+
+TEST_CASE("handler: size limits give 413", "[handler]") {
+  ServerOptions options;
+  options.max_key_bytes = 16;
+  options.max_value_bytes = 10;
+  KvState state(options);
+  CHECK(status(state, http::verb::put, "/s/k", std::string(10, 'x')) == 200);
+  CHECK(status(state, http::verb::put, "/s/" + std::string(15, 'k'), "x") == 200);
+  auto big = answer(state, request(http::verb::put, "/s/k", std::string(11, 'x')));
+  CHECK(big.result_int() == 413);
+  CHECK_THAT(big.body(), Catch::Contains("11 bytes") && Catch::Contains("10 bytes"));
+  CHECK(status(state, http::verb::put, "/s/" + std::string(16, 'k'), "x") == 413);
+  CHECK(status(state, http::verb::get, "/s/" + std::string(200, 'k')) == 413);
+}
+
+TEST_CASE("handler: %-escapes are decoded, so keys may hold '/'", "[handler]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/job/t%2Fa", "v") == 200);
+  CHECK(state.get("job", "t/a") == std::optional<std::string>("v"));
+  CHECK(percentEncode("t/a b") == "t%2Fa%20b");
+  CHECK(percentDecode(percentEncode(std::string("\0\xff/%", 4))) == std::string("\0\xff/%", 4));
+}
+
+TEST_CASE("handler: DELETE finalizes sized scopes and deletes keys of ad-hoc scopes", "[handler]") {
+  KvState state({});
+  state.setScopeSizes({{"global", 2}, {"local_h", 2}, {"cross_0", 1}});
+  for (const char* scope : {"global", "local_h"}) {
+    for (const char* key : {"rank_0", "rank_1", "0", "1"}) {
+      REQUIRE(status(state, http::verb::put, std::string("/") + scope + "/" + key, "x") == 200);
+    }
+  }
+  // One rank of global finishes: nothing is deleted yet (peers may still read its address).
+  CHECK(status(state, http::verb::delete_, "/global/0") == 200);
+  CHECK(status(state, http::verb::get, "/global/0") == 200);
+  // The same rank finishing twice counts once.
+  CHECK(status(state, http::verb::delete_, "/global/0") == 200);
+  CHECK(status(state, http::verb::get, "/global/1") == 200);
+  CHECK(state.scopes().at("global").finished_ranks == std::vector<int>{0});
+  // local_h: one rank finished; this must survive global's completion (Horovod wiped every scope's list).
+  CHECK(status(state, http::verb::delete_, "/local_h/1") == 200);
+  CHECK(status(state, http::verb::delete_, "/global/1") == 200);
+  CHECK(status(state, http::verb::get, "/global/0") == 404);
+  CHECK(status(state, http::verb::get, "/global/rank_1") == 404);
+  CHECK(status(state, http::verb::get, "/local_h/0") == 200);
+  CHECK(status(state, http::verb::delete_, "/local_h/0") == 200);
+  CHECK(status(state, http::verb::get, "/local_h/0") == 404);
+  CHECK(state.scopes().at("local_h").finished_ranks.empty());
+  // Ad-hoc scope: DELETE removes the key, then the scope.
+  CHECK(status(state, http::verb::put, "/global_process_set_hash_ab/0", "x") == 200);
+  CHECK(status(state, http::verb::put, "/global_process_set_hash_ab/1", "x") == 200);
+  CHECK(status(state, http::verb::delete_, "/global_process_set_hash_ab/0") == 200);
+  CHECK(status(state, http::verb::get, "/global_process_set_hash_ab/0") == 404);
+  CHECK(status(state, http::verb::get, "/global_process_set_hash_ab/1") == 200);
+  CHECK(status(state, http::verb::delete_, "/global_process_set_hash_ab/1") == 200);
+  CHECK(state.scopes().count("global_process_set_hash_ab") == 0);
+  CHECK(status(state, http::verb::delete_, "/never/seen") == 200);
+}
+
+TEST_CASE("handler: setScopeSizes clears all data", "[handler]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/global/0", "x") == 200);
+  state.setScopeSizes({{"global", 4}});
+  CHECK(status(state, http::verb::get, "/global/0") == 404);
+  CHECK(state.scopes().at("global").size == 4);
+}
+
+TEST_CASE("handler: POST ?add= is an atomic counter", "[handler]") {
+  KvState state({});
+  CHECK(answer(state, request(http::verb::post, "/s/n?add=3")).body() == "3");
+  CHECK(answer(state, request(http::verb::post, "/s/n?add=-10")).body() == "-7");
+  CHECK(status(state, http::verb::put, "/s/text", "abc") == 200);
+  auto conflict = answer(state, request(http::verb::post, "/s/text?add=1"));
+  CHECK(conflict.result_int() == 409);
+  CHECK_THAT(conflict.body(), Catch::Contains("s/text"));
+}
+
+TEST_CASE("handler: long poll parks until the key exists", "[handler]") {
+  ServerOptions options;
+  options.max_wait = 5000ms;
+  KvState state(options);
+  Outcome parked = handle(request(http::verb::get, "/s/k?wait_ms=60000"), state);
+  REQUIRE_FALSE(parked.response.has_value());
+  CHECK(parked.wait_scope == "s");
+  CHECK(parked.wait_key == "k");
+  CHECK(parked.wait_for == 5000ms);  // capped by max_wait
+
+  int woken = 0;
+  auto id = state.addWaiter("s", "k", [&] { ++woken; });
+  REQUIRE(id.has_value());
+  auto cancelled = state.addWaiter("s", "k", [&] { woken += 100; });
+  state.cancelWaiter(*cancelled);
+  state.put("s", "other", "x");
+  CHECK(woken == 0);
+  state.put("s", "k", "v");
+  CHECK(woken == 1);
+  state.put("s", "k", "v2");  // a waiter fires once
+  CHECK(woken == 1);
+  CHECK_FALSE(state.addWaiter("s", "k", [] {}).has_value());  // present: no waiter needed
+
+  auto now = handle(request(http::verb::get, "/s/k?wait_ms=100"), state);
+  REQUIRE(now.response);
+  CHECK(now.response->body() == "v2");
+  CHECK((*now.response)[kLongPollHeader] == "1");
+  auto expired = handle(request(http::verb::get, "/s/absent?wait_ms=100"), state, /*allow_wait=*/false);
+  REQUIRE(expired.response);
+  CHECK(expired.response->result_int() == 404);
+  CHECK((*expired.response)[kLongPollHeader] == "1");
+  auto zero = handle(request(http::verb::get, "/s/absent?wait_ms=0"), state);
+  REQUIRE(zero.response);
+  CHECK(zero.response->result_int() == 404);
+}
+
+TEST_CASE("handler: token required when configured; /status stays open", "[handler]") {
+  ServerOptions options;
+  options.token = "sesame";
+  KvState state(options);
+  auto none = answer(state, request(http::verb::put, "/s/k", "v"));
+  CHECK(none.result_int() == 401);
+  CHECK_THAT(none.body(), Catch::Contains(kTokenHeader) && Catch::Contains(kTokenEnv));
+  auto wrong = request(http::verb::put, "/s/k", "v");
+  wrong.set(kTokenHeader, "sesamE");
+  CHECK(answer(state, wrong).result_int() == 403);
+  CHECK_FALSE(state.get("s", "k").has_value());
+  auto right = request(http::verb::put, "/s/k", "v");
+  right.set(kTokenHeader, "sesame");
+  CHECK(answer(state, right).result_int() == 200);
+  CHECK(answer(state, request(http::verb::get, "/status")).result_int() == 200);
+}
+
+TEST_CASE("handler: GET /status reports scopes, keys, joined ranks and uptime", "[handler]") {
+  KvState state({});
+  state.setScopeSizes({{"global", 3}});
+  CHECK(status(state, http::verb::put, "/global/rank_0", "h") == 200);
+  CHECK(status(state, http::verb::put, "/global/2", "addr") == 200);
+  CHECK(status(state, http::verb::delete_, "/global/2") == 200);
+  auto res = answer(state, request(http::verb::get, "/status"));
+  CHECK(res[http::field::content_type] == "application/json");
+  auto json = nlohmann::json::parse(res.body());
+  CHECK(json["scopes"]["global"]["size"] == 3);
+  CHECK(json["scopes"]["global"]["joined_ranks"] == nlohmann::json::array({0, 2}));
+  CHECK(json["scopes"]["global"]["finished_ranks"] == nlohmann::json::array({2}));
+  CHECK(json["scopes"]["global"]["keys"] == nlohmann::json::array({"2", "rank_0"}));
+  CHECK(json["uptime_s"].get<double>() >= 0);
+}
+
+TEST_CASE("rankOfKey reads Gloo's rank keys only", "[handler]") {
+  CHECK(rankOfKey("rank_12") == 12);
+  CHECK(rankOfKey("7") == 7);
+  CHECK_FALSE(rankOfKey("rank_").has_value());
+  CHECK_FALSE(rankOfKey("x7").has_value());
+  CHECK_FALSE(rankOfKey("12345678901").has_value());
+}
+
+TEST_CASE("tokens: generated, compared, read from files", "[token]") {
+  const auto a = generateToken();
+  CHECK(a.size() == 64);
+  CHECK(a != generateToken());
+  CHECK(tokensEqual(a, a));
+  CHECK_FALSE(tokensEqual(a.substr(1), a));
+  CHECK_FALSE(tokensEqual(a + "x", a));
+  CHECK_THROWS_WITH(readTokenFile("/nonexistent/token"), Catch::Contains("/nonexistent/token"));
+  ::setenv(kTokenEnv, "abc", 1);
+  CHECK(tokenFromEnvironment() == std::optional<std::string>("abc"));
+  ::setenv(kTokenEnv, "", 1);
+  CHECK_FALSE(tokenFromEnvironment().has_value());
+  ::unsetenv(kTokenEnv);
+  CHECK_FALSE(tokenFromEnvironment().has_value());
+}

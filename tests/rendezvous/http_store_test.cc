@@ -1,0 +1,183 @@
+// HttpStore against real servers: retries while the server is not up yet, timeout messages that name
+// server, scope, keys and ranks, token errors, and the fallback to polling against a server without
+// long poll (one that behaves like Horovod's own).
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "rendezvous/error.h"
+#include "rendezvous/handler.h"
+#include "rendezvous/http_store.h"
+#include "tests/rendezvous/test_server.h"
+
+using namespace hvd::rendezvous;
+using namespace hvd::rendezvous::testing;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace net = boost::asio;
+namespace http = boost::beast::http;
+
+namespace {
+
+Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+// A port that was free a moment ago (bound, read back, released).
+uint16_t freePort() {
+  net::io_context ioc;
+  net::ip::tcp::acceptor acceptor(ioc, {net::ip::make_address("127.0.0.1"), 0});
+  return acceptor.local_endpoint().port();
+}
+
+// Behaves like Horovod's Python server where it matters here: one request per connection, HTTP/1.0
+// answers, no long poll — the query string is taken as part of the key.
+class HorovodLikeServer {
+ public:
+  HorovodLikeServer() : acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}), state_(ServerOptions{}) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~HorovodLikeServer() {
+    stopping_ = true;
+    boost::system::error_code ignored;
+    net::ip::tcp::socket poke(ioc_);
+    poke.connect(acceptor_.local_endpoint(), ignored);  // wakes accept()
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  int requests() const { return requests_; }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      net::ip::tcp::socket socket(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec || stopping_) return;
+      boost::beast::flat_buffer buffer;
+      Request req;
+      http::read(socket, buffer, req, ec);
+      if (ec) continue;
+      ++requests_;
+      // Horovod splits the path at '/', so "/global/0?wait_ms=5" is key "0?wait_ms=5" of scope "global".
+      std::string target(req.target());
+      Request plain = req;
+      if (auto q = target.find('?'); q != std::string::npos) {
+        const auto slash = target.rfind('/', q);
+        plain.target(target.substr(0, slash + 1) + percentEncode(target.substr(slash + 1)));
+      }
+      Outcome outcome = handle(plain, state_, false);
+      Response res = std::move(*outcome.response);
+      res.version(10);
+      res.erase(kLongPollHeader);
+      res.keep_alive(false);
+      http::write(socket, res, ec);
+    }
+  }
+
+  net::io_context ioc_;
+  net::ip::tcp::acceptor acceptor_;
+  KvState state_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> requests_{0};
+};
+
+}  // namespace
+
+TEST_CASE("HttpStore retries with backoff until the server is up", "[httpstore]") {
+  const uint16_t port = freePort();
+  std::unique_ptr<ServerThread> server;
+  std::thread later([&] {
+    std::this_thread::sleep_for(300ms);
+    ServerOptions options;
+    options.port = port;
+    server = std::make_unique<ServerThread>(options);
+  });
+  StoreOptions client;
+  client.host = "127.0.0.1";
+  client.port = port;
+  client.request_deadline = 20s;
+  HttpStore store(client);
+  const auto start = Clock::now();
+  store.set("global/rank_0", bytes("up"));
+  later.join();
+  CHECK(Clock::now() - start >= 250ms);
+  CHECK(store.get("global/rank_0", 5s) == bytes("up"));
+}
+
+TEST_CASE("HttpStore names the server when it never comes up", "[httpstore]") {
+  StoreOptions client;
+  client.host = "127.0.0.1";
+  client.port = freePort();
+  client.request_deadline = 300ms;
+  HttpStore store(client);
+  const std::string where = "http://127.0.0.1:" + std::to_string(client.port);
+  CHECK_THROWS_AS(store.set("global/0", bytes("x")), hvd::StoreError);
+  CHECK_THROWS_WITH(store.tryGet("global/0"), Catch::Contains(where) && Catch::Contains("refused") &&
+                                                  Catch::Contains("attempt"));
+  // wait() keeps retrying the connection until its own deadline, then reports the missing keys.
+  CHECK_THROWS_WITH(store.wait({"global/0"}, 300ms), Catch::Contains(where));
+}
+
+TEST_CASE("HttpStore timeout names server, scope, keys and ranks", "[httpstore]") {
+  ServerThread server;
+  HttpStore store(server.storeOptions());
+  store.set("global/1", bytes("x"));
+  try {
+    store.wait({"global/1", "global/3", "global/rank_5", "global/extra", "local_h/2"}, 300ms);
+    FAIL("wait did not time out");
+  } catch (const hvd::RendezvousTimeout& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("http://127.0.0.1:" + std::to_string(server.port())));
+    CHECK_THAT(what, Catch::Contains("[global/3, global/rank_5, global/extra, local_h/2]"));
+    CHECK_THAT(what, Catch::Contains("scope 'global' is missing the keys of rank(s) [3, 5] and keys [extra]"));
+    CHECK_THAT(what, Catch::Contains("scope 'local_h' is missing the keys of rank(s) [2]"));
+    CHECK_THAT(what, !Catch::Contains("global/1,"));
+  }
+}
+
+TEST_CASE("HttpStore reports a rejected token", "[httpstore]") {
+  ServerOptions options;
+  options.token = "right";
+  ServerThread server(options);
+  StoreOptions client = server.storeOptions();
+  HttpStore none(client);
+  CHECK_THROWS_WITH(none.set("s/k", bytes("v")), Catch::Contains("401") && Catch::Contains("HVD_RENDEZVOUS_TOKEN"));
+  client.token = "wrong";
+  HttpStore wrong(client);
+  CHECK_THROWS_WITH(wrong.tryGet("s/k"), Catch::Contains("403") && Catch::Contains("s/k"));
+  client.token = "right";
+  HttpStore right(client);
+  right.set("s/k", bytes("v"));
+  CHECK(right.get("s/k", 1s) == bytes("v"));
+}
+
+TEST_CASE("HttpStore rejects keys without a scope", "[httpstore]") {
+  ServerThread server;
+  HttpStore store(server.storeOptions());
+  CHECK_THROWS_WITH(store.set("noscope", bytes("v")), Catch::Contains("'noscope'") && Catch::Contains("<scope>/<key>"));
+}
+
+TEST_CASE("HttpStore falls back to polling against a server without long poll", "[httpstore][compat]") {
+  HorovodLikeServer server;
+  StoreOptions client;
+  client.host = "127.0.0.1";
+  client.port = server.port();
+  HttpStore store(client);
+  store.set("global/0", bytes("addr0"));
+  CHECK(store.get("global/0", 5s) == bytes("addr0"));
+  std::thread late([&] {
+    std::this_thread::sleep_for(200ms);
+    HttpStore other(client);
+    other.set("global/1", bytes("addr1"));
+  });
+  store.wait({"global/1"}, 10s);
+  late.join();
+  CHECK(store.get("global/1", 1s) == bytes("addr1"));
+  CHECK_THROWS_AS(store.wait({"global/2"}, 200ms), hvd::RendezvousTimeout);
+  CHECK(server.requests() < 100);  // polling backs off (Horovod's client polls every 10 ms)
+}
