@@ -87,8 +87,11 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
   }
   DaemonOptions out;
   out.server.bind_address = bind;
-  const int port = port_text == "0" ? 0 : parsePositive(port_text, "--port");
-  if (port > 65535) throw UsageError(detail::concat("invalid --port '", port_text, "': must be 0..65535"));
+  int port = -1;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port < 0 || port > 65535) {
+    throw UsageError(detail::concat("invalid --port '", port_text, "': expected 0..65535 (0: an ephemeral port)"));
+  }
   out.server.port = static_cast<uint16_t>(port);
   if (vm.count("token-file") && vm.count("no-token")) {
     throw UsageError("--token-file and --no-token exclude each other");
