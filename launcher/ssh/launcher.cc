@@ -336,7 +336,13 @@ void SshLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts, c
     std::string why;
     if (!r.end.error.empty()) why = r.end.error;
     else if (r.end.exit_code && *r.end.exit_code == 124) why = "timed out after 5s";
-    else why = lastLine(r.output).empty() ? "connect failed" : lastLine(r.output);
+    else {
+      // bash says "bash: line 1: /dev/tcp/ADDR/PORT: Connection refused"; keep the cause.
+      const std::string line = lastLine(r.output);
+      const auto colon = line.rfind(": ");
+      why = line.empty() ? "connect failed, exit code " + std::to_string(r.end.exit_code.value_or(-1))
+                         : colon == std::string::npos ? line : line.substr(colon + 2);
+    }
     errors[i] = "host " + targets[i].describe() + " cannot reach the rendezvous server at " + address + ":" +
                 std::to_string(port) + " (" + why + "); choose a reachable address with --network-interface";
   }

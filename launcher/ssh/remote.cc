@@ -27,7 +27,7 @@ bool isShellIdentifier(std::string_view name) {
 
 const std::string& bootstrapCommand() {
   static const std::string command =
-      "exec bash -c 'IFS= read -r n && eval \"$(head -c \"$n\")\"' hvdrun-worker";
+      "exec bash --norc --noprofile -c 'IFS= read -r n && eval \"$(head -c \"$n\")\"' hvdrun-worker";
   return command;
 }
 

@@ -2,7 +2,7 @@
 //
 // The command line carries no job data at all (so nothing secret can show up in `ps` on the remote
 // host): it is
-//     exec bash -c 'IFS= read -r n && eval "$(head -c "$n")"' hvdrun-worker
+//     exec bash --norc --noprofile -c 'IFS= read -r n && eval "$(head -c "$n")"' hvdrun-worker
 // which reads a length line and then exactly that many bytes of script from the channel's stdin.
 // The script (bash) then
 //   1. changes to the launcher's working directory, or prints

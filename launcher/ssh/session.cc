@@ -254,6 +254,7 @@ asio::awaitable<std::shared_ptr<Session>> Session::connect(Target target, Connec
     }
     if (ec) self->fail("cannot connect: " + ec.message());
     self->socket_.set_option(tcp::no_delay(true));
+    deadline->phase = "ssh handshake";
     co_await self->handshake(options);
     deadline->phase = "checking the host key";
     self->checkHostKey(options);

@@ -1,0 +1,105 @@
+// Table tests for the ~/.ssh/config reader and the remote shell quoting (no network).
+#include <catch2/catch.hpp>
+
+#include "launcher/ssh/config.h"
+#include "launcher/ssh/remote.h"
+#include "rendezvous/error.h"
+
+using hvd::launcher::ssh::matchPattern;
+using hvd::launcher::ssh::SshConfig;
+
+TEST_CASE("ssh host patterns match like OpenSSH's") {
+  struct Row {
+    const char* pattern;
+    const char* host;
+    bool match;
+  };
+  const Row rows[] = {
+      {"*", "anything", true},          {"node?", "node1", true},          {"node?", "node12", false},
+      {"node*", "node", true},          {"node*", "node-a.example", true}, {"*.example.com", "a.example.com", true},
+      {"*.example.com", "example.com", false}, {"NODE1", "node1", true},   {"n*d*1", "node1", true},
+      {"n*d*1", "node2", false},        {"?", "", false},                  {"", "", true},
+      {"a*b*c", "aXbYbZc", true},       {"10.0.0.*", "10.0.0.7", true},    {"10.0.0.?", "10.0.0.17", false},
+  };
+  for (const auto& r : rows) {
+    INFO(r.pattern << " vs " << r.host);
+    CHECK(matchPattern(r.pattern, r.host) == r.match);
+  }
+}
+
+TEST_CASE("ssh config: first value wins, IdentityFile accumulates, tokens expand") {
+  const auto cfg = SshConfig::parse(
+      "# global\n"
+      "IdentityFile ~/.ssh/global_key\n"
+      "Host gpu? !gpu9\n"
+      "  HostName %h.cluster.example\n"
+      "  User alice\n"
+      "  Port=2200\n"
+      "  IdentityFile \"%d/.ssh/key for %r@%h\"\n"
+      "Host gpu1\n"
+      "  User bob\n"
+      "  Port 2201\n"
+      "Match host gpu1\n"
+      "  User mallory\n"
+      "Host *\n"
+      "  User carol\n"
+      "  Port 22\n"
+      "  ForwardAgent yes\n",
+      "cfg");
+  auto gpu1 = cfg.lookup("gpu1", "root", "/home/root");
+  CHECK(gpu1.hostname == "gpu1.cluster.example");
+  CHECK(gpu1.user == "alice");
+  CHECK(gpu1.port == 2200);
+  REQUIRE(gpu1.identity_files.size() == 2);
+  CHECK(gpu1.identity_files[0] == "/home/root/.ssh/global_key");
+  CHECK(gpu1.identity_files[1] == "/home/root/.ssh/key for alice@gpu1.cluster.example");
+
+  auto gpu9 = cfg.lookup("gpu9", "root", "/home/root");  // negated: only Host * applies
+  CHECK(gpu9.hostname == "gpu9");
+  CHECK(gpu9.user == "carol");
+  CHECK(gpu9.port == 22);
+
+  auto other = cfg.lookup("db", "root", "/home/root");
+  CHECK(other.hostname == "db");
+  CHECK(other.user == "carol");
+}
+
+TEST_CASE("ssh config: empty and missing configs change nothing") {
+  auto h = SshConfig::parse("", "empty").lookup("h", "u", "/h");
+  CHECK(h.hostname == "h");
+  CHECK_FALSE(h.user);
+  CHECK_FALSE(h.port);
+  CHECK(h.identity_files.empty());
+  auto m = SshConfig::load("/nonexistent/hvd/ssh_config").lookup("h", "u", "/h");
+  CHECK(m.hostname == "h");
+}
+
+TEST_CASE("ssh config: bad lines name file, line and token") {
+  struct Row {
+    const char* text;
+    const char* message;
+  };
+  const Row rows[] = {
+      {"Host a\n  Port 99999\n", "cfg:2: bad Port '99999' (expected 1-65535)"},
+      {"Port abc\n", "cfg:1: bad Port 'abc' (expected 1-65535)"},
+      {"Port 0\n", "cfg:1: bad Port '0'"},
+      {"Host a\nUser\n", "cfg:2: keyword 'user' needs a value"},
+      {"Host\n", "cfg:1: keyword 'host' needs a value"},
+      {"HostName \"unterminated\n", "cfg:1: unterminated quote"},
+  };
+  for (const auto& r : rows) {
+    INFO(r.text);
+    CHECK_THROWS_WITH(SshConfig::parse(r.text, "cfg"), Catch::Contains(r.message));
+    CHECK_THROWS_AS(SshConfig::parse(r.text, "cfg"), hvd::UsageError);
+  }
+}
+
+TEST_CASE("shell quoting round-trips through /bin/sh") {
+  using hvd::launcher::ssh::shellQuote;
+  CHECK(shellQuote("") == "''");
+  CHECK(shellQuote("it's") == "'it'\\''s'");
+  CHECK(hvd::launcher::ssh::isShellIdentifier("HOROVOD_RANK"));
+  CHECK_FALSE(hvd::launcher::ssh::isShellIdentifier("a.b"));
+  CHECK_FALSE(hvd::launcher::ssh::isShellIdentifier("1A"));
+  CHECK(hvd::launcher::ssh::signalLine(15) == "S15\n");
+}

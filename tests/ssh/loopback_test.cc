@@ -1,0 +1,379 @@
+// The ssh launcher against one real sshd on 127.0.0.1, in-process through the Launcher interface.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <dirent.h>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "launcher/launcher.h"
+#include "launcher/ssh/launcher.h"
+#include "rendezvous/error.h"
+#include "tests/ssh/sshd_fixture.h"
+
+using namespace hvd::launcher;
+using namespace std::chrono_literals;
+using hvd::test::SshHome;
+using hvd::test::Sshd;
+
+namespace {
+
+struct Recorder : WorkerEvents {
+  std::map<int, std::string> out, err;
+  std::map<int, ExitStatus> exits;
+  std::map<int, int> closed;
+  void onOutput(int rank, Stream s, std::string_view bytes) override {
+    (s == Stream::kStdout ? out : err)[rank] += bytes;
+  }
+  void onStreamClosed(int rank, Stream) override { closed[rank]++; }
+  void onExit(int rank, const ExitStatus& status) override {
+    CHECK(closed[rank] == 2);  // contract: both streams closed before the exit
+    exits[rank] = status;
+  }
+};
+
+// Runs the loop until `done` or `limit`; returns done().
+bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  io.restart();
+  while (!done() && std::chrono::steady_clock::now() < end) {
+    io.run_for(20ms);
+    io.restart();
+  }
+  return done();
+}
+
+std::string uniqueTag(const char* what) {
+  std::random_device rd;
+  return std::string(what) + std::to_string(::getpid()) + "x" + std::to_string(rd() % 1000000);
+}
+
+// Command lines of every process on this machine (the "remote" side of a loopback sshd).
+std::vector<std::string> allCommandLines() {
+  std::vector<std::string> out;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    out.push_back(text);
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool anyProcessWith(const std::string& needle) {
+  for (const auto& c : allCommandLines()) {
+    if (c.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool waitGone(const std::string& needle, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (anyProcessWith(needle)) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+// One sshd on 127.0.0.1 and a private HOME; the test process never uses the user's ~/.ssh or agent.
+struct Loopback {
+  SshHome home;
+  Sshd sshd{home.sshDir() + "/server", home.authorizedKeys(), "127.0.0.1", hvd::test::freeLoopbackPort()};
+  Loopback() {
+    ::setenv("HOME", home.home().c_str(), 1);
+    ::unsetenv("SSH_AUTH_SOCK");
+    std::ofstream(home.knownHosts(), std::ios::app) << sshd.knownHostsLine();
+  }
+  SshOptions options() const {
+    SshOptions o;
+    o.port = sshd.port();
+    o.identity_file = home.userKey();
+    o.known_hosts = KnownHostsPolicy::kStrict;
+    o.known_hosts_file = home.knownHosts();
+    o.config_file = home.config();
+    o.force_ssh = true;
+    return o;
+  }
+  std::string cwd() const { return home.home(); }
+  LaunchSpec spec(int rank, std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env = {}) const {
+    LaunchSpec s;
+    s.rank = rank;
+    s.host.name = "127.0.0.1";
+    s.argv = std::move(argv);
+    s.env = std::move(env);
+    s.env.emplace_back("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
+    s.cwd = cwd();
+    return s;
+  }
+};
+
+std::string preflightError(Loopback& lb, const SshOptions& options, std::vector<HostSpec> hosts) {
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, options);
+  try {
+    launcher->preflight(hosts);
+  } catch (const hvd::LaunchError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment that survives intact") {
+  Loopback lb;
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, lb.options());
+  launcher->preflight({HostSpec{"127.0.0.1"}});
+  Recorder rec;
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"V1", "with  two spaces"},
+      {"V2", "it's \"quoted\" and 'single'"},
+      {"V3", "line one\nline two\n"},
+      {"V4", "ünïcödé ✓ 日本"},
+      {"V5", "$HOME `echo injected` $(echo injected) \\ back"},
+      {"V6", ""},
+      {"my.dotted", "dot value"},
+  };
+  auto worker = launcher->start(
+      lb.spec(0,
+              {"bash", "-c",
+               "for v in V1 V2 V3 V4 V5 V6; do printf '%s=<%s>\\n' \"$v\" \"${!v}\"; done; printenv my.dotted; "
+               "pwd; echo to-stderr >&2; exit 3"},
+              env),
+      rec);
+  REQUIRE(runUntil(io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  CHECK(rec.out[0] ==
+        "V1=<with  two spaces>\n"
+        "V2=<it's \"quoted\" and 'single'>\n"
+        "V3=<line one\nline two\n>\n"
+        "V4=<ünïcödé ✓ 日本>\n"
+        "V5=<$HOME `echo injected` $(echo injected) \\ back>\n"
+        "V6=<>\n"
+        "dot value\n" +
+            lb.cwd() + "\n");
+  CHECK(rec.err[0] == "to-stderr\n");
+  CHECK(rec.exits[0].kind == ExitStatus::Kind::kExited);
+  CHECK(rec.exits[0].code == 3);
+  CHECK(worker->state() == WorkerState::kFailed);
+}
+
+TEST_CASE("the rendezvous token never appears on a command line on the remote host") {
+  Loopback lb;
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, lb.options());
+  launcher->preflight({HostSpec{"127.0.0.1"}});
+  const std::string token = uniqueTag("secret-token-");
+  Recorder rec;
+  auto worker = launcher->start(
+      lb.spec(0, {"bash", "-c", "[ \"$HVD_RENDEZVOUS_TOKEN\" = \"$EXPECTED\" ] && echo token-ok; sleep 1"},
+              {{"HVD_RENDEZVOUS_TOKEN", token}, {"EXPECTED", token}}),
+      rec);
+  // Scan every process's command line while the bootstrap and the worker run.
+  int scans = 0;
+  bool leaked = false;
+  boost::asio::steady_timer scan(io);
+  std::function<void()> arm = [&] {
+    scan.expires_after(5ms);
+    scan.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      ++scans;
+      leaked = leaked || anyProcessWith(token);
+      if (!rec.exits.count(0)) arm();
+    });
+  };
+  arm();
+  REQUIRE(runUntil(io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  scan.cancel();
+  CHECK(rec.out[0] == "token-ok\n");
+  CHECK(rec.exits[0].success());
+  CHECK(scans > 20);
+  CHECK_FALSE(leaked);
+}
+
+TEST_CASE("a missing remote directory is a clear error with exit code 126") {
+  Loopback lb;
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, lb.options());
+  Recorder rec;
+  auto spec = lb.spec(4, {"true"});
+  spec.cwd = "/nonexistent/hvd dir";
+  auto worker = launcher->start(spec, rec);
+  REQUIRE(runUntil(io, [&] { return rec.exits.count(4) > 0; }, 20s));
+  CHECK(rec.err[4] == "hvdrun: remote directory /nonexistent/hvd dir missing on 127.0.0.1\n");
+  CHECK(rec.exits[4].code == 126);
+}
+
+TEST_CASE("a remote worker killed by a signal is reported as that signal") {
+  Loopback lb;
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, lb.options());
+  Recorder rec;
+  auto worker = launcher->start(lb.spec(1, {"bash", "-c", "kill -SEGV $$"}), rec);
+  REQUIRE(runUntil(io, [&] { return rec.exits.count(1) > 0; }, 20s));
+  CHECK(rec.exits[1].kind == ExitStatus::Kind::kSignaled);
+  CHECK(rec.exits[1].signal == SIGSEGV);
+  CHECK(rec.exits[1].shellCode() == 128 + SIGSEGV);
+}
+
+TEST_CASE("signal() ends a remote worker and everything it started") {
+  Loopback lb;
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, lb.options());
+  launcher->preflight({HostSpec{"127.0.0.1"}});
+  Recorder rec;
+  const std::string mark = uniqueTag("hvdmark");
+  // A worker with a child: both must go (the process group is signalled, not just the worker).
+  auto worker = launcher->start(
+      lb.spec(2, {"bash", "-c", "(exec -a " + mark + "child sleep 60) & exec -a " + mark + " sleep 60"}), rec);
+  REQUIRE(runUntil(io, [&] { return anyProcessWith(mark + "child"); }, 20s));
+  REQUIRE(worker->state() == WorkerState::kRunning);
+  worker->signal(SIGTERM);
+  REQUIRE(runUntil(io, [&] { return rec.exits.count(2) > 0; }, 10s));
+  CHECK(rec.exits[2].kind == ExitStatus::Kind::kSignaled);
+  CHECK(rec.exits[2].signal == SIGTERM);
+  CHECK(worker->state() == WorkerState::kStopped);
+  CHECK(waitGone(mark, 5s));
+}
+
+TEST_CASE("remote workers end within 5 s when the launcher process is SIGKILLed") {
+  Loopback lb;
+  const std::string mark = uniqueTag("hvdorphan");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The "hvdrun" that will be killed: starts two workers and runs its loop forever.
+    boost::asio::io_context io;
+    auto launcher = ssh::makeLauncher(io, lb.options());
+    Recorder rec;
+    auto w1 = launcher->start(lb.spec(0, {"bash", "-c", "exec -a " + mark + " sleep 60"}), rec);
+    auto w2 = launcher->start(lb.spec(1, {"bash", "-c", "trap '' TERM; exec -a " + mark + " sleep 60"}), rec);
+    auto guard = boost::asio::make_work_guard(io);
+    io.run();
+    std::_Exit(0);
+  }
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  auto count = [&] {
+    int n = 0;
+    for (const auto& c : allCommandLines()) n += c.rfind(mark, 0) == 0;
+    return n;
+  };
+  while (count() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  REQUIRE(count() == 2);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const auto killed = std::chrono::steady_clock::now();
+  // One worker ignores SIGTERM: the watchdog's SIGKILL must follow.
+  CHECK(waitGone(mark, 5s));
+  INFO("gone after " << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count() << " s");
+}
+
+TEST_CASE("more workers on one host than one connection carries") {
+  Loopback lb;
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, lb.options());
+  launcher->preflight({HostSpec{"127.0.0.1"}});
+  Recorder rec;
+  std::vector<std::unique_ptr<Worker>> workers;
+  const int n = static_cast<int>(ssh::kMaxChannelsPerConnection) + 4;  // sshd's MaxSessions is 10
+  for (int r = 0; r < n; ++r) workers.push_back(launcher->start(lb.spec(r, {"sh", "-c", "echo rank $0", std::to_string(r)}), rec));
+  REQUIRE(runUntil(io, [&] { return static_cast<int>(rec.exits.size()) == n; }, 60s));
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(rec.exits[r].success());
+    CHECK(rec.out[r] == "rank " + std::to_string(r) + "\n");
+  }
+}
+
+TEST_CASE("connection failures: one line each, naming the host and the cause") {
+  Loopback lb;
+  const std::string tried_prefix = "ssh root@127.0.0.1:" + std::to_string(lb.sshd.port()) + ": ";
+
+  SECTION("wrong key") {
+    auto o = lb.options();
+    o.identity_file = lb.home.makeOtherKey("wrong_key");
+    const auto e = preflightError(lb, o, {HostSpec{"127.0.0.1"}});
+    CHECK(e == tried_prefix + "authentication failed for user root (tried: ssh-agent (not running), " +
+                   *o.identity_file + " (rejected))");
+  }
+  SECTION("unknown host key with strict checking") {
+    std::ofstream(lb.home.knownHosts(), std::ios::trunc) << "";
+    const auto e = preflightError(lb, lb.options(), {HostSpec{"127.0.0.1"}});
+    CHECK(e.rfind(tried_prefix + "unknown host key ssh-ed25519 " + lb.sshd.fingerprint() + ": [127.0.0.1]:", 0) == 0);
+    CHECK(e.find("host key checking is strict") != std::string::npos);
+    CHECK(e.find('\n') == std::string::npos);
+  }
+  SECTION("accept-new adds an unknown key; strict then accepts it") {
+    std::ofstream(lb.home.knownHosts(), std::ios::trunc) << "# keep this comment\n";
+    auto o = lb.options();
+    o.known_hosts = KnownHostsPolicy::kAcceptNew;
+    CHECK(preflightError(lb, o, {HostSpec{"127.0.0.1"}}).empty());
+    std::ifstream in(lb.home.knownHosts());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text.rfind("# keep this comment\n", 0) == 0);
+    CHECK(text.find(lb.sshd.knownHostsLine().substr(0, lb.sshd.knownHostsLine().size() - 1)) != std::string::npos);
+    CHECK(preflightError(lb, lb.options(), {HostSpec{"127.0.0.1"}}).empty());
+  }
+  SECTION("changed host key is refused with the new fingerprint, also under accept-new") {
+    lb.sshd.regenerateHostKey();
+    auto o = lb.options();
+    o.known_hosts = KnownHostsPolicy::kAcceptNew;
+    const auto e = preflightError(lb, o, {HostSpec{"127.0.0.1"}});
+    CHECK(e.rfind(tried_prefix + "host key mismatch: the server presents ssh-ed25519 " + lb.sshd.fingerprint(), 0) == 0);
+    CHECK(e.find("ssh-keygen -R '[127.0.0.1]:" + std::to_string(lb.sshd.port()) + "'") != std::string::npos);
+    CHECK(e.find('\n') == std::string::npos);
+  }
+  SECTION("refused port, silent server and good host together: every failure reported, one line each") {
+    // A listener that accepts and never speaks: the handshake times out.
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::acceptor silent(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    const uint16_t closed = hvd::test::freeLoopbackPort();
+    std::ofstream(lb.home.config()) << "Host good\n  HostName 127.0.0.1\n  Port " << lb.sshd.port()
+                                    << "\nHost refused\n  HostName 127.0.0.1\n  Port " << closed
+                                    << "\nHost silent\n  HostName 127.0.0.1\n  Port " << silent.local_endpoint().port()
+                                    << "\n";
+    auto o = lb.options();
+    o.port.reset();  // ports from the config
+    o.connect_timeout = 1500ms;
+    const auto e = preflightError(lb, o, {HostSpec{"good"}, HostSpec{"refused"}, HostSpec{"silent"}});
+    const auto nl = e.find('\n');
+    REQUIRE(nl != std::string::npos);
+    CHECK(e.substr(0, nl) == "ssh root@127.0.0.1:" + std::to_string(closed) +
+                                 " (refused): connection refused (is sshd running on port " + std::to_string(closed) + "?)");
+    CHECK(e.substr(nl + 1) == "ssh root@127.0.0.1:" + std::to_string(silent.local_endpoint().port()) +
+                                  " (silent): timed out after 1.5s (ssh handshake)");
+  }
+}
+
+TEST_CASE("every host must reach the rendezvous address") {
+  Loopback lb;
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, lb.options());
+  launcher->preflight({HostSpec{"127.0.0.1"}});
+  boost::asio::ip::tcp::acceptor listening(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  CHECK_NOTHROW(launcher->checkRendezvousReachable({HostSpec{"127.0.0.1"}}, "127.0.0.1",
+                                                    listening.local_endpoint().port()));
+  const uint16_t closed = hvd::test::freeLoopbackPort();
+  CHECK_THROWS_WITH(
+      launcher->checkRendezvousReachable({HostSpec{"127.0.0.1"}}, "127.0.0.1", closed),
+      "host root@127.0.0.1:" + std::to_string(lb.sshd.port()) + " cannot reach the rendezvous server at 127.0.0.1:" +
+          std::to_string(closed) + " (Connection refused); choose a reachable address "
+          "with --network-interface");
+  // Workers still start after the checks.
+  Recorder rec;
+  auto w = launcher->start(lb.spec(0, {"true"}), rec);
+  REQUIRE(runUntil(io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  CHECK(rec.exits[0].success());
+}
