@@ -67,7 +67,7 @@ const std::map<std::string, std::string> kSingleDashLong = {
 };
 
 // Options that collect every occurrence; all other valued options keep the last one (argparse).
-const std::set<std::string> kRepeatable = {"x", "network-interface", "network-interfaces"};
+const std::set<std::string> kRepeatable = {"env", "network-interface", "network-interfaces"};
 
 // Flags that come in on/off pairs: the later one on the command line wins. Key: flag -> (setting, value).
 const std::map<std::string, std::pair<std::string, bool>> kSwitches = {
@@ -115,7 +115,7 @@ po::options_description makeDescription() {
       ("no-tag-output", "do not prefix output lines with [rank]<stdout>: / [rank]<stderr>:")
       ("verbose", "print what hvdrun does, including each worker's command")
       ("config-file", value()->value_name("FILE"), "YAML file with parameters (horovodrun's format)")
-      ("x", value()->value_name("NAME[=VALUE]"), "-x NAME[=VALUE]: forward or set a worker variable")
+      ("env,x", value()->value_name("NAME[=VALUE]"), "forward (NAME) or set (NAME=VALUE) a worker variable")
       ("dry-run", "print each rank's host, environment and command; start nothing")
       ("termination-grace-seconds", value()->value_name("SECONDS"),
        "after SIGTERM, workers get this long before SIGKILL (default 5)")
@@ -265,12 +265,10 @@ Tokenized tokenize(const po::options_description& desc, const std::vector<std::s
     } else if (const auto alias = kSingleDashLong.find(name); alias != kSingleDashLong.end()) {
       key = alias->second;
     } else if (const auto* d = desc.find_nothrow("-" + t.substr(1, 1), false, false, false);
-               d && t.size() >= 2 && name.size() == 1) {
+               d && name.size() == 1) {
       key = d->long_name();  // "-x", "-p", "-x=VALUE"
-    } else if (const auto* s = t.size() > 2 ? desc.find_nothrow(t.substr(1, 1), false) : nullptr;
-               s && s->canonical_display_name(po::command_line_style::allow_dash_for_short).size() == 2 &&
-               s->semantic()->max_tokens() > 0) {
-      key = s->long_name();  // "-p2222", "-xNAME=V": a short option with its value attached
+    } else if (d && d->semantic()->max_tokens() > 0) {
+      key = d->long_name();  // "-p2222", "-xNAME=V": a short option with its value attached
       value = t.substr(2);
     } else {
       // argparse also takes unambiguous prefixes of the single-dash long options ("-host" for -hostfile).
@@ -288,7 +286,11 @@ Tokenized tokenize(const po::options_description& desc, const std::vector<std::s
                    "argument ", displayName(desc, key), ": expected one argument");
         value = args[++i];
       }
-      out.canonical.push_back("--" + key + "=" + *value);
+      if (value->empty()) {
+        out.canonical.insert(out.canonical.end(), {"--" + key, ""});  // Boost rejects "--key="
+      } else {
+        out.canonical.push_back("--" + key + "=" + *value);
+      }
     } else {
       usageCheck(!value, "argument ", displayName(desc, key), ": ignored explicit argument '",
                  value.value_or(""), "'");
@@ -493,7 +495,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   try {
     parsed = po::command_line_parser(tokens.canonical)
                  .options(desc)
-                 .style(po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent)
+                 .style(po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent |
+                        po::command_line_style::long_allow_next)
                  .run();
   } catch (const po::error& e) {
     throw UsageError(e.what());
@@ -596,8 +599,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     o.start_timeout = toSeconds(desc, "start-timeout", last["start-timeout"], false);
     o.start_timeout_explicit = true;
   } else if (const auto* v = findEnv(env, "HOROVOD_START_TIMEOUT")) {
-    const int seconds = toInt(desc, "start-timeout", *v);
-    usageCheck(seconds > 0, "HOROVOD_START_TIMEOUT must be > 0, got '", *v, "'");
+    int seconds = 0;
+    const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), seconds);
+    usageCheck(ec == std::errc() && end == v->data() + v->size() && seconds > 0,
+               "HOROVOD_START_TIMEOUT must be a positive number of seconds, got '", *v, "'");
     o.start_timeout = std::chrono::seconds(seconds);
     o.start_timeout_explicit = true;
   }
@@ -667,7 +672,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   }
   for (const auto& t : kTunables) {
     const auto it = resolved.find(t.key);
-    if (it == resolved.end() || findEnv(env, t.env) && *findEnv(env, t.env) == it->second) continue;
+    if (it == resolved.end() || (findEnv(env, t.env) && *findEnv(env, t.env) == it->second)) continue;
     if (t.gate) {
       const auto gate = resolved.find(t.gate);
       if (gate == resolved.end() || gate->second.empty() || gate->second == "0") continue;
@@ -676,11 +681,11 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   }
 
   // -x NAME[=VALUE].
-  for (const auto& item : repeated["x"]) {
+  for (const auto& item : repeated["env"]) {
     const auto eq = item.find('=');
     const std::string name = item.substr(0, eq);
-    usageCheck(isEnvName(name), "argument -x: invalid variable name '", name, "' in '", item, "'");
-    usageCheck(!isReservedVariable(name), "argument -x: ", name,
+    usageCheck(isEnvName(name), "argument -x/--env: invalid variable name '", name, "' in '", item, "'");
+    usageCheck(!isReservedVariable(name), "argument -x/--env: ", name,
                " is set by hvdrun for each worker and cannot be overridden",
                name == "HOROVOD_GLOO_IFACE" || name == "NCCL_SOCKET_IFNAME" ? " (use --network-interface)" : "");
     std::string value;
@@ -688,7 +693,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
       value = item.substr(eq + 1);
     } else {
       const auto* inherited = findEnv(env, name);
-      usageCheck(inherited != nullptr, "argument -x: ", name, " is not set in hvdrun's environment");
+      usageCheck(inherited != nullptr, "argument -x/--env: ", name, " is not set in hvdrun's environment");
       value = *inherited;
     }
     const auto existing = std::find_if(o.worker_env.begin(), o.worker_env.end(),

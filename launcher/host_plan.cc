@@ -50,7 +50,9 @@ std::optional<int> parseCount(const std::string& s) {
 
 // One host item: [user@]host[:slots] or [user@][ipv6][:slots]. `where` says where it came from, for
 // messages ("in -H \"...\"", "hosts.txt:3"). Slots default to 1.
-HostSpec parseHostItem(const std::string& item, const std::string& where, int default_slots = 1) {
+// `has_slots` (optional) tells whether ":slots" was written.
+HostSpec parseHostItem(const std::string& item, const std::string& where, int default_slots = 1,
+                       bool* has_slots_out = nullptr) {
   HostSpec host;
   host.slots = default_slots;
   std::string rest = item;
@@ -94,6 +96,7 @@ HostSpec parseHostItem(const std::string& item, const std::string& where, int de
               host.name, "\" (expected a number from 0 to ", kMaxSlots, ")");
     host.slots = *slots;
   }
+  if (has_slots_out) *has_slots_out = has_slots;
   return host;
 }
 
@@ -181,8 +184,8 @@ std::vector<HostSpec> parseHostfileText(const std::string& text, const std::stri
     std::stringstream tokens(line);
     std::string token;
     tokens >> token;
-    const std::string host_token = token;
-    HostSpec host = parseHostItem(host_token, where);
+    bool slots_in_name = false;
+    HostSpec host = parseHostItem(token, where, 1, &slots_in_name);
     std::optional<int> slots;
     std::optional<int> max_slots;
     while (tokens >> token) {
@@ -198,10 +201,7 @@ std::vector<HostSpec> parseHostfileText(const std::string& text, const std::stri
       target = count;
     }
     if (slots) {
-      usageCheck(host_token.find("]:") == std::string::npos &&
-                     (host_token.front() == '[' || host_token.find(':') == std::string::npos),
-                 where,
-                ": slots given twice for host \"", host.name, "\"");
+      usageCheck(!slots_in_name, where, ": slots given twice for host \"", host.name, "\"");
       host.slots = *slots;
     }
     usageCheck(!max_slots || *max_slots >= host.slots, where, ": max_slots=", max_slots.value_or(0),

@@ -98,7 +98,7 @@ TEST_CASE("hostfiles in horovodrun and Open MPI formats", "[host_plan]") {
       {"a slots=1 slots=2\n", "hosts.txt:1: \"slots\" given twice"},
       {"a:2 slots=2\n", "hosts.txt:1: slots given twice"},
       {"# only a comment\n\n", "hosts.txt: no hosts in hostfile"},
-      {"\n\na b=\n", "hosts.txt:3: invalid value \"\""},
+      {"\n\na slots=\n", "hosts.txt:3: invalid value \"\""},
       {"x/y slots=1\n", "hosts.txt:1: invalid host name \"x/y\""},
   };
   for (const auto& c : bad) {

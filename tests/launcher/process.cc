@@ -180,6 +180,7 @@ std::vector<pid_t> waitUntilGone(const std::string& marker, std::chrono::millise
 }
 
 std::string hvdrunPath() {
+  if (const char* exact = std::getenv("HVD_TEST_HVDRUN")) return exact;  // set by tests/launcher/CMakeLists.txt
   const char* dir = std::getenv("HVD_BUILD_DIR");
   if (!dir) throw std::runtime_error("HVD_BUILD_DIR is not set (run through ctest)");
   return std::string(dir) + "/hvdrun";

@@ -38,7 +38,7 @@ std::vector<pid_t> processesWithEnv(const std::string& marker);
 // Polls processesWithEnv until it is empty or `timeout` passes; returns what is left.
 std::vector<pid_t> waitUntilGone(const std::string& marker, std::chrono::milliseconds timeout);
 
-std::string hvdrunPath();  // $HVD_BUILD_DIR/hvdrun
+std::string hvdrunPath();  // $HVD_TEST_HVDRUN, else $HVD_BUILD_DIR/hvdrun
 std::string readFile(const std::string& path);
 std::string makeTempDir();
 // A unique marker "HVD_TEST_MARKER=<random>" to find a test's workers in /proc.

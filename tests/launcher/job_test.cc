@@ -1,0 +1,261 @@
+// Black-box runs of the real hvdrun binary with small shell workers: environment, output forwarding,
+// failure propagation, signals, start timeout, and the process tree after hvdrun exits by any path.
+#include <signal.h>
+#include <unistd.h>
+
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "tests/launcher/process.h"
+
+using namespace hvd::launcher::test;
+using Cmd = std::vector<std::string>;
+using namespace std::chrono_literals;
+
+namespace {
+
+Completed hvdrun(Cmd args, const std::vector<std::string>& env = {}, const std::string& input = "") {
+  args.insert(args.begin(), hvdrunPath());
+  return runProcess(args, env, input, 60000ms);
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+std::string joinWorker() {
+  const char* path = std::getenv("HVD_TEST_JOIN_WORKER");  // set by tests/launcher/CMakeLists.txt
+  REQUIRE(path != nullptr);
+  return path;
+}
+
+// Waits until `count` processes carry `marker`.
+bool waitForProcesses(const std::string& marker, size_t count, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (processesWithEnv(marker).size() >= count) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("workers get horovodrun's environment, the token only through it", "[job]") {
+  const auto r = hvdrun({"-np", "2", "-H", "localhost:2", "-x", "EXTRA=a b", "--fusion-threshold-mb", "2", "sh", "-c",
+                         "env | grep -E '^(HOROVOD_|HVD_|PYTHONUNBUFFERED|NCCL_SOCKET|EXTRA)' | sort; "
+                         "tr '\\0' ' ' </proc/$$/cmdline; echo"},
+                        {"HOROVOD_RANK=99", "HOROVOD_SIZE=99", "HVD_RENDEZVOUS_TOKEN=outer"});
+  REQUIRE(r.exit_code == 0);
+  for (const std::string rank : {"0", "1"}) {
+    const std::string tag = "[" + rank + "]<stdout>:";
+    for (const std::string& expected : std::vector<std::string>{"HOROVOD_HOSTNAME=localhost", "HOROVOD_RANK=" + rank, "HOROVOD_SIZE=2", "HOROVOD_LOCAL_RANK=" + rank,
+          "HOROVOD_LOCAL_SIZE=2", "HOROVOD_CROSS_RANK=0", "HOROVOD_CROSS_SIZE=1", "HOROVOD_CONTROLLER=gloo",
+          "HOROVOD_CPU_OPERATIONS=gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR=127.0.0.1", "HOROVOD_GLOO_IFACE=lo",
+          "NCCL_SOCKET_IFNAME=lo", "PYTHONUNBUFFERED=1", "EXTRA=a b", "HOROVOD_FUSION_THRESHOLD=2097152"}) {
+      CHECK_THAT(r.out, Catch::Contains(tag + expected + "\n"));
+    }
+    CHECK(std::regex_search(r.out, std::regex("\\[" + rank + "\\]<stdout>:HOROVOD_GLOO_RENDEZVOUS_PORT=[0-9]+\n")));
+  }
+  std::smatch token;
+  REQUIRE(std::regex_search(r.out, token, std::regex("HVD_RENDEZVOUS_TOKEN=([0-9a-f]{64})\n")));
+  CHECK_THAT(r.out, !Catch::Contains("outer"));  // the enclosing job's token and ranks are not inherited
+  CHECK_THAT(r.out, !Catch::Contains("=99"));
+  for (const auto& line : lines(r.out)) {
+    if (line.find("sh -c") != std::string::npos) CHECK(line.find(token[1].str()) == std::string::npos);
+  }
+}
+
+TEST_CASE("output: tags, \\r segments, missing final newline, raw bytes", "[job][output]") {
+  const auto r = hvdrun({"-np", "1", "sh", "-c", "printf 'a\\rb\\nc'; printf '\\377\\376x\\n' >&2"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "[0]<stdout>:a\r[0]<stdout>:b\n[0]<stdout>:c\n");
+  CHECK(r.err == "[0]<stderr>:\xff\xfex\n");
+
+  const auto untagged = hvdrun({"-np", "2", "--no-tag-output", "sh", "-c", "echo r$HOROVOD_RANK"});
+  CHECK((untagged.out == "r0\nr1\n" || untagged.out == "r1\nr0\n"));
+
+  const auto stamped = hvdrun({"-np", "1", "-prefix-timestamp", "echo", "hi"});
+  CHECK(std::regex_match(stamped.out,
+                         std::regex("[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4}\\[0\\]<stdout>:hi\n")));
+}
+
+TEST_CASE("output of many ranks under load never mixes lines", "[job][output]") {
+  // 4 ranks x 4000 lines of ~300 bytes, written as fast as `yes` can.
+  const auto r = hvdrun({"-np", "4", "sh", "-c",
+                         "yes \"r$HOROVOD_RANK-$(printf '%0300d' 0)-end\" | head -n 4000; "
+                         "yes \"e$HOROVOD_RANK\" | head -n 1000 >&2"});
+  REQUIRE(r.exit_code == 0);
+  const std::regex line_re("\\[([0-3])\\]<stdout>:r([0-3])-0{300}-end");
+  std::map<std::string, int> counts;
+  for (const auto& line : lines(r.out)) {
+    std::smatch m;
+    REQUIRE(std::regex_match(line, m, line_re));
+    REQUIRE(m[1] == m[2]);
+    ++counts[m[1]];
+  }
+  CHECK(counts == std::map<std::string, int>{{"0", 4000}, {"1", 4000}, {"2", 4000}, {"3", 4000}});
+  int err_lines = 0;
+  for (const auto& line : lines(r.err)) {
+    std::smatch m;
+    REQUIRE(std::regex_match(line, m, std::regex("\\[([0-3])\\]<stderr>:e([0-3])")));
+    REQUIRE(m[1] == m[2]);
+    ++err_lines;
+  }
+  CHECK(err_lines == 4000);
+}
+
+TEST_CASE("--output-filename writes DIR/rank.N/stdout and stderr", "[job][output]") {
+  const std::string dir = makeTempDir();
+  const auto r = hvdrun({"-np", "2", "--output-filename", dir + "/logs", "sh", "-c",
+                         "echo out$HOROVOD_RANK; echo err$HOROVOD_RANK >&2"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(readFile(dir + "/logs/rank.0/stdout") == "[0]<stdout>:out0\n");
+  CHECK(readFile(dir + "/logs/rank.1/stderr") == "[1]<stderr>:err1\n");
+  CHECK_THAT(r.out, Catch::Contains("[1]<stdout>:out1\n"));  // tee'd to the console too
+
+  const auto single = hvdrun({"-np", "1", "--output-filename", dir + "/one", "echo", "x"});  // horovodrun: crash
+  REQUIRE(single.exit_code == 0);
+  CHECK(readFile(dir + "/one/rank.0/stdout") == "[0]<stdout>:x\n");
+
+  const auto eleven = hvdrun({"-np", "11", "--output-filename", dir + "/eleven", "true"});
+  REQUIRE(eleven.exit_code == 0);
+  CHECK(access((dir + "/eleven/rank.00/stdout").c_str(), F_OK) == 0);
+  CHECK(access((dir + "/eleven/rank.10/stderr").c_str(), F_OK) == 0);
+}
+
+TEST_CASE("stdin goes to rank 0 only", "[job]") {
+  const auto r = hvdrun({"-np", "2", "sh", "-c", "cat; echo done$HOROVOD_RANK"}, {}, "hello\n");
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:hello\n"));
+  CHECK_THAT(r.out, !Catch::Contains("[1]<stdout>:hello"));
+  CHECK_THAT(r.out, Catch::Contains("[1]<stdout>:done1\n"));
+}
+
+TEST_CASE("each worker leads its own process group and session", "[job]") {
+  const auto r = hvdrun({"-np", "2", "sh", "-c", "echo $$ $(cut -d' ' -f5,6 /proc/$$/stat)"});
+  REQUIRE(r.exit_code == 0);
+  for (const auto& line : lines(r.out)) {
+    std::smatch m;
+    REQUIRE(std::regex_match(line, m, std::regex("\\[[01]\\]<stdout>:([0-9]+) ([0-9]+) ([0-9]+)")));
+    CHECK(m[1] == m[2]);  // pgrp
+    CHECK(m[1] == m[3]);  // session
+  }
+}
+
+TEST_CASE("first failure: banner, the others stopped, the worker's exit code", "[job][failure]") {
+  const std::string marker = uniqueMarker();
+  const auto r = hvdrun({"-np", "3", "sh", "-c", "if [ $HOROVOD_RANK = 1 ]; then exit 3; fi; sleep 60"}, {marker});
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.err, Catch::Contains("BAD TERMINATION OF RANK 1 ON HOST localhost") &&
+                        Catch::Contains("EXIT STATUS: exit code 3") &&
+                        Catch::Contains("TERMINATING THE REMAINING 2 WORKERS"));
+  CHECK(r.elapsed < 30s);  // not the workers' 60 s
+  CHECK(processesWithEnv(marker).empty());
+}
+
+TEST_CASE("a worker killed by signal N gives 128+N", "[job][failure]") {
+  const auto r = hvdrun({"-np", "2", "sh", "-c", "if [ $HOROVOD_RANK = 0 ]; then kill -SEGV $$; fi; sleep 60"});
+  CHECK(r.exit_code == 128 + SIGSEGV);
+  CHECK_THAT(r.err, Catch::Contains("BAD TERMINATION OF RANK 0") && Catch::Contains("KILLED BY signal 11"));
+}
+
+TEST_CASE("a command that cannot be executed: 127 and a message naming it", "[job][failure]") {
+  const auto r = hvdrun({"-np", "2", "/nonexistent/cmd", "arg"});
+  CHECK(r.exit_code == 127);
+  CHECK_THAT(r.err, Catch::Contains("hvdrun: rank 0: cannot execute '/nonexistent/cmd': No such file or directory"));
+}
+
+TEST_CASE("workers ignoring SIGTERM are killed after the grace period", "[job][failure]") {
+  const std::string marker = uniqueMarker();
+  const auto r = hvdrun({"-np", "2", "--termination-grace-seconds", "1", "sh", "-c",
+                         "trap '' TERM; if [ $HOROVOD_RANK = 1 ]; then sleep 0.5; exit 5; fi; "
+                         "while :; do sleep 1; done"},
+                        {marker});
+  CHECK(r.exit_code == 5);
+  CHECK(r.elapsed < 20s);
+  CHECK(processesWithEnv(marker).empty());
+}
+
+TEST_CASE("SIGINT, SIGTERM and SIGHUP to hvdrun are forwarded; exit 128+N; nothing left", "[job][signals]") {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    INFO("signal " << sig);
+    const std::string marker = uniqueMarker();
+    const std::string dir = makeTempDir();
+    const auto started = startProcess({hvdrunPath(), "-np", "2", "--termination-grace-seconds", "2", "sh", "-c",
+                                       "sleep 60; echo not-reached"},
+                                      dir, {marker});
+    REQUIRE(waitForProcesses(marker, 4, 20s));  // two shells, two sleeps
+    ::kill(started.pid, sig);
+    CHECK(waitProcess(started.pid, 30s) == 128 + sig);
+    CHECK(waitUntilGone(marker, 10s).empty());
+    CHECK_THAT(readFile(dir + "/err.txt"), Catch::Contains("hvdrun: received SIG"));
+    CHECK_THAT(readFile(dir + "/out.txt"), !Catch::Contains("not-reached"));
+  }
+}
+
+TEST_CASE("kill -9 of hvdrun: every worker process goes too", "[job][signals]") {
+  const std::string marker = uniqueMarker();
+  const std::string dir = makeTempDir();
+  // Each worker is a shell with a child (sleep) and a background grandchild: PDEATHSIG alone would leave
+  // the sleeps behind.
+  const auto started =
+      startProcess({hvdrunPath(), "-np", "3", "sh", "-c", "sleep 120 & sleep 120; echo not-reached"}, dir, {marker});
+  REQUIRE(waitForProcesses(marker, 9, 20s));
+  ::kill(started.pid, SIGKILL);
+  CHECK(waitProcess(started.pid, 10s) == 128 + SIGKILL);
+  CHECK(waitUntilGone(marker, 10s).empty());
+}
+
+TEST_CASE("after a successful job no background child of a worker remains", "[job]") {
+  const std::string marker = uniqueMarker();
+  const auto r = hvdrun({"-np", "2", "sh", "-c", "sleep 120 >/dev/null 2>&1 & echo started"}, {marker});
+  CHECK(r.exit_code == 0);
+  CHECK(waitUntilGone(marker, 5s).empty());
+}
+
+TEST_CASE("--dry-run prints each rank and starts nothing", "[job]") {
+  const std::string dir = makeTempDir();
+  const auto r = hvdrun({"-np", "3", "-H", "localhost:2,127.0.0.1:1", "--dry-run", "-x", "A=it's", "touch",
+                         dir + "/ran"});
+  REQUIRE(r.exit_code == 0);
+  const auto out = lines(r.out);
+  REQUIRE(out.size() == 3);
+  CHECK_THAT(out[0], Catch::StartsWith("rank 0 on localhost (local): env ") &&
+                         Catch::Contains("HOROVOD_RANK=0 ") && Catch::Contains("HOROVOD_LOCAL_SIZE=2 ") &&
+                         Catch::Contains("A='it'\"'\"'s'") && Catch::Contains("HVD_RENDEZVOUS_TOKEN='<secret>'") &&
+                         Catch::EndsWith(" touch " + dir + "/ran"));
+  CHECK_THAT(out[2], Catch::StartsWith("rank 2 on 127.0.0.1 (local)") && Catch::Contains("HOROVOD_CROSS_RANK=1 ") &&
+                         Catch::Contains("HOROVOD_HOSTNAME=127.0.0.1 "));
+  CHECK(access((dir + "/ran").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("--start-timeout names the ranks that did not join the rendezvous", "[job][rendezvous]") {
+  const std::string marker = uniqueMarker();
+  // Ranks 0 and 2 join (PUT global/rank_<r> with the token), rank 1 does not; all then sleep.
+  const auto r = hvdrun({"-np", "3", "--start-timeout", "2", "--termination-grace-seconds", "1", joinWorker(), "60"},
+                        {marker, "HVD_TEST_NO_JOIN=1"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:joined 0") && Catch::Contains("[2]<stdout>:joined 2"));
+  CHECK_THAT(r.err, Catch::Contains("start timeout: rank(s) 1 (on localhost) did not join the rendezvous within 2 s"));
+  CHECK(r.elapsed < 30s);
+  CHECK(processesWithEnv(marker).empty());
+
+  // Everyone joins: the timeout passes silently.
+  const auto ok = hvdrun({"-np", "2", "--start-timeout", "1", joinWorker(), "2"});
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.err.empty());
+}
+
+TEST_CASE("remote hosts without the ssh transport fail before anything starts", "[job]") {
+  const auto r = hvdrun({"-np", "2", "-H", "localhost:1,remote-host-that-does-not-resolve.invalid:1", "true"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("remote-host-that-does-not-resolve.invalid"));
+}
