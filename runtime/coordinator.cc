@@ -276,13 +276,13 @@ ResponseList Coordinator::next() {
 }
 
 std::string Coordinator::checkStalls(Clock::time_point now) {
-  if (!options_.stall_check) return "";
+  if (!options_.stall_check || shutdown_reason_) return "";
   std::string report;
+  std::string first_shut;  // the stalled name that reached the shutdown time
   for (auto& [name, p] : pending_) {
     if (p.queued) continue;
     const auto age = now - p.first_seen;
-    const bool shut = options_.stall_shutdown_time.count() > 0 && age >= options_.stall_shutdown_time;
-    if ((p.warned || age < options_.stall_warning_time) && !shut) continue;
+    if (age < options_.stall_warning_time) continue;
     std::vector<int> missing, present;
     for (int r = 0; r < options_.size; ++r) {
       if (p.by_rank[r]) {
@@ -299,11 +299,17 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
       report += (report.empty() ? "" : "; ") + line;
       p.warned = true;
     }
-    if (shut && !shutdown_reason_) {
-      shutdown_reason_ = detail::concat("stall shutdown (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=",
-                                        options_.stall_shutdown_time.count() / 1000.0, "): ", line);
+    if (options_.stall_shutdown_time.count() > 0 && age >= options_.stall_shutdown_time && first_shut.empty()) {
+      first_shut = line;
     }
-    if (shut) stalled_names_.push_back(name);
+  }
+  if (!first_shut.empty()) {
+    // Horovod's stall shutdown ends the job; every stalled operation reports why.
+    shutdown_reason_ = detail::concat("stall shutdown (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=",
+                                      options_.stall_shutdown_time.count() / 1000.0, "): ", first_shut);
+    for (const auto& [name, p] : pending_) {
+      if (p.warned && !p.queued) stalled_names_.push_back(name);
+    }
   }
   if (report.empty()) return report;
   return "One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "

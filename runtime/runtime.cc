@@ -21,6 +21,7 @@
 #include "runtime/coordinator.h"
 #include "runtime/gpu.h"
 #include "runtime/log.h"
+#include "runtime/timeline.h"
 #include "runtime/wire.h"
 
 namespace hvd::runtime {
@@ -60,6 +61,7 @@ class Runtime::Impl {
   struct Entry {
     Request request;
     std::shared_ptr<Work> work;
+    Clock::time_point enqueued;
   };
 
   void connectControlPlane();
@@ -69,6 +71,13 @@ class Runtime::Impl {
   // being torn down because of a failure.
   void loop();
   void takeQueue(std::vector<Request>& fresh, bool& shutdown_requested);
+  void addRequest(int rank, const Request& request, Clock::time_point now) {
+    if (request.type != OpType::kJoin) timeline_->negotiateRank(request.name, request.type, rank);
+    coordinator_->add(rank, request, now);
+  }
+  // Timeline bracket of one response's execution on this rank (no-op unless rank 0 writes one).
+  void timelineStart(const Response& s);
+  void timelineEnd(const Response& s);
   void coordinatorStep();
   void broadcastToWorkers(const ResponseList& list);
   bool execute(const ResponseList& list);  // false: leave the loop
@@ -105,6 +114,7 @@ class Runtime::Impl {
   // Background thread only.
   std::unordered_map<std::string, Entry> table_;
   std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
+  std::unique_ptr<Timeline> timeline_;  // writes only on rank 0 with HOROVOD_TIMELINE
   bool shutdown_sent_ = false;
   bool abort_ = false;
   std::string reason_;
@@ -149,6 +159,12 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     c.stall_warning_time = options_.stall_warning_time;
     c.stall_shutdown_time = options_.stall_shutdown_time;
     coordinator_ = std::make_unique<Coordinator>(c);
+  }
+  timeline_ = std::make_unique<Timeline>(options_.rank == 0 ? options_.timeline_path : std::nullopt,
+                                         options_.timeline_mark_cycles);
+  if (options_.rank == 0 && options_.timeline_path && !timeline_->enabled()) {
+    log(LogLevel::kError, detail::concat("Error opening the timeline file ", *options_.timeline_path, ": ",
+                                         errnoText(errno), "; no timeline will be written"));
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -263,7 +279,7 @@ std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
               "'. If you want to request another tensor, use a different tensor name.");
     names_in_flight_.insert(r.name);
     work = std::make_shared<Work>(r.name);
-    queue_.push_back({std::move(r), work});
+    queue_.push_back({std::move(r), work, Clock::now()});
   }
   wake();
   return work;
@@ -300,6 +316,7 @@ void Runtime::Impl::run() {
   cross_->close(!abort_);
   coordinator_channel_.reset();
   worker_channels_.clear();
+  timeline_.reset();  // closes the JSON array
 }
 
 void Runtime::Impl::takeQueue(std::vector<Request>& fresh, bool& shutdown_requested) {
@@ -309,7 +326,9 @@ void Runtime::Impl::takeQueue(std::vector<Request>& fresh, bool& shutdown_reques
     taken.swap(queue_);
     shutdown_requested = shutdown_requested_;
   }
+  const auto now = Clock::now();
   for (auto& e : taken) {
+    timeline_->queued(e.request.name, e.enqueued, now);
     fresh.push_back(e.request);
     table_.emplace(e.request.name, std::move(e));
   }
@@ -349,7 +368,7 @@ void Runtime::Impl::loop() {
 
     if (coordinator_) {
       const auto now = Clock::now();
-      for (const auto& q : fresh) coordinator_->add(0, q, now);
+      for (const auto& q : fresh) addRequest(0, q, now);
       if (shutdown_requested) coordinator_->requestShutdown(0);
       for (size_t r = 1; r < worker_channels_.size(); ++r) {
         auto& channel = worker_channels_[r];
@@ -357,7 +376,7 @@ void Runtime::Impl::loop() {
         const bool open = channel->receive(messages);
         for (const auto& m : messages) {
           RequestBatch batch = decodeRequestBatch(m);
-          for (const auto& q : batch.requests) coordinator_->add(static_cast<int>(r), q, now);
+          for (const auto& q : batch.requests) addRequest(static_cast<int>(r), q, now);
           if (batch.shutdown) coordinator_->requestShutdown(static_cast<int>(r));
         }
         if (!open) {
@@ -377,6 +396,10 @@ void Runtime::Impl::loop() {
       }
       ResponseList list = coordinator_->next();
       if (list.responses.empty() && !list.shutdown) continue;
+      timeline_->cycleStart();
+      for (const auto& response : list.responses) {
+        for (const auto& name : response.names) timeline_->negotiateEnd(name);
+      }
       broadcastToWorkers(list);
       if (!execute(list)) return;
       continue;
@@ -472,16 +495,38 @@ void Runtime::Impl::execute(const Response& s) {
     return;
   }
   try {
+    timelineStart(s);
     if (s.type == OpType::kAllreduce) {
       executeAllreduce(s);
     } else {
       executeOther(s);
     }
+    timelineEnd(s);
   } catch (const std::exception& e) {
     // The context is dead after a failed collective: fail these works with the cause, then stop.
     const auto error = std::current_exception();
     for (const auto& name : s.names) complete(name, error);
     throw;
+  }
+}
+
+void Runtime::Impl::timelineStart(const Response& s) {
+  if (s.type == OpType::kJoin) return;
+  for (const auto& name : s.names) timeline_->start(name, s.type);
+}
+
+void Runtime::Impl::timelineEnd(const Response& s) {
+  if (s.type == OpType::kJoin) return;
+  for (size_t i = 0; i < s.names.size(); ++i) {
+    std::string shape;
+    if (s.type == OpType::kAllreduce) {
+      shape = detail::concat("[", s.counts[i], "]");
+    } else if (s.type == OpType::kBroadcast) {
+      shape = detail::concat("[", s.counts[0], "]");
+    } else if (s.type != OpType::kBarrier) {
+      shape = detail::concat("[-1, ", s.row_elements, "]");  // first dimension differs between ranks
+    }
+    timeline_->end(s.names[i], gloo_backend::name(s.dtype), shape);
   }
 }
 
@@ -495,7 +540,9 @@ void Runtime::Impl::executeAllreduce(const Response& s) {
     const size_t n = static_cast<size_t>(s.counts[0]);
     if (n && q.input != q.output) std::memcpy(q.output, q.input, n * esize);
     gloo_backend::scale(s.dtype, q.output, n, s.prescale);
+    timeline_->activityStart(s.names, "GLOO_ALLREDUCE");
     global_->allreduce(q.output, n, s.dtype, s.op);
+    timeline_->activityEnd(s.names);
     gloo_backend::scale(s.dtype, q.output, n, post);
     complete(s.names[0]);
     return;
@@ -504,6 +551,7 @@ void Runtime::Impl::executeAllreduce(const Response& s) {
   size_t total = 0;
   for (auto c : s.counts) total += static_cast<size_t>(c);
   std::byte* buffer = scratch(total * esize);
+  timeline_->activityStart(s.names, "MEMCPY_IN_FUSION_BUFFER");
   size_t offset = 0;
   for (size_t i = 0; i < s.names.size(); ++i) {
     const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
@@ -514,9 +562,13 @@ void Runtime::Impl::executeAllreduce(const Response& s) {
     }
     offset += bytes;
   }
+  timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, s.prescale);
+  timeline_->activityStart(s.names, "GLOO_ALLREDUCE");
   global_->allreduce(buffer, total, s.dtype, s.op);
+  timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, post);
+  timeline_->activityStart(s.names, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (size_t i = 0; i < s.names.size(); ++i) {
     const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
@@ -541,7 +593,9 @@ void Runtime::Impl::executeOther(const Response& s) {
       if (bytes && e->request.input && e->request.input != e->request.output) {
         std::memcpy(e->request.output, e->request.input, bytes);
       }
+      timeline_->activityStart(s.names, "GLOO_BCAST");
       global_->broadcast(e->request.output, bytes, s.root);
+      timeline_->activityEnd(s.names);
       complete(s.names[0]);
       return;
     }
@@ -557,7 +611,9 @@ void Runtime::Impl::executeOther(const Response& s) {
       Work& w = *e->work;
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
+      timeline_->activityStart(s.names, "GLOO_ALLGATHER");
       global_->allgatherv(e->request.input, w.result.data(), bytes);
+      timeline_->activityEnd(s.names);
       complete(s.names[0]);
       return;
     }
@@ -576,7 +632,9 @@ void Runtime::Impl::executeOther(const Response& s) {
       }
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
+      timeline_->activityStart(s.names, "GLOO_ALLTOALL");
       global_->alltoallv(e->request.input, send, w.result.data(), recv);
+      timeline_->activityEnd(s.names);
       complete(s.names[0]);
       return;
     }
@@ -589,7 +647,9 @@ void Runtime::Impl::executeOther(const Response& s) {
       std::byte* buffer = scratch(elements * esize);
       if (elements) std::memcpy(buffer, e->request.input, elements * esize);
       gloo_backend::scale(s.dtype, buffer, elements, s.prescale);
+      timeline_->activityStart(s.names, "GLOO_REDUCESCATTER");
       global_->allreduce(buffer, elements, s.dtype, s.op);
+      timeline_->activityEnd(s.names);
       const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
       const int64_t base = rows / n, extra = rows % n;
       const int64_t mine = base + (me < extra ? 1 : 0);
@@ -603,7 +663,9 @@ void Runtime::Impl::executeOther(const Response& s) {
       return;
     }
     case OpType::kBarrier:
+timeline_->activityStart(s.names, "GLOO_BARRIER");
       global_->barrier();
+timeline_->activityEnd(s.names);
       complete(s.names[0]);
       return;
     case OpType::kJoin: {

@@ -1,6 +1,12 @@
 // Multi-process tests: real worker processes, a real rendezvous server, real Gloo over loopback.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <set>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include "tests/runtime/job.h"
 
 using namespace hvd::runtime::testing;
@@ -97,4 +103,48 @@ TEST_CASE("stall inspector names the tensor and the missing ranks, then shuts do
   CHECK(results[0].output.find("'lonely' (allreduce) submitted by ranks [0]") != std::string::npos);
   CHECK(results[0].output.find("missing on ranks [1]") != std::string::npos);
   CHECK(results[0].output.find("rank 0 lonely status -6") != std::string::npos);
+  CHECK(results[1].output.find("rank 1 other status -6") != std::string::npos);
+}
+
+TEST_CASE("HOROVOD_TIMELINE writes a Chrome trace from rank 0", "[multiprocess][timeline]") {
+  const std::string path = "/tmp/hvd_timeline_test_" + std::to_string(::getpid()) + ".json";
+  JobOptions o;
+  o.np = 2;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "timeline"};
+  o.env = {{"HOROVOD_TIMELINE", path}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}};
+  const auto results = runJob(o);
+  INFO(describe(results));
+  for (const auto& r : results) REQUIRE(r.exit_code == 0);
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  const auto trace = nlohmann::json::parse(in);  // throws on invalid JSON
+  ::unlink(path.c_str());
+  REQUIRE(trace.is_array());
+  std::map<int, std::string> tensors;  // pid -> name
+  std::multiset<std::string> events;   // "<tensor>:<ph>:<name>"
+  for (const auto& e : trace) {
+    if (e["ph"] == "M" && e["name"] == "process_name" && e["args"].contains("name")) {
+      tensors[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+    }
+  }
+  for (const auto& e : trace) {
+    if (!e.contains("pid") || !tensors.count(e["pid"].get<int>())) continue;
+    const std::string tensor = tensors[e["pid"].get<int>()];
+    events.insert(tensor + ":" + e["ph"].get<std::string>() + ":" + e.value("name", std::string()));
+    if (e["ph"] == "E" && e.contains("args")) {
+      CHECK(e["args"]["dtype"] == "float32");
+    }
+  }
+  for (const char* tensor : {"grad_a", "grad_b"}) {
+    const std::string t = tensor;
+    CHECK(events.count(t + ":X:QUEUE") == 3);
+    CHECK(events.count(t + ":B:NEGOTIATE_ALLREDUCE") == 3);
+    CHECK(events.count(t + ":X:0") == 3);  // one per reporting rank
+    CHECK(events.count(t + ":X:1") == 3);
+    CHECK(events.count(t + ":B:ALLREDUCE") == 3);
+    CHECK(events.count(t + ":B:GLOO_ALLREDUCE") == 3);
+  }
+  bool cycles = false;
+  for (const auto& e : trace) cycles = cycles || (e["ph"] == "i" && e["name"] == "CYCLE_START");
+  CHECK(cycles);
 }

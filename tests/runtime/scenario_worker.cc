@@ -1,5 +1,6 @@
 // Worker for the failure tests. argv[1] selects the scenario:
-//   stall   rank 0 allreduces "lonely" that no other rank submits; prints the error it gets
+//   stall   rank 0 allreduces "lonely", the other ranks "other": neither is ever complete; each prints
+//           the error it gets (the stall shutdown)
 //   die     every rank allreduces in a loop; rank 1 exits abruptly (_exit) after a few steps; the
 //           survivors print the error their pending handle failed with and exit 0
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
@@ -29,13 +30,9 @@ int main(int argc, char** argv) {
   const int rank = hvd_rank();
   float v[16] = {1};
   if (std::strcmp(scenario, "stall") == 0) {
-    if (rank == 0) {
-      const int status = allreduceOnce("lonely", v, 16);
-      std::printf("rank 0 lonely status %d: %s\n", status, hvd_error_text());
-    } else {
-      // Busy with something else until the stall shutdown ends the job.
-      while (hvd_barrier_async() >= 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
+    const char* name = rank == 0 ? "lonely" : "other";
+    const int status = allreduceOnce(name, v, 16);
+    std::printf("rank %d %s status %d: %s\n", rank, name, status, hvd_error_text());
     hvd_shutdown();
     return 0;
   }
