@@ -4,7 +4,7 @@
  * time against the libhvd of the build being measured.
  * Per-iteration times, maximum over ranks, statistics on rank 0 as JSON lines, warm-up 10 % (>= 3).
  * FUSION_REPS > 0 adds 100 x 4 KiB submitted asynchronously then waited (fused by the runtime) and
- * the same one by one. */
+ * the same one by one ("fused-only" leaves the latter out, for a timeline of fusion alone). */
 #include <hvd/hvd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
     free(t);
   }
   int reps = argc > 2 ? atoi(argv[2]) : 0;
+  int modes = argc > 3 && strcmp(argv[3], "fused-only") == 0 ? 1 : 2;
   if (reps > 0) {
     enum { kTensors = 100, kCount = 1024 };
     float* bufs = calloc((size_t)kTensors * kCount, sizeof(float));
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
     char names[kTensors][24];
     for (int k = 0; k < kTensors; ++k) snprintf(names[k], sizeof names[k], "bench.f%d", k);
     double* t = malloc(reps * sizeof(double));
-    for (int mode = 0; mode < 2; ++mode) {
+    for (int mode = 0; mode < modes; ++mode) {
       for (int r = -3; r < reps; ++r) { /* 3 warm-up batches */
         double t0 = now();
         for (int k = 0; k < kTensors; ++k) {

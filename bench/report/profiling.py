@@ -45,8 +45,9 @@ def perf_stat(argv, env=None, timeout_s=300):
 
 
 def timeline_summary(path, top=15):
-    """Totals per event name of a Chrome-trace timeline (HOROVOD_TIMELINE): complete ('X') events
-    and begin/end pairs per (pid, tid, name)."""
+    """Totals per activity of a Chrome-trace timeline (HOROVOD_TIMELINE): complete ('X') events and
+    begin/end pairs per (pid, name). In Horovod's format every tensor is a pid, and the tensors of one
+    fused operation carry the same span: identical (name, start, end) spans are counted once."""
     try:
         with open(path) as f:
             text = f.read().strip()
@@ -59,34 +60,29 @@ def timeline_summary(path, top=15):
     except json.JSONDecodeError as e:
         return f"timeline {path} is not JSON: {e}"
     events = doc.get("traceEvents", doc) if isinstance(doc, dict) else doc
-    totals, counts, open_ = {}, {}, {}
+    spans, open_ = set(), {}
     for e in events:
         if not isinstance(e, dict):
             continue
-        ph, nm = e.get("ph"), e.get("name", "?")
-        if ph == "X":
-            totals[nm] = totals.get(nm, 0) + float(e.get("dur", 0))
-            counts[nm] = counts.get(nm, 0) + 1
+        ph, nm, pid = e.get("ph"), e.get("name"), e.get("pid")
+        ts = float(e.get("ts", 0))
+        if ph == "X" and float(e.get("dur", 0)) > 0:
+            spans.add((nm, ts, ts + float(e["dur"])))
         elif ph == "B":
-            open_.setdefault((e.get("pid"), e.get("tid"), nm), []).append(float(e.get("ts", 0)))
-        elif ph == "E":
-            stack = open_.get((e.get("pid"), e.get("tid"), nm)) or open_.get((e.get("pid"), e.get("tid"), "?"))
-            if not stack:
-                # Horovod writes E events without a name: close the latest B on that (pid, tid)
-                keys = [k for k in open_ if k[:2] == (e.get("pid"), e.get("tid")) and open_[k]]
-                if not keys:
-                    continue
-                k = max(keys, key=lambda k: open_[k][-1])
-                nm, stack = k[2], open_[k]
-            start = stack.pop()
-            totals[nm] = totals.get(nm, 0) + float(e.get("ts", 0)) - start
-            counts[nm] = counts.get(nm, 0) + 1
-    if not totals:
+            open_.setdefault(pid, []).append((nm, ts))
+        elif ph == "E" and open_.get(pid):
+            bname, start = open_[pid].pop()  # Horovod's E events carry no name: close the latest B
+            spans.add((nm or bname, start, ts))
+    if not spans:
         return f"timeline {path} has no duration events"
+    totals, counts = {}, {}
+    for nm, a, b in spans:
+        totals[nm] = totals.get(nm, 0.0) + (b - a)
+        counts[nm] = counts.get(nm, 0) + 1
     rows = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v / 1e3:10.3f} ms total  {counts[k]:6d} events  "
-                     f"{v / counts[k]:9.1f} us each" for k, v in rows)
+    width = max(len(str(k)) for k, _ in rows)
+    return "\n".join([f"{'activity':<{width}}  {'total ms':>10}  {'spans':>6}  {'us each':>9}"] +
+                     [f"{str(k):<{width}}  {v / 1e3:10.3f}  {counts[k]:6d}  {v / counts[k]:9.1f}" for k, v in rows])
 
 
 def _env(extra):
