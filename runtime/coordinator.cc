@@ -27,12 +27,16 @@ Coordinator::Coordinator(CoordinatorOptions options) : options_(options) {}
 
 void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
   HVD_INTERNAL_ASSERT(rank >= 0 && rank < options_.size, "request from rank ", rank);
+  last_add_ = now;
   if (request.type == OpType::kJoin) {
     joined_.insert(rank);
     last_joined_ = rank;
     // Names waiting only for this rank are ready now.
     for (auto& [name, p] : pending_) markReadyIfComplete(name, p);
-    if (static_cast<int>(joined_.size()) == options_.size) ready_.push_back("");  // "" = the join itself
+    if (static_cast<int>(joined_.size()) == options_.size) {
+      if (ready_.empty()) ready_since_ = now;
+      ready_.push_back("");  // "" = the join itself
+    }
     return;
   }
   auto [it, inserted] = pending_.try_emplace(request.name);
@@ -55,7 +59,19 @@ void Coordinator::markReadyIfComplete(const std::string& name, Pending& p) {
     if (!p.by_rank[r] && !joined_.count(r)) return;
   }
   p.queued = true;
+  if (ready_.empty()) ready_since_ = last_add_;
   ready_.push_back(name);
+}
+
+std::optional<Coordinator::Clock::time_point> Coordinator::holdUntil(Clock::time_point now,
+                                                                     std::chrono::microseconds window) const {
+  if (ready_.empty() || shutdown_reason_ || window.count() <= 0) return std::nullopt;
+  const auto until = ready_since_ + window;
+  if (now >= until) return std::nullopt;
+  for (const auto& [name, p] : pending_) {
+    if (!p.queued && !p.warned) return until;  // still arriving (a stalled name does not hold anything)
+  }
+  return std::nullopt;
 }
 
 void Coordinator::requestShutdown(int rank) {

@@ -53,6 +53,12 @@ class Coordinator {
 
   bool idle() const { return pending_.empty() && ready_.empty(); }
 
+  // Fusion window: while names are ready but others are still arriving (submitted by some ranks), the
+  // ready ones wait up to `window` from the moment the first of them became ready, so one response
+  // fuses them all. Returns when to call next() at the latest, or nullopt to call it now. A lone
+  // operation never waits: with nothing else pending there is nothing to wait for.
+  std::optional<Clock::time_point> holdUntil(Clock::time_point now, std::chrono::microseconds window) const;
+
  private:
   struct Pending {
     std::vector<std::optional<Request>> by_rank;
@@ -69,6 +75,8 @@ class Coordinator {
   CoordinatorOptions options_;
   std::map<std::string, Pending> pending_;
   std::vector<std::string> ready_;  // in the order names became ready
+  Clock::time_point ready_since_;   // when ready_ became non-empty
+  Clock::time_point last_add_;
   std::set<int> joined_;
   int last_joined_ = -1;
   std::optional<std::string> shutdown_reason_;

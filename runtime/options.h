@@ -8,7 +8,7 @@
 //   HOROVOD_GLOO_IFACE                    network interface for Gloo and the control plane
 //   HOROVOD_GLOO_TIMEOUT_SECONDS          rendezvous and every collective (30)
 //   HOROVOD_FUSION_THRESHOLD              fusion buffer bytes (128 MiB; 0 disables fusion)
-//   HOROVOD_CYCLE_TIME                    batching window in ms (1; a lone operation never waits)
+//   HOROVOD_CYCLE_TIME                    fusion window in ms (1; a lone operation never waits)
 //   HOROVOD_CACHE_CAPACITY                response cache entries (1024; 0 disables)
 //   HOROVOD_TIMELINE, HOROVOD_TIMELINE_MARK_CYCLES   Chrome-trace file written by rank 0
 //   HOROVOD_STALL_CHECK_DISABLE, HOROVOD_STALL_CHECK_TIME_SECONDS (60),

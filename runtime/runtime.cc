@@ -116,6 +116,7 @@ class Runtime::Impl {
   std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
   std::unique_ptr<Timeline> timeline_;  // writes only on rank 0 with HOROVOD_TIMELINE
   bool shutdown_sent_ = false;
+  std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
   bool abort_ = false;
   std::string reason_;
 
@@ -350,9 +351,12 @@ void Runtime::Impl::loop() {
     if (buffered) {
       timeout_ms = 0;
     } else if (coordinator_) {
-      if (auto t = coordinator_->nextStallCheck()) {
-        timeout_ms = static_cast<int>(
-            std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(*t - Clock::now()).count() + 1));
+      std::optional<Clock::time_point> wake_at = coordinator_->nextStallCheck();
+      if (hold_ && (!wake_at || *hold_ < *wake_at)) wake_at = hold_;
+      if (wake_at) {
+        // Round up: waking a little late only delays by less than a millisecond.
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(*wake_at - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::max<int64_t>(0, (left + 999) / 1000));
       }
     }
     const int rv = ::poll(fds.data(), fds.size(), timeout_ms);
@@ -394,6 +398,8 @@ void Runtime::Impl::loop() {
       if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
         log(LogLevel::kWarning, stall);
       }
+      hold_ = coordinator_->holdUntil(Clock::now(), options_.cycle_time);
+      if (hold_) continue;
       ResponseList list = coordinator_->next();
       if (list.responses.empty() && !list.shutdown) continue;
       timeline_->cycleStart();
