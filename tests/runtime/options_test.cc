@@ -1,0 +1,109 @@
+// RuntimeOptions::fromEnvironment: defaults, parsing, and one clear error per bad value.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "rendezvous/error.h"
+#include "runtime/options.h"
+
+using hvd::runtime::LogLevel;
+using hvd::runtime::RuntimeOptions;
+
+namespace {
+
+RuntimeOptions parse(const std::map<std::string, std::string>& env) {
+  return RuntimeOptions::fromEnvironment([&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("no variables: Horovod's defaults, a single process", "[options]") {
+  const auto o = parse({});
+  CHECK(o.rank == 0);
+  CHECK(o.size == 1);
+  CHECK(o.hostname == "localhost");
+  CHECK(!o.rendezvous_addr);
+  CHECK(o.gloo_timeout == std::chrono::seconds(30));
+  CHECK(o.fusion_threshold == 128u << 20);
+  CHECK(o.cycle_time == std::chrono::microseconds(1000));
+  CHECK(o.cache_capacity == 1024);
+  CHECK(o.stall_check);
+  CHECK(o.stall_warning_time == std::chrono::seconds(60));
+  CHECK(o.log_level == LogLevel::kWarning);
+  CHECK(o.gpu_pinning);
+}
+
+TEST_CASE("every variable is read", "[options]") {
+  const auto o = parse({{"HOROVOD_RANK", "3"},
+                        {"HOROVOD_SIZE", "8"},
+                        {"HOROVOD_LOCAL_RANK", "1"},
+                        {"HOROVOD_LOCAL_SIZE", "2"},
+                        {"HOROVOD_CROSS_RANK", "1"},
+                        {"HOROVOD_CROSS_SIZE", "4"},
+                        {"HOROVOD_HOSTNAME", "node7"},
+                        {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"},
+                        {"HOROVOD_GLOO_RENDEZVOUS_PORT", "4321"},
+                        {"HVD_RENDEZVOUS_TOKEN", "secret"},
+                        {"HOROVOD_GLOO_IFACE", "eth1"},
+                        {"HOROVOD_GLOO_TIMEOUT_SECONDS", "90"},
+                        {"HOROVOD_FUSION_THRESHOLD", "0"},
+                        {"HOROVOD_CYCLE_TIME", "2.5"},
+                        {"HOROVOD_CACHE_CAPACITY", "0"},
+                        {"HOROVOD_TIMELINE", "/tmp/t.json"},
+                        {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+                        {"HOROVOD_STALL_CHECK_DISABLE", "1"},
+                        {"HOROVOD_STALL_CHECK_TIME_SECONDS", "5"},
+                        {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "7.5"},
+                        {"HOROVOD_LOG_LEVEL", "DEBUG"},
+                        {"HVD_DISABLE_GPU_PINNING", "1"}});
+  CHECK(o.rank == 3);
+  CHECK(o.size == 8);
+  CHECK(o.local_rank == 1);
+  CHECK(o.cross_size == 4);
+  CHECK(o.hostname == "node7");
+  CHECK(*o.rendezvous_addr == "10.0.0.1");
+  CHECK(o.rendezvous_port == 4321);
+  CHECK(*o.token == "secret");
+  CHECK(o.iface == "eth1");
+  CHECK(o.gloo_timeout == std::chrono::seconds(90));
+  CHECK(o.fusion_threshold == 0);
+  CHECK(o.cycle_time == std::chrono::microseconds(2500));
+  CHECK(o.cache_capacity == 0);
+  CHECK(*o.timeline_path == "/tmp/t.json");
+  CHECK(o.timeline_mark_cycles);
+  CHECK(!o.stall_check);
+  CHECK(o.stall_warning_time == std::chrono::seconds(5));
+  CHECK(o.stall_shutdown_time == std::chrono::milliseconds(7500));
+  CHECK(o.log_level == LogLevel::kDebug);
+  CHECK(!o.gpu_pinning);
+}
+
+TEST_CASE("bad values: one error naming the variable and the value", "[options]") {
+  using Env = std::map<std::string, std::string>;
+  const std::vector<std::pair<Env, std::string>> cases = {
+      {{{"HOROVOD_RANK", "abc"}}, "HOROVOD_RANK='abc' is not an integer"},
+      {{{"HOROVOD_SIZE", "0"}}, "HOROVOD_SIZE=0 is out of range"},
+      {{{"HOROVOD_RANK", "2"}, {"HOROVOD_SIZE", "2"}, {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "h"},
+        {"HOROVOD_GLOO_RENDEZVOUS_PORT", "1"}},
+       "HOROVOD_RANK=2 is not below HOROVOD_SIZE=2"},
+      {{{"HOROVOD_LOCAL_RANK", "1"}}, "HOROVOD_LOCAL_RANK=1 is not below HOROVOD_LOCAL_SIZE=1"},
+      {{{"HOROVOD_SIZE", "2"}}, "HOROVOD_SIZE=2 but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set"},
+      {{{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"}},
+       "HOROVOD_GLOO_RENDEZVOUS_ADDR=10.0.0.1 needs HOROVOD_GLOO_RENDEZVOUS_PORT (got -1)"},
+      {{{"HOROVOD_GLOO_RENDEZVOUS_PORT", "70000"}}, "HOROVOD_GLOO_RENDEZVOUS_PORT=70000 is out of range"},
+      {{{"HOROVOD_GLOO_TIMEOUT_SECONDS", "0"}}, "HOROVOD_GLOO_TIMEOUT_SECONDS=0 is out of range"},
+      {{{"HOROVOD_CYCLE_TIME", "-1"}}, "HOROVOD_CYCLE_TIME=-1 must be at least 0"},
+      {{{"HOROVOD_CYCLE_TIME", "fast"}}, "HOROVOD_CYCLE_TIME='fast' is not a number"},
+      {{{"HOROVOD_FUSION_THRESHOLD", "64MB"}}, "HOROVOD_FUSION_THRESHOLD='64MB' is not an integer"},
+      {{{"HOROVOD_STALL_CHECK_TIME_SECONDS", "nan"}}, "HOROVOD_STALL_CHECK_TIME_SECONDS='nan' is not a number"},
+  };
+  for (const auto& [env, message] : cases) {
+    INFO(message);
+    REQUIRE_THROWS_AS(parse(env), hvd::UsageError);
+    REQUIRE_THROWS_WITH(parse(env), Catch::StartsWith(message));
+  }
+}
