@@ -53,6 +53,12 @@ void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
   markReadyIfComplete(request.name, p);
 }
 
+const Request& Coordinator::cachedRequest(uint32_t id) const {
+  HVD_CHECK(id >= 1 && id <= cache_.size(), BackendError, "unknown response cache id ", id, " (", cache_.size(),
+            " cached)");
+  return cache_[id - 1];
+}
+
 void Coordinator::markReadyIfComplete(const std::string& name, Pending& p) {
   if (p.queued) return;
   for (int r = 0; r < options_.size; ++r) {
@@ -254,6 +260,34 @@ ResponseList Coordinator::next() {
       continue;
     }
     Response s = build(name, p);
+    // Cache names whose descriptor is the same on every rank (not allgather/alltoall: their row counts
+    // differ by rank; not while ranks have joined).
+    uint32_t cache_id = 0;
+    if (s.type != OpType::kAllgather && s.type != OpType::kAlltoall && joined_.empty()) {
+      if (auto c = cache_ids_.find(name); c != cache_ids_.end()) {
+        cache_id = c->second;
+      } else if (cache_.size() < options_.cache_capacity) {
+        for (const auto& q : p.by_rank) {
+          if (q) {
+            cache_.push_back(*q);
+            break;
+          }
+        }
+        cache_id = static_cast<uint32_t>(cache_.size());
+        cache_ids_[name] = cache_id;
+      }
+      // A changed descriptor under a cached name: the ranks resubmitted it in full, and validation passed,
+      // so the cached copy is refreshed (the id stays).
+      if (cache_id) {
+        for (const auto& q : p.by_rank) {
+          if (q) {
+            cache_[cache_id - 1] = *q;
+            break;
+          }
+        }
+      }
+    }
+    s.cache_ids = {cache_id};
     pending_.erase(it);
     if (s.type == OpType::kAllreduce && options_.fusion_threshold > 0) {
       const size_t bytes = static_cast<size_t>(s.counts[0]) * gloo_backend::elementSize(s.dtype);
@@ -263,6 +297,7 @@ ResponseList Coordinator::next() {
         if (f.dtype == s.dtype && f.op == s.op && f.prescale == s.prescale && f.postscale == s.postscale &&
             g.bytes + bytes <= options_.fusion_threshold) {
           f.names.push_back(name);
+          f.cache_ids.push_back(s.cache_ids[0]);
           f.counts.push_back(s.counts[0]);
           g.bytes += bytes;
           fused = true;

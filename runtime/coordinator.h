@@ -26,6 +26,7 @@ namespace hvd::runtime {
 struct CoordinatorOptions {
   int size = 1;
   size_t fusion_threshold = size_t{128} << 20;
+  size_t cache_capacity = 1024;  // response cache entries, 0: off
   bool stall_check = true;
   std::chrono::milliseconds stall_warning_time{std::chrono::seconds(60)};
   std::chrono::milliseconds stall_shutdown_time{0};  // 0: never
@@ -39,6 +40,9 @@ class Coordinator {
 
   // Records rank's request (its descriptor fields). A join marks the rank as joined.
   void add(int rank, const Request& request, Clock::time_point now);
+  // The request a response cache hit stands for (the name cached under id, with its descriptor).
+  // Throws BackendError for an id that was never assigned.
+  const Request& cachedRequest(uint32_t id) const;
   // Rank asks the job to shut down (hvd_shutdown()).
   void requestShutdown(int rank);
 
@@ -81,6 +85,10 @@ class Coordinator {
   int last_joined_ = -1;
   std::optional<std::string> shutdown_reason_;
   std::vector<std::string> stalled_names_;  // to fail with the stall shutdown
+  // Response cache: names whose descriptor was identical on every rank, by id - 1. Ids are never
+  // reused or evicted (when full, new names are simply not cached), so every rank's copy stays valid.
+  std::vector<Request> cache_;
+  std::map<std::string, uint32_t> cache_ids_;
 };
 
 // "[0, 2-5, 7]"

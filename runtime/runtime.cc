@@ -117,6 +117,8 @@ class Runtime::Impl {
   std::unique_ptr<Timeline> timeline_;  // writes only on rank 0 with HOROVOD_TIMELINE
   bool shutdown_sent_ = false;
   std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
+  // Workers: name -> (cache id, the descriptor this rank submitted when the id was given).
+  std::unordered_map<std::string, std::pair<uint32_t, Request>> response_cache_;
   bool abort_ = false;
   std::string reason_;
 
@@ -156,6 +158,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     CoordinatorOptions c;
     c.size = options_.size;
     c.fusion_threshold = options_.fusion_threshold;
+    c.cache_capacity = options_.cache_capacity;
     c.stall_check = options_.stall_check;
     c.stall_warning_time = options_.stall_warning_time;
     c.stall_shutdown_time = options_.stall_shutdown_time;
@@ -381,6 +384,7 @@ void Runtime::Impl::loop() {
         for (const auto& m : messages) {
           RequestBatch batch = decodeRequestBatch(m);
           for (const auto& q : batch.requests) addRequest(static_cast<int>(r), q, now);
+          for (uint32_t id : batch.cached) addRequest(static_cast<int>(r), coordinator_->cachedRequest(id), now);
           if (batch.shutdown) coordinator_->requestShutdown(static_cast<int>(r));
         }
         if (!open) {
@@ -413,7 +417,14 @@ void Runtime::Impl::loop() {
 
     if (!fresh.empty() || (shutdown_requested && !shutdown_sent_)) {
       RequestBatch batch;
-      batch.requests = std::move(fresh);
+      for (auto& q : fresh) {
+        auto hit = response_cache_.find(q.name);
+        if (hit != response_cache_.end() && sameDescriptor(hit->second.second, q)) {
+          batch.cached.push_back(hit->second.first);
+        } else {
+          batch.requests.push_back(std::move(q));
+        }
+      }
       batch.shutdown = shutdown_requested && !shutdown_sent_;
       shutdown_sent_ = shutdown_sent_ || batch.shutdown;
       coordinator_channel_->send(encode(batch));
@@ -499,6 +510,17 @@ void Runtime::Impl::execute(const Response& s) {
     }
     for (const auto& name : s.names) complete(name, error);
     return;
+  }
+  if (!coordinator_) {
+    for (size_t i = 0; i < s.cache_ids.size() && i < s.names.size(); ++i) {
+      if (!s.cache_ids[i]) continue;
+      if (Entry* e = find(s.names[i])) {
+        Request descriptor = e->request;
+        descriptor.input = nullptr;
+        descriptor.output = nullptr;
+        response_cache_[s.names[i]] = {s.cache_ids[i], std::move(descriptor)};
+      }
+    }
   }
   try {
     timelineStart(s);

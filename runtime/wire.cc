@@ -86,6 +86,12 @@ void putStrings(Writer& w, const std::vector<std::string>& v) {
 
 }  // namespace
 
+bool sameDescriptor(const Request& a, const Request& b) {
+  return a.type == b.type && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
+         a.postscale == b.postscale && a.root == b.root && a.rows == b.rows && a.row_elements == b.row_elements &&
+         a.splits == b.splits;
+}
+
 std::vector<char> encode(const Hello& m) {
   Writer w(MessageKind::kHello);
   w.put(m.magic);
@@ -119,6 +125,7 @@ std::vector<char> encode(const RequestBatch& m) {
     w.put(q.row_elements);
     w.put(q.splits);
   }
+  w.put(m.cached);
   return w.take();
 }
 
@@ -141,6 +148,7 @@ RequestBatch decodeRequestBatch(const std::vector<char>& payload) {
     q.row_elements = r.get<int64_t>();
     q.splits = r.getVector<int64_t>();
   }
+  m.cached = r.getVector<uint32_t>();
   return m;
 }
 
@@ -154,6 +162,7 @@ std::vector<char> encode(const ResponseList& m) {
     w.put(static_cast<uint8_t>(s.kind));
     w.put(static_cast<uint8_t>(s.type));
     putStrings(w, s.names);
+    w.put(s.cache_ids);
     w.put(static_cast<int32_t>(s.dtype));
     w.put(static_cast<int32_t>(s.op));
     w.put(s.prescale);
@@ -183,6 +192,7 @@ ResponseList decodeResponseList(const std::vector<char>& payload) {
     s.kind = static_cast<Response::Kind>(r.get<uint8_t>());
     s.type = static_cast<OpType>(r.get<uint8_t>());
     s.names = r.getStrings();
+    s.cache_ids = r.getVector<uint32_t>();
     s.dtype = static_cast<DataType>(r.get<int32_t>());
     s.op = static_cast<ReduceOp>(r.get<int32_t>());
     s.prescale = r.get<double>();

@@ -25,6 +25,9 @@ struct Hello {
 
 struct RequestBatch {
   std::vector<Request> requests;  // descriptors only (input/output pointers are not sent)
+  // Response cache hits: ids the coordinator assigned to a name whose descriptor this rank submits
+  // again unchanged (steady-state training steps send 4 bytes per tensor instead of its descriptor).
+  std::vector<uint32_t> cached;
   bool shutdown = false;          // this rank asks the job to shut down
 };
 
@@ -33,6 +36,7 @@ struct Response {
   Kind kind = Kind::kExecute;
   OpType type = OpType::kAllreduce;
   std::vector<std::string> names;  // several: fused allreduce, in buffer order
+  std::vector<uint32_t> cache_ids; // per name: its response cache id, 0 = not cached
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1.0;
@@ -57,6 +61,9 @@ struct ResponseList {
   std::string shutdown_reason;   // why (empty: an orderly shutdown requested by a rank)
   bool abort = false;            // a rank was lost: skip the orderly close barrier
 };
+
+// Descriptor equality (what the response cache compares): every field but name and pointers.
+bool sameDescriptor(const Request& a, const Request& b);
 
 std::vector<char> encode(const Hello& m);
 std::vector<char> encode(const RequestBatch& m);

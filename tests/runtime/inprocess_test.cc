@@ -463,3 +463,37 @@ TEST_CASE("no CUDA runtime here: the CPU is used without error", "[inprocess]") 
   Cluster disabled(1, [](RuntimeOptions& o) { o.gpu_pinning = false; });
   REQUIRE(disabled[0].device() == -1);
 }
+
+TEST_CASE("response cache: steady-state steps, a changed shape, a mismatch under a cached name", "[inprocess]") {
+  const size_t capacity = GENERATE(size_t{0}, size_t{1024});
+  Cluster cluster(3, [&](RuntimeOptions& o) { o.cache_capacity = capacity; });
+  cluster.forEach([&](int r) {
+    auto step = [&](int64_t count) {
+      std::vector<float> v(static_cast<size_t>(count), 1.0f);
+      Request q;
+      q.name = "w";
+      q.op = ReduceOp::kSum;
+      q.rows = count;
+      q.input = q.output = v.data();
+      cluster[r].enqueue(q)->wait();
+      for (float x : v) REQUIRE(x == 3.0f);
+    };
+    step(4);
+    step(4);  // a cache hit on ranks 1 and 2
+    step(4);
+    // Rank 1 changes the shape under the cached name: every rank gets the mismatch.
+    {
+      std::vector<float> v(5, 1.0f);
+      Request q;
+      q.name = "w";
+      q.op = ReduceOp::kSum;
+      q.rows = r == 1 ? 5 : 4;
+      q.input = q.output = v.data();
+      REQUIRE_THROWS_WITH(cluster[r].enqueue(q)->wait(),
+                          "Mismatched allreduce shapes for tensor 'w': 4 elements on ranks [0, 2], 5 elements on ranks [1]");
+    }
+    step(5);  // everyone changes: resubmitted in full, the cache entry is refreshed
+    step(5);
+    step(4);
+  });
+}
