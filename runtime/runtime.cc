@@ -385,6 +385,10 @@ void Runtime::Impl::loop() {
           RequestBatch batch = decodeRequestBatch(m);
           for (const auto& q : batch.requests) addRequest(static_cast<int>(r), q, now);
           for (uint32_t id : batch.cached) addRequest(static_cast<int>(r), coordinator_->cachedRequest(id), now);
+          if (options_.log_level <= LogLevel::kTrace) {
+            log(LogLevel::kTrace, detail::concat("rank ", r, ": ", batch.requests.size(), " requests, ",
+                                                 batch.cached.size(), " response cache hits"));
+          }
           if (batch.shutdown) coordinator_->requestShutdown(static_cast<int>(r));
         }
         if (!open) {
