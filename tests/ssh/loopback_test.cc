@@ -1,4 +1,5 @@
 // The ssh launcher against one real sshd on 127.0.0.1, in-process through the Launcher interface.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,15 +58,21 @@ std::string uniqueTag(const char* what) {
   return std::string(what) + std::to_string(::getpid()) + "x" + std::to_string(rd() % 1000000);
 }
 
-// Command lines of every process on this machine (the "remote" side of a loopback sshd).
+// Command lines of every process on this machine (the "remote" side of a loopback sshd). Processes may
+// exit while we read: those are skipped.
 std::vector<std::string> allCommandLines() {
   std::vector<std::string> out;
   DIR* d = ::opendir("/proc");
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    out.push_back(text);
+    const int fd = ::open((std::string("/proc/") + e->d_name + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    std::string text;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    out.push_back(std::move(text));
   }
   ::closedir(d);
   return out;

@@ -33,13 +33,19 @@ std::string buildDir() {
   return d;
 }
 
+// $HVD_BUILD_DIR/hvdrun, or cmd/hvdrun where the build tree keeps it there.
+std::string hvdrunPath() {
+  const std::string top = buildDir() + "/hvdrun";
+  return ::access(top.c_str(), X_OK) == 0 ? top : buildDir() + "/cmd/hvdrun";
+}
+
 // hvdrun started inside the lab's launcher namespace with the test's HOME (keys, known_hosts) and no
 // ssh-agent. Killed (SIGKILL) if still running when destroyed.
 class Hvdrun {
  public:
   Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args, const std::string& out)
       : out_(out) {
-    std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(), buildDir() + "/hvdrun"};
+    std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(), hvdrunPath()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {

@@ -298,8 +298,14 @@ std::vector<pid_t> NetnsLab::processesIn(int i) const {
 std::vector<std::string> NetnsLab::commandLinesIn(int i) const {
   std::vector<std::string> out;
   for (pid_t p : processesIn(i)) {
-    std::ifstream in("/proc/" + std::to_string(p) + "/cmdline");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A process may exit while we read it: skip it.
+    const int fd = ::open(("/proc/" + std::to_string(p) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    std::string text;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+    ::close(fd);
     for (char& c : text) {
       if (c == '\0') c = ' ';
     }
