@@ -147,13 +147,23 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", rank, ", size=", size));
     return Communicator::connect(store_, gloo_device_, o);
   };
-  global_ = connect("global", options_.rank, options_.size);
-  local_ = connect("local_" + options_.hostname, options_.local_rank, options_.local_size);
-  cross_ = connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
-
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  HVD_CHECK(wake_fd_ >= 0, NetworkError, "eventfd failed: ", errnoText(errno));
-  connectControlPlane();
+  try {
+    global_ = connect("global", options_.rank, options_.size);
+    local_ = connect("local_" + options_.hostname, options_.local_rank, options_.local_size);
+    cross_ = connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    HVD_CHECK(wake_fd_ >= 0, NetworkError, "eventfd failed: ", errnoText(errno));
+    connectControlPlane();
+  } catch (...) {
+    // Init failed part-way (a peer never came, a timeout): close without the orderly barrier, which
+    // would only wait for the same missing peers once more.
+    for (auto* c : {&global_, &local_, &cross_}) {
+      if (*c) (*c)->close(false);
+    }
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    wake_fd_ = -1;
+    throw;
+  }
   if (options_.rank == 0) {
     CoordinatorOptions c;
     c.size = options_.size;

@@ -148,3 +148,18 @@ TEST_CASE("HOROVOD_TIMELINE writes a Chrome trace from rank 0", "[multiprocess][
   for (const auto& e : trace) cycles = cycles || (e["ph"] == "i" && e["name"] == "CYCLE_START");
   CHECK(cycles);
 }
+
+TEST_CASE("a rank that never comes: hvd_init fails within the Gloo timeout with the cause", "[multiprocess]") {
+  JobOptions o;
+  o.np = 1;  // HOROVOD_SIZE=2, but rank 1 is never started
+  o.env = {{"HOROVOD_SIZE", "2"}, {"HOROVOD_LOCAL_SIZE", "2"}, {"HOROVOD_GLOO_TIMEOUT_SECONDS", "2"}};
+  o.argv = {buildPath("examples/hello_c")};
+  o.timeout = std::chrono::seconds(30);
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = runJob(o);
+  INFO(describe(results));
+  REQUIRE(results[0].exit_code == 1);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+  CHECK(results[0].output.find("hvd_init failed: ") != std::string::npos);
+  CHECK(results[0].output.find("global") != std::string::npos);
+}
