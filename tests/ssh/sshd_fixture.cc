@@ -205,6 +205,14 @@ void Sshd::regenerateHostKey() {
 
 // ---------------------------------------------------------------------------------------------------------
 
+namespace {
+std::string oneLine(std::string s) {
+  s = trim(s);
+  for (size_t i = 0; (i = s.find('\n', i)) != std::string::npos;) s.replace(i, 1, "; ");
+  return s;
+}
+}  // namespace
+
 std::string NetnsLab::unavailable() {
   if (::geteuid() != 0) return "not root";
   if (::access("/usr/sbin/sshd", X_OK) != 0) return "/usr/sbin/sshd missing";
@@ -212,13 +220,13 @@ std::string NetnsLab::unavailable() {
   try {
     sh("ip netns add " + probe);
   } catch (const std::exception& e) {
-    return std::string("ip netns add is not permitted: ") + trim(e.what());
+    return "ip netns add is not permitted: " + oneLine(e.what());
   }
   try {
     sh("ip netns exec " + probe + " ip link add br0 type bridge");
   } catch (const std::exception& e) {
     sh("ip netns del " + probe);
-    return std::string("cannot create a bridge in a namespace: ") + trim(e.what());
+    return "cannot create a bridge in a namespace: " + oneLine(e.what());
   }
   sh("ip netns del " + probe);
   return "";

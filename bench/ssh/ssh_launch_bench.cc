@@ -1,0 +1,146 @@
+// 32 ranks on 8 ssh hosts (network namespaces, one sshd each) against one OpenSSH `ssh host true`,
+// measured in the same run. Prints medians with min-max over the rounds and the ratio.
+//
+//   bench_ssh_launch [--rounds N]        (root; needs `ip netns`; HVD_BUILD_DIR = the build tree)
+//
+// Figures:
+//   openssh_true     ssh -i KEY host true (one connection, key exchange, remote login shell)
+//   openssh_32x      32 of those at once, 4 per host: what horovodrun runs for 32 ranks
+//   hvdrun_np8_true  hvdrun -np 8, one /bin/true per host
+//   hvdrun_true      hvdrun -np 32 over 8 hosts, workers /bin/true: preflight of 8 hosts, reachability
+//                    check, 32 remote starts, exits collected
+//   hvdrun_joined    the same with examples/hello_cpp: every rank joins the rendezvous, builds its Gloo
+//                    context and does an allreduce: an upper bound of "all ranks joined"
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tests/ssh/sshd_fixture.h"
+
+extern char** environ;
+
+namespace {
+
+double runSeconds(const std::vector<std::string>& args, const std::string& home) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "HOME=", 5) == 0 || std::strncmp(*e, "SSH_AUTH_SOCK=", 14) == 0) continue;
+    env.emplace_back(*e);
+  }
+  env.push_back("HOME=" + home);
+  std::vector<std::string> copy = args;
+  std::vector<char*> a, e;
+  for (auto& s : copy) a.push_back(s.data());
+  a.push_back(nullptr);
+  for (auto& s : env) e.push_back(s.data());
+  e.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, (home + "/bench.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t pid;
+  if (::posix_spawn(&pid, a[0], &actions, nullptr, a.data(), e.data()) != 0) throw std::runtime_error("spawn failed");
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::cerr << "command failed: " << args[4] << "\n" << hvd::test::sh("cat " + home + "/bench.out");
+    std::exit(1);
+  }
+  return s;
+}
+
+struct Stats {
+  double median, min, max;
+};
+
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 7;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--rounds") rounds = std::atoi(argv[i + 1]);
+  }
+  const std::string why = hvd::test::NetnsLab::unavailable();
+  if (!why.empty()) {
+    std::cout << "SKIPPED: network namespaces unavailable (" << why << ")\n";
+    return 77;
+  }
+  const char* build = std::getenv("HVD_BUILD_DIR");
+  const std::string dir = build ? build : ".";
+  std::string hvdrun = dir + "/hvdrun";
+  if (::access(hvdrun.c_str(), X_OK) != 0) hvdrun = dir + "/cmd/hvdrun";
+  const std::string hello = dir + "/examples/hello_cpp";
+
+  hvd::test::SshHome home;
+  hvd::test::NetnsLab lab(8, home);
+  std::string hosts;
+  for (int i = 0; i < lab.hosts(); ++i) hosts += (hosts.empty() ? "" : ",") + lab.hostAddress(i) + ":4";
+  const std::vector<std::string> in_ns = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace()};
+  auto with = [&](std::vector<std::string> tail) {
+    auto v = in_ns;
+    v.insert(v.end(), tail.begin(), tail.end());
+    return v;
+  };
+  const auto openssh = with({"/usr/bin/ssh", "-i", home.userKey(), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                             "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + home.knownHosts(),
+                             lab.hostAddress(0), "true"});
+  // What horovodrun does for 32 ranks: 32 ssh processes at once, 4 per host.
+  std::string parallel;
+  for (int r = 0; r < 32; ++r) {
+    parallel += "/usr/bin/ssh -i " + home.userKey() + " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" +
+                home.knownHosts() + " " + lab.hostAddress(r % 8) + " true & ";
+  }
+  parallel += "wait";
+  const auto openssh32 = with({"/bin/sh", "-c", parallel});
+  const auto hv_true8 = with({hvdrun, "-np", "8", "-H", hosts, "--ssh-known-hosts", "strict", "/bin/true"});
+  const auto hv_true = with({hvdrun, "-np", "32", "-H", hosts, "--ssh-known-hosts", "strict", "/bin/true"});
+  const auto hv_join = with({hvdrun, "-np", "32", "-H", hosts, "--ssh-known-hosts", "strict", hello});
+
+  // Warm-up (page cache, sshd's first re-exec), not measured.
+  runSeconds(openssh, home.home());
+  runSeconds(hv_true, home.home());
+  std::vector<double> a, a32, b8, b, c;
+  for (int r = 0; r < rounds; ++r) {
+    a.push_back(runSeconds(openssh, home.home()));
+    a32.push_back(runSeconds(openssh32, home.home()));
+    b8.push_back(runSeconds(hv_true8, home.home()));
+    b.push_back(runSeconds(hv_true, home.home()));
+    if (::access(hello.c_str(), X_OK) == 0) c.push_back(runSeconds(hv_join, home.home()));
+  }
+  auto print = [&](const char* name, const std::vector<double>& v) {
+    if (v.empty()) {
+      std::printf("%-16s not measured (missing %s)\n", name, hello.c_str());
+      return;
+    }
+    const Stats s = stats(v);
+    const Stats base = stats(a);
+    std::printf("%-16s median %7.1f ms  [%.1f-%.1f]  ratio vs openssh_true %.2fx\n", name, s.median * 1e3,
+                s.min * 1e3, s.max * 1e3, s.median / base.median);
+  };
+  std::printf("32 ranks on 8 ssh hosts (network namespaces), %d rounds, medians [min-max]\n", rounds);
+  print("openssh_true", a);
+  print("openssh_32x", a32);
+  print("hvdrun_np8_true", b8);
+  print("hvdrun_true", b);
+  print("hvdrun_joined", c);
+  return 0;
+}
