@@ -1,7 +1,10 @@
 #include "rendezvous/handler.h"
 
 #include <charconv>
+#include <cstdint>
 #include <variant>
+
+#include <boost/beast/http/error.hpp>
 
 #include "rendezvous/error.h"
 #include "rendezvous/token.h"
@@ -285,13 +288,40 @@ Response errorResponse(http::status status, const std::string& message, unsigned
   return res;
 }
 
+void applyLimits(http::request_parser<http::string_body>& parser, const ServerOptions& options) {
+  parser.body_limit(options.max_value_bytes);
+  parser.header_limit(static_cast<uint32_t>(std::min<size_t>(options.max_key_bytes + kHeaderAllowance, UINT32_MAX)));
+}
+
+std::optional<Response> parseErrorResponse(const boost::system::error_code& ec, const ServerOptions& options,
+                                           unsigned version) {
+  if (ec == http::error::body_limit) {
+    return errorResponse(http::status::payload_too_large,
+                         detail::concat("value exceeds the limit of ", options.max_value_bytes, " bytes"), version);
+  }
+  if (ec == http::error::header_limit) {
+    return errorResponse(http::status::request_header_fields_too_large,
+                         detail::concat("request line and headers exceed ", options.max_key_bytes + kHeaderAllowance,
+                                        " bytes"),
+                         version);
+  }
+  if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
+      ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    return errorResponse(http::status::bad_request, "malformed HTTP request: " + ec.message(), version);
+  }
+  return std::nullopt;
+}
+
 Outcome handle(const Request& req, KvState& state, bool allow_wait) {
   const ServerOptions& options = state.options();
   const std::string_view target(req.target().data(), req.target().size());
   const http::verb method = req.method();
 
   if (method == http::verb::get && (target == "/status" || target.substr(0, 8) == "/status?")) {
-    return {makeResponse(req, http::status::ok, state.status().dump(2) + "\n", "application/json")};
+    // Keys are arbitrary bytes; invalid UTF-8 is replaced rather than thrown on (json's default).
+    return {makeResponse(req, http::status::ok,
+                         state.status().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                         "application/json")};
   }
   if (method != http::verb::get && method != http::verb::put && method != http::verb::delete_ &&
       method != http::verb::post) {

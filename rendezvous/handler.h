@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <nlohmann/json.hpp>
 
@@ -111,6 +112,17 @@ struct Outcome {
 
 // The whole protocol. allow_wait=false turns a long poll into a plain GET (used when its time is up).
 Outcome handle(const Request& request, KvState& state, bool allow_wait = true);
+
+// The limits the server puts on each request's parser: body <= max_value_bytes, request line and
+// headers <= max_key_bytes + kHeaderAllowance.
+inline constexpr size_t kHeaderAllowance = 8192;  // Host, Content-Length, the token, curl's or urllib's extras
+void applyLimits(boost::beast::http::request_parser<boost::beast::http::string_body>& parser,
+                 const ServerOptions& options);
+
+// The answer to a request the parser rejected with ec: 413 (body too large), 431 (headers too large),
+// 400 (malformed). nullopt when there is nobody to answer (end of stream, reset, cancelled).
+std::optional<Response> parseErrorResponse(const boost::system::error_code& ec, const ServerOptions& options,
+                                           unsigned version);
 
 // A response for errors found before a request could be parsed (bad request line, body too large,
 // read timeout); always closes the connection.

@@ -39,9 +39,6 @@ namespace {
 
 class Session;
 
-// Headers beyond the request target (Host, Content-Length, the token, a few more from curl or urllib)
-// fit comfortably in this many bytes.
-constexpr size_t kHeaderAllowance = 8192;
 // Pause before accepting again after an accept error (e.g. EMFILE), so the loop does not spin.
 constexpr std::chrono::milliseconds kAcceptRetryDelay{50};
 
@@ -109,8 +106,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void read() {
     if (closed_) return;
     parser_.emplace();
-    parser_->body_limit(options().max_value_bytes);
-    parser_->header_limit(static_cast<uint32_t>(options().max_key_bytes + kHeaderAllowance));
+    applyLimits(*parser_, options());
     // The whole request must arrive within read_timeout: a client that trickles bytes (slowloris) or
     // idles on a keep-alive connection is cut off. Our own timer rather than tcp_stream's expiry, which
     // closes the socket: a half-received request deserves a 408 first.
@@ -140,17 +136,8 @@ class Session : public std::enable_shared_from_this<Session> {
         } else {
           doClose();
         }
-      } else if (ec == http::error::body_limit) {
-        sendError(http::status::payload_too_large,
-                  detail::concat("value exceeds the limit of ", options().max_value_bytes, " bytes"), version);
-      } else if (ec == http::error::header_limit) {
-        sendError(http::status::request_header_fields_too_large,
-                  detail::concat("request line and headers exceed ", options().max_key_bytes + kHeaderAllowance,
-                                 " bytes"),
-                  version);
-      } else if (ec.category() == http::make_error_code(http::error::bad_target).category() &&
-                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        sendError(http::status::bad_request, "malformed HTTP request: " + ec.message(), version);
+      } else if (auto answer = parseErrorResponse(ec, options(), version)) {
+        send(std::move(*answer));
       } else {
         doClose();  // end of stream, reset, abort: nobody to answer
       }
@@ -162,7 +149,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void process(bool allow_wait) {
-    Outcome outcome = handle(request_, server_->state, allow_wait);
+    Outcome outcome;
+    try {
+      outcome = handle(request_, server_->state, allow_wait);
+    } catch (const std::exception& e) {
+      // A bug in the handler must cost one request, never the server every worker depends on.
+      send(errorResponse(http::status::internal_server_error, std::string("internal error: ") + e.what(),
+                         request_.version()));
+      return;
+    }
     if (outcome.response) {
       send(std::move(*outcome.response));
       return;

@@ -268,3 +268,11 @@ TEST_CASE("tokens: generated, compared, read from files", "[token]") {
   ::unsetenv(kTokenEnv);
   CHECK_FALSE(tokenFromEnvironment().has_value());
 }
+
+TEST_CASE("handler: /status survives keys that are not UTF-8 (found by the fuzzer)", "[handler]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/s%FF/k%9D%8A", "x") == 200);
+  auto res = answer(state, request(http::verb::get, "/status"));
+  CHECK(res.result_int() == 200);
+  CHECK_NOTHROW(nlohmann::json::parse(res.body()));
+}
