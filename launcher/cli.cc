@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include <boost/program_options.hpp>
 #include <yaml-cpp/yaml.h>
+#include <boost/program_options.hpp>
 
 #include "hvd/config.h"
 #include "launcher/usage.h"
@@ -42,12 +42,20 @@ const std::string* findEnv(const Environment& env, const std::string& name) {
 }
 
 bool isReservedVariable(const std::string& name) {
-  static const std::set<std::string> kReserved = {
-      "HOROVOD_HOSTNAME",   "HOROVOD_RANK",       "HOROVOD_SIZE",
-      "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
-      "HOROVOD_CROSS_SIZE", "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS",
-      "HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
-      "HOROVOD_GLOO_RENDEZVOUS_PORT", rendezvous::kTokenEnv};
+  static const std::set<std::string> kReserved = {"HOROVOD_HOSTNAME",
+                                                  "HOROVOD_RANK",
+                                                  "HOROVOD_SIZE",
+                                                  "HOROVOD_LOCAL_RANK",
+                                                  "HOROVOD_LOCAL_SIZE",
+                                                  "HOROVOD_CROSS_RANK",
+                                                  "HOROVOD_CROSS_SIZE",
+                                                  "HOROVOD_CONTROLLER",
+                                                  "HOROVOD_CPU_OPERATIONS",
+                                                  "HOROVOD_GLOO_IFACE",
+                                                  "NCCL_SOCKET_IFNAME",
+                                                  "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                                                  "HOROVOD_GLOO_RENDEZVOUS_PORT",
+                                                  rendezvous::kTokenEnv};
   return kReserved.count(name) > 0;
 }
 
@@ -91,6 +99,8 @@ const std::map<std::string, std::pair<std::string, bool>> kSwitches = {
     {"no-log-hide-timestamp", {"log-without-timestamp", false}},
 };
 
+// One option per line reads better than the formatter's packing of the add_options() chain.
+// clang-format off
 po::options_description makeDescription() {
   po::options_description all("hvdrun options");
   const auto value = [] { return po::value<std::string>()->value_name("ARG"); };
@@ -186,6 +196,7 @@ po::options_description makeDescription() {
   all.add(general).add(ssh).add(tuning).add(rejected);
   return all;
 }
+// clang-format on
 
 // "-np/--num-proc" as argparse names an option in messages.
 std::string displayName(const po::options_description& desc, const std::string& key) {
@@ -222,7 +233,8 @@ bool takesValue(const po::options_description& desc, const std::string& key) {
 }
 
 // Resolves "--name" (exact, else unique prefix among long names) to a canonical key.
-std::string resolveLong(const po::options_description& desc, const std::string& name, const std::string& token) {
+std::string resolveLong(const po::options_description& desc, const std::string& name,
+                        const std::string& token) {
   if (desc.find_nothrow(name, false) && name.size() > 1) return name;
   std::vector<std::string> matches;
   for (const auto& d : desc.options()) {
@@ -254,8 +266,8 @@ Tokenized tokenize(const po::options_description& desc, const std::vector<std::s
     }
     const bool dashdash = t[1] == '-';
     const auto eq = t.find('=');
-    const std::string name = t.substr(dashdash ? 2 : 1, eq == std::string::npos ? std::string::npos
-                                                                                 : eq - (dashdash ? 2 : 1));
+    const std::string name =
+        t.substr(dashdash ? 2 : 1, eq == std::string::npos ? std::string::npos : eq - (dashdash ? 2 : 1));
     std::optional<std::string> value;
     if (eq != std::string::npos) value = t.substr(eq + 1);
     std::string key;
@@ -281,8 +293,8 @@ Tokenized tokenize(const po::options_description& desc, const std::vector<std::s
     }
     if (takesValue(desc, key)) {
       if (!value) {
-        usageCheck(i + 1 < args.size() && (args[i + 1].empty() || args[i + 1][0] != '-' ||
-                                          looksNegativeNumber(args[i + 1])),
+        usageCheck(i + 1 < args.size() &&
+                       (args[i + 1].empty() || args[i + 1][0] != '-' || looksNegativeNumber(args[i + 1])),
                    "argument ", displayName(desc, key), ": expected one argument");
         value = args[++i];
       }
@@ -347,44 +359,48 @@ struct Tunable {
   Kind kind;
   bool yaml_inverted = false;  // YAML value is the complement (stall_check.enabled, logging.with_timestamp)
   bool non_negative = false;
-  double scale = 1;  // fusion-threshold-mb: MiB -> bytes
+  double scale = 1;            // fusion-threshold-mb: MiB -> bytes
   const char* gate = nullptr;  // written only when this switch is on (autotune, timeline filename)
 };
 
 const std::vector<Tunable> kTunables = {
-    {"fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", "params", "fusion_threshold_mb", Kind::kInt, false, true,
-     1024.0 * 1024.0},
+    {"fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", "params", "fusion_threshold_mb", Kind::kInt, false,
+     true, 1024.0 * 1024.0},
     {"cycle-time-ms", "HOROVOD_CYCLE_TIME", "params", "cycle_time_ms", Kind::kFloat, false, true},
     {"cache-capacity", "HOROVOD_CACHE_CAPACITY", "params", "cache_capacity", Kind::kInt, false, true},
-    {"hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", "params", "hierarchical_allreduce", Kind::kBool},
-    {"hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", "params", "hierarchical_allgather", Kind::kBool},
+    {"hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", "params", "hierarchical_allreduce",
+     Kind::kBool},
+    {"hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", "params", "hierarchical_allgather",
+     Kind::kBool},
     {"torus-allreduce", "HOROVOD_TORUS_ALLREDUCE", "params", "torus_allreduce", Kind::kBool},
     {"autotune", "HOROVOD_AUTOTUNE", "autotune", "enabled", Kind::kBool},
     {"autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "autotune", "log_file", Kind::kString, false, false, 1,
      "autotune"},
-    {"autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "autotune", "warmup_samples", Kind::kInt, false,
-     true, 1, "autotune"},
-    {"autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "autotune", "steps_per_sample", Kind::kInt,
+    {"autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "autotune", "warmup_samples", Kind::kInt,
      false, true, 1, "autotune"},
+    {"autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "autotune", "steps_per_sample",
+     Kind::kInt, false, true, 1, "autotune"},
     {"autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "autotune",
      "bayes_opt_max_samples", Kind::kInt, false, true, 1, "autotune"},
     {"autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "autotune",
      "gaussian_process_noise", Kind::kFloat, false, false, 1, "autotune"},
     {"timeline-filename", "HOROVOD_TIMELINE", "timeline", "filename", Kind::kString},
-    {"timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES", "timeline", "mark_cycles", Kind::kBool, false, false,
-     1, "timeline-filename"},
+    {"timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES", "timeline", "mark_cycles", Kind::kBool, false,
+     false, 1, "timeline-filename"},
     {"no-stall-check", "HOROVOD_STALL_CHECK_DISABLE", "stall_check", "enabled", Kind::kBool, true},
-    {"stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", "stall_check", "warning_time_seconds",
-     Kind::kInt, false, true},
+    {"stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", "stall_check",
+     "warning_time_seconds", Kind::kInt, false, true},
     {"stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "stall_check",
      "shutdown_time_seconds", Kind::kInt, false, true},
-    {"mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE", "library_options", "mpi_threads_disable", Kind::kBool},
+    {"mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE", "library_options", "mpi_threads_disable",
+     Kind::kBool},
     {"tcp", "NCCL_IB_DISABLE", nullptr, nullptr, Kind::kBool},
     {"num-nccl-streams", "HOROVOD_NUM_NCCL_STREAMS", "library_options", "num_nccl_streams", Kind::kInt, false,
      true},
-    {"thread-affinity", "HOROVOD_THREAD_AFFINITY", "library_options", "thread_affinity", Kind::kInt, false, true},
-    {"gloo-timeout-seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", "library_options", "gloo_timeout_seconds", Kind::kInt,
-     false, true},
+    {"thread-affinity", "HOROVOD_THREAD_AFFINITY", "library_options", "thread_affinity", Kind::kInt, false,
+     true},
+    {"gloo-timeout-seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", "library_options", "gloo_timeout_seconds",
+     Kind::kInt, false, true},
     {"log-level", "HOROVOD_LOG_LEVEL", "logging", "level", Kind::kLogLevel},
     {"log-without-timestamp", "HOROVOD_LOG_HIDE_TIME", "logging", "with_timestamp", Kind::kBool, true},
 };
@@ -432,7 +448,8 @@ std::optional<std::string> yamlValue(const YAML::Node& root, const Tunable& t, c
   usageCheck(node.IsScalar(), where, ": expected a single value");
   if (t.kind == Kind::kBool) {
     bool b = false;
-    usageCheck(YAML::convert<bool>::decode(node, b), where, ": expected true or false, got '", node.Scalar(), "'");
+    usageCheck(YAML::convert<bool>::decode(node, b), where, ": expected true or false, got '", node.Scalar(),
+               "'");
     return (b != t.yaml_inverted) ? "1" : "0";
   }
   return node.Scalar();
@@ -446,8 +463,8 @@ YAML::Node loadConfig(const std::string& path) {
   } catch (const YAML::BadFile&) {
     throw UsageError(detail::concat("cannot read config file \"", path, "\": ", errnoText(errno)));
   } catch (const YAML::Exception& e) {
-    throw UsageError(detail::concat("config file ", path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ",
-                                    e.msg));
+    throw UsageError(
+        detail::concat("config file ", path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg));
   }
 }
 
@@ -469,8 +486,8 @@ std::string helpText(const po::options_description& desc) {
   return out.str();
 }
 
-std::chrono::seconds toSeconds(const po::options_description& desc, const std::string& key, const std::string& text,
-                               bool allow_zero) {
+std::chrono::seconds toSeconds(const po::options_description& desc, const std::string& key,
+                               const std::string& text, bool allow_zero) {
   const int v = toInt(desc, key, text);
   usageCheck(v > 0 || (allow_zero && v == 0), "argument ", displayName(desc, key), ": must be ",
              allow_zero ? ">= 0" : "> 0", ", got ", v);
@@ -531,7 +548,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     return result;
   }
   for (const char* rejected : {"mpi", "jsrun"}) {
-    usageCheck(!given(rejected), "--", rejected, " is not supported: hvdrun launches Gloo jobs only (use --gloo)");
+    usageCheck(!given(rejected), "--", rejected,
+               " is not supported: hvdrun launches Gloo jobs only (use --gloo)");
   }
   for (const char* rejected : {"mpi-args", "binding-args"}) {
     usageCheck(!given(rejected), "--", rejected, " is not supported: hvdrun does not launch through MPI");
@@ -542,10 +560,11 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   }
   if (given("check-build")) {
     result.action = CliResult::Action::kPrintAndExit;
-    result.text = std::string("hvdrun v") + HVD_VERSION_STRING +
-                  ":\n\nAvailable Frameworks:\n    [ ] TensorFlow\n    [ ] PyTorch\n    [ ] MXNet\n\n"
-                  "Available Controllers:\n    [ ] MPI\n    [X] Gloo\n\n"
-                  "Available Tensor Operations:\n    [ ] NCCL\n    [ ] DDL\n    [ ] CCL\n    [ ] MPI\n    [X] Gloo\n";
+    result.text =
+        std::string("hvdrun v") + HVD_VERSION_STRING +
+        ":\n\nAvailable Frameworks:\n    [ ] TensorFlow\n    [ ] PyTorch\n    [ ] MXNet\n\n"
+        "Available Controllers:\n    [ ] MPI\n    [X] Gloo\n\n"
+        "Available Tensor Operations:\n    [ ] NCCL\n    [ ] DDL\n    [ ] CCL\n    [ ] MPI\n    [X] Gloo\n";
     return result;
   }
 
@@ -618,7 +637,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
       std::string nic;
       while (std::getline(in, nic, ',')) {
         usageCheck(!nic.empty(), "argument --", key, ": empty interface name in '", list, "'");
-        if (std::find(o.network_interfaces.begin(), o.network_interfaces.end(), nic) == o.network_interfaces.end()) {
+        if (std::find(o.network_interfaces.begin(), o.network_interfaces.end(), nic) ==
+            o.network_interfaces.end()) {
           o.network_interfaces.push_back(nic);
         }
       }
@@ -644,8 +664,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     if (config["controller"]) {
       std::string controller = config["controller"].as<std::string>("");
       for (auto& c : controller) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      usageCheck(controller == "gloo" || controller == "mpi", config_path, ": No such controller supported: ",
-                 config["controller"].as<std::string>(""));
+      usageCheck(controller == "gloo" || controller == "mpi", config_path,
+                 ": No such controller supported: ", config["controller"].as<std::string>(""));
       usageCheck(controller == "gloo" || given("gloo"), config_path,
                  ": controller: mpi is not supported: hvdrun launches Gloo jobs only");
     }
@@ -685,9 +705,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     const auto eq = item.find('=');
     const std::string name = item.substr(0, eq);
     usageCheck(isEnvName(name), "argument -x/--env: invalid variable name '", name, "' in '", item, "'");
-    usageCheck(!isReservedVariable(name), "argument -x/--env: ", name,
-               " is set by hvdrun for each worker and cannot be overridden",
-               name == "HOROVOD_GLOO_IFACE" || name == "NCCL_SOCKET_IFNAME" ? " (use --network-interface)" : "");
+    usageCheck(
+        !isReservedVariable(name), "argument -x/--env: ", name,
+        " is set by hvdrun for each worker and cannot be overridden",
+        name == "HOROVOD_GLOO_IFACE" || name == "NCCL_SOCKET_IFNAME" ? " (use --network-interface)" : "");
     std::string value;
     if (eq != std::string::npos) {
       value = item.substr(eq + 1);

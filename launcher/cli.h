@@ -26,7 +26,7 @@ Environment currentEnvironment();
 const std::string* findEnv(const Environment& env, const std::string& name);
 
 struct HvdrunOptions {
-  static constexpr std::chrono::seconds kDefaultStartTimeout{30};       // horovodrun's default
+  static constexpr std::chrono::seconds kDefaultStartTimeout{30};        // horovodrun's default
   static constexpr std::chrono::milliseconds kDefaultGracePeriod{5000};  // GRACEFUL_TERMINATION_TIME_S
 
   int num_proc = 0;

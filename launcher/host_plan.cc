@@ -27,9 +27,7 @@ std::string trim(const std::string& s) {
 
 // horovodrun's `[\w.-]+` with Python's Unicode \w: ASCII letters, digits, '_', and every non-ASCII byte
 // (UTF-8 sequences of Unicode letters).
-bool isNameChar(unsigned char c) {
-  return std::isalnum(c) || c == '_' || c == '.' || c == '-' || c >= 0x80;
-}
+bool isNameChar(unsigned char c) { return std::isalnum(c) || c == '_' || c == '.' || c == '-' || c >= 0x80; }
 
 bool isName(const std::string& s) {
   if (s.empty()) return false;
@@ -69,12 +67,12 @@ HostSpec parseHostItem(const std::string& item, const std::string& where, int de
     usageCheck(close != std::string::npos, where, ": unterminated '[' in host \"", item, "\"");
     host.name = rest.substr(1, close - 1);
     in6_addr addr{};
-    usageCheck(::inet_pton(AF_INET6, host.name.c_str(), &addr) == 1, where,
-              ": invalid IPv6 address \"", host.name, "\" in host \"", item, "\"");
+    usageCheck(::inet_pton(AF_INET6, host.name.c_str(), &addr) == 1, where, ": invalid IPv6 address \"",
+               host.name, "\" in host \"", item, "\"");
     const std::string tail = rest.substr(close + 1);
     if (!tail.empty()) {
-      usageCheck(tail.front() == ':', where, ": unexpected \"", tail, "\" after \"]\" in host \"",
-                item, "\" (expected [ipv6]:slots)");
+      usageCheck(tail.front() == ':', where, ": unexpected \"", tail, "\" after \"]\" in host \"", item,
+                 "\" (expected [ipv6]:slots)");
       slots_text = tail.substr(1);
       has_slots = true;
     }
@@ -85,15 +83,15 @@ HostSpec parseHostItem(const std::string& item, const std::string& where, int de
       slots_text = rest.substr(colon + 1);
       has_slots = true;
       usageCheck(slots_text.find(':') == std::string::npos, where, ": invalid host \"", item,
-                "\" (IPv6 addresses go in brackets: [", rest, "]:slots)");
+                 "\" (IPv6 addresses go in brackets: [", rest, "]:slots)");
     }
     usageCheck(isName(host.name), where, ": invalid host name \"", host.name, "\" in \"", item,
-              "\" (expected host[:slots], user@host[:slots] or [ipv6][:slots])");
+               "\" (expected host[:slots], user@host[:slots] or [ipv6][:slots])");
   }
   if (has_slots) {
     const auto slots = parseCount(slots_text);
-    usageCheck(slots.has_value(), where, ": invalid slot count \"", slots_text, "\" for host \"",
-              host.name, "\" (expected a number from 0 to ", kMaxSlots, ")");
+    usageCheck(slots.has_value(), where, ": invalid slot count \"", slots_text, "\" for host \"", host.name,
+               "\" (expected a number from 0 to ", kMaxSlots, ")");
     host.slots = *slots;
   }
   if (has_slots_out) *has_slots_out = has_slots;
@@ -106,9 +104,9 @@ void addHost(std::vector<HostSpec>& hosts, HostSpec host, const std::string& whe
   for (auto& existing : hosts) {
     if (existing.name == host.name) {
       usageCheck(existing.user == host.user, where, ": host \"", host.name,
-                "\" is listed with two different users");
-      usageCheck(existing.slots + host.slots <= kMaxSlots, where, ": too many slots for host \"",
-                host.name, "\"");
+                 "\" is listed with two different users");
+      usageCheck(existing.slots + host.slots <= kMaxSlots, where, ": too many slots for host \"", host.name,
+                 "\"");
       existing.slots += host.slots;
       return;
     }
@@ -134,15 +132,14 @@ std::vector<std::string> expandRanges(const std::string& ranges, const std::stri
     const auto dash = part.find('-');
     const std::string lo_text = part.substr(0, dash);
     const auto lo = parseCount(lo_text);
-    usageCheck(lo.has_value(), "SLURM_JOB_NODELIST: invalid range \"", part, "\" in \"", nodelist,
-              "\"");
+    usageCheck(lo.has_value(), "SLURM_JOB_NODELIST: invalid range \"", part, "\" in \"", nodelist, "\"");
     if (dash == std::string::npos) {
       out.push_back(lo_text);
       continue;
     }
     const auto hi = parseCount(part.substr(dash + 1));
-    usageCheck(hi.has_value() && *hi >= *lo && *hi - *lo < kMaxSlots,
-              "SLURM_JOB_NODELIST: invalid range \"", part, "\" in \"", nodelist, "\"");
+    usageCheck(hi.has_value() && *hi >= *lo && *hi - *lo < kMaxSlots, "SLURM_JOB_NODELIST: invalid range \"",
+               part, "\" in \"", nodelist, "\"");
     for (int i = *lo; i <= *hi; ++i) {
       std::string n = std::to_string(i);
       if (n.size() < lo_text.size()) n.insert(0, lo_text.size() - n.size(), '0');
@@ -191,11 +188,12 @@ std::vector<HostSpec> parseHostfileText(const std::string& text, const std::stri
     while (tokens >> token) {
       const auto eq = token.find('=');
       const std::string key = token.substr(0, eq);
-      usageCheck(eq != std::string::npos && (key == "slots" || key == "max_slots" || key == "max-slots"), where, ": unknown attribute \"", token, "\" (expected slots=N or max_slots=N)");
+      usageCheck(eq != std::string::npos && (key == "slots" || key == "max_slots" || key == "max-slots"),
+                 where, ": unknown attribute \"", token, "\" (expected slots=N or max_slots=N)");
       const std::string value = token.substr(eq + 1);
       const auto count = parseCount(value);
       usageCheck(count.has_value(), where, ": invalid value \"", value, "\" in \"", token,
-                "\" (expected a number from 0 to ", kMaxSlots, ")");
+                 "\" (expected a number from 0 to ", kMaxSlots, ")");
       auto& target = key == "slots" ? slots : max_slots;
       usageCheck(!target.has_value(), where, ": \"", key, "\" given twice");
       target = count;
@@ -205,7 +203,7 @@ std::vector<HostSpec> parseHostfileText(const std::string& text, const std::stri
       host.slots = *slots;
     }
     usageCheck(!max_slots || *max_slots >= host.slots, where, ": max_slots=", max_slots.value_or(0),
-              " is less than slots=", host.slots, " for host \"", host.name, "\"");
+               " is less than slots=", host.slots, " for host \"", host.name, "\"");
     addHost(hosts, std::move(host), where);
   }
   usageCheck(!hosts.empty(), origin, ": no hosts in hostfile");
@@ -229,13 +227,12 @@ std::vector<std::string> expandSlurmNodelist(const std::string& nodelist) {
     while (i < nodelist.size() && nodelist[i] != ',') {
       if (nodelist[i] == '[') {
         const auto close = nodelist.find(']', i);
-        usageCheck(close != std::string::npos, "SLURM_JOB_NODELIST: unterminated '[' in \"", nodelist,
-                  "\"");
+        usageCheck(close != std::string::npos, "SLURM_JOB_NODELIST: unterminated '[' in \"", nodelist, "\"");
         names = cartesian(names, expandRanges(nodelist.substr(i + 1, close - i - 1), nodelist));
         i = close + 1;
       } else {
         usageCheck(isNameChar(static_cast<unsigned char>(nodelist[i])),
-                  "SLURM_JOB_NODELIST: unexpected character '", nodelist[i], "' in \"", nodelist, "\"");
+                   "SLURM_JOB_NODELIST: unexpected character '", nodelist[i], "' in \"", nodelist, "\"");
         for (auto& n : names) n += nodelist[i];
         ++i;
       }
@@ -255,14 +252,13 @@ std::vector<int> expandSlurmTasksPerNode(const std::string& tasks) {
   while (std::getline(in, part, ',')) {
     const auto paren = part.find('(');
     const auto count = parseCount(part.substr(0, paren));
-    usageCheck(count.has_value(), "SLURM_TASKS_PER_NODE: invalid entry \"", part, "\" in \"", tasks,
-              "\"");
+    usageCheck(count.has_value(), "SLURM_TASKS_PER_NODE: invalid entry \"", part, "\" in \"", tasks, "\"");
     int repeat = 1;
     if (paren != std::string::npos) {
       const bool shaped = part.size() > paren + 3 && part.compare(paren, 2, "(x") == 0 && part.back() == ')';
       const auto times = shaped ? parseCount(part.substr(paren + 2, part.size() - paren - 3)) : std::nullopt;
-      usageCheck(times.has_value() && *times > 0, "SLURM_TASKS_PER_NODE: invalid entry \"", part,
-                "\" in \"", tasks, "\" (expected N or N(xK))");
+      usageCheck(times.has_value() && *times > 0, "SLURM_TASKS_PER_NODE: invalid entry \"", part, "\" in \"",
+                 tasks, "\" (expected N or N(xK))");
       repeat = *times;
     }
     out.insert(out.end(), repeat, *count);
@@ -277,7 +273,7 @@ std::vector<HostSpec> slurmHosts(const std::string& nodelist, const std::string&
   if (!tasks_per_node.empty()) {
     slots = expandSlurmTasksPerNode(tasks_per_node);
     usageCheck(slots.size() == names.size(), "SLURM_TASKS_PER_NODE \"", tasks_per_node, "\" describes ",
-              slots.size(), " nodes but SLURM_JOB_NODELIST \"", nodelist, "\" has ", names.size());
+               slots.size(), " nodes but SLURM_JOB_NODELIST \"", nodelist, "\" has ", names.size());
   }
   std::vector<HostSpec> hosts;
   for (size_t i = 0; i < names.size(); ++i) {

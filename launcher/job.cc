@@ -131,7 +131,8 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
   const Environment none;
   for (const auto& p : plan) {
     const bool local = !options.ssh.force_ssh && isLocalHost(p.host.name);
-    out << "rank " << p.rank << " on " << displayName(p.host) << " (" << (local ? "local" : "ssh") << "): env";
+    out << "rank " << p.rank << " on " << displayName(p.host) << " (" << (local ? "local" : "ssh")
+        << "): env";
     for (const auto& [name, value] : workerEnvironment(p, options, none, nullptr, endpoint)) {
       out << ' ' << name << '=' << shellQuote(value);
     }
@@ -148,11 +149,16 @@ namespace {
 
 std::string signalName(int signo) {
   switch (signo) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    case SIGKILL: return "SIGKILL";
-    default: return "signal " + std::to_string(signo);
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGKILL:
+      return "SIGKILL";
+    default:
+      return "signal " + std::to_string(signo);
   }
 }
 
@@ -197,7 +203,9 @@ class Supervisor : public WorkerEvents {
     return result_;
   }
 
-  void onOutput(int rank, Stream stream, std::string_view bytes) override { output_->write(rank, stream, bytes); }
+  void onOutput(int rank, Stream stream, std::string_view bytes) override {
+    output_->write(rank, stream, bytes);
+  }
 
   void onStreamClosed(int rank, Stream stream) override { output_->close(rank, stream); }
 
@@ -213,8 +221,8 @@ class Supervisor : public WorkerEvents {
         stopAll(SIGTERM);
       }
     } else if (options_.verbose) {
-      output_->message(Stream::kStdout, detail::concat("hvdrun: rank ", rank, " on ", p.host.name, " ended with ",
-                                                       status.describe(), "\n"));
+      output_->message(Stream::kStdout, detail::concat("hvdrun: rank ", rank, " on ", p.host.name,
+                                                       " ended with ", status.describe(), "\n"));
     }
     if (running() == 0 && !starting_) finish();
   }
@@ -253,7 +261,11 @@ class Supervisor : public WorkerEvents {
       launchers_.push_back(&l);
       if (!seen.emplace(p.host.name, true).second) continue;
       hosts_by_launcher[&l].push_back(p.host);
-      if (&l != local_.get()) remote_hosts.push_back(p.host);
+      if (&l != local_.get()) {
+        HostSpec routed = p.host;
+        routed.name = l.networkName(p.host);
+        remote_hosts.push_back(std::move(routed));
+      }
     }
     for (auto& [launcher, hosts] : hosts_by_launcher) launcher->preflight(hosts);
 
@@ -278,8 +290,8 @@ class Supervisor : public WorkerEvents {
       launcher->checkRendezvousReachable(hosts, endpoint_.address, server_->port());
     }
     if (options_.verbose) {
-      output_->message(Stream::kStdout, detail::concat("hvdrun: rendezvous server listening on ", endpoint_.address,
-                                                       ":", endpoint_.port, "\n"));
+      output_->message(Stream::kStdout, detail::concat("hvdrun: rendezvous server listening on ",
+                                                       endpoint_.address, ":", endpoint_.port, "\n"));
     }
   }
 
@@ -297,9 +309,9 @@ class Supervisor : public WorkerEvents {
       spec.cwd = dir;
       spec.forward_stdin = p.rank == 0;
       if (options_.verbose) {
-        output_->message(Stream::kStdout, detail::concat("hvdrun: starting rank ", p.rank, " on ",
-                                                         displayName(p.host), " (", launcher.name(), "): ",
-                                                         commandLine(spec), "\n"));
+        output_->message(Stream::kStdout,
+                         detail::concat("hvdrun: starting rank ", p.rank, " on ", displayName(p.host), " (",
+                                        launcher.name(), "): ", commandLine(spec), "\n"));
       }
       workers_[p.rank] = launcher.start(spec, *this);
       // Handle events that are already due (fast exits, signals) so a failure stops the start loop.
@@ -325,8 +337,8 @@ class Supervisor : public WorkerEvents {
         killAll();
       } else {
         if (output_) {
-          output_->message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo), ", stopping ",
-                                                           running(), " workers\n"));
+          output_->message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo),
+                                                           ", stopping ", running(), " workers\n"));
         }
         stopAll(signo);
       }

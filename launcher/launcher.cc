@@ -18,33 +18,44 @@ namespace hvd::launcher {
 
 const char* toString(WorkerState state) {
   switch (state) {
-    case WorkerState::kInit: return "init";
-    case WorkerState::kRunning: return "running";
-    case WorkerState::kSucceeded: return "succeeded";
-    case WorkerState::kFailed: return "failed";
-    case WorkerState::kStopped: return "stopped";
-    case WorkerState::kUnknown: return "unknown";
+    case WorkerState::kInit:
+      return "init";
+    case WorkerState::kRunning:
+      return "running";
+    case WorkerState::kSucceeded:
+      return "succeeded";
+    case WorkerState::kFailed:
+      return "failed";
+    case WorkerState::kStopped:
+      return "stopped";
+    case WorkerState::kUnknown:
+      return "unknown";
   }
   return "invalid";
 }
 
 int ExitStatus::shellCode() const {
   switch (kind) {
-    case Kind::kExited: return code;
-    case Kind::kSignaled: return 128 + signal;
-    case Kind::kLost: return 255;
+    case Kind::kExited:
+      return code;
+    case Kind::kSignaled:
+      return 128 + signal;
+    case Kind::kLost:
+      return 255;
   }
   return 1;
 }
 
 std::string ExitStatus::describe() const {
   switch (kind) {
-    case Kind::kExited: return detail::concat("exit code ", code);
+    case Kind::kExited:
+      return detail::concat("exit code ", code);
     case Kind::kSignaled: {
       const char* name = ::strsignal(signal);
       return detail::concat("signal ", signal, " (", name ? name : "unknown", ")");
     }
-    case Kind::kLost: return detail::concat("lost: ", detail);
+    case Kind::kLost:
+      return detail::concat("lost: ", detail);
   }
   return "invalid status";
 }
@@ -112,7 +123,8 @@ bool isLocalHost(const std::string& host) {
   bool local = false;
   for (addrinfo* it = res; it && !local; it = it->ai_next) {
     char buf[NI_MAXHOST] = {};
-    if (::getnameinfo(it->ai_addr, it->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    if (::getnameinfo(it->ai_addr, it->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0)
+      continue;
     local = isLoopbackLiteral(buf) || mine.count(buf) > 0;
   }
   ::freeaddrinfo(res);

@@ -15,7 +15,8 @@
 // Choosing a launcher. hvdrun starts hosts that are this machine (isLocalHost: its hostname, any of its
 // addresses, "localhost", 127.0.0.0/8, ::1) with LocalLauncher (launcher/local/launcher.h) and every other
 // host, or every host when SshOptions::force_ssh is set, with the launcher returned by
-//     std::unique_ptr<Launcher> hvd::launcher::ssh::makeLauncher(boost::asio::io_context&, const SshOptions&);
+//     std::unique_ptr<Launcher> hvd::launcher::ssh::makeLauncher(boost::asio::io_context&, const
+//     SshOptions&);
 // declared in launcher/ssh/launcher.h and defined by the ssh transport. Shared code never branches on a
 // launcher's kind: transport-specific behaviour lives in the subclasses' overrides below.
 #pragma once
@@ -48,11 +49,11 @@ struct HostSpec {
 // sent to the remote side without putting secret values on a command line).
 struct LaunchSpec {
   int rank = -1;
-  HostSpec host;                                          // where (name, user; slots is informational)
-  std::vector<std::string> argv;                          // argv[0] looked up in PATH; never empty
+  HostSpec host;                                         // where (name, user; slots is informational)
+  std::vector<std::string> argv;                         // argv[0] looked up in PATH; never empty
   std::vector<std::pair<std::string, std::string>> env;  // NAME, VALUE; no duplicates
-  std::string cwd;                                        // working directory on that host
-  bool forward_stdin = false;                             // true for rank 0 only: it reads hvdrun's stdin
+  std::string cwd;                                       // working directory on that host
+  bool forward_stdin = false;                            // true for rank 0 only: it reads hvdrun's stdin
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ struct LaunchSpec {
 enum class Stream { kStdout, kStderr };
 
 enum class WorkerState {
-  kInit,       // created, not yet running
+  kInit,  // created, not yet running
   kRunning,
   kSucceeded,  // exited 0
   kFailed,     // exited non-zero, killed by a signal, or could not be started
@@ -135,6 +136,10 @@ class Launcher {
   // Whether a variable of hvdrun's own environment is passed on to workers. The job asks this for every
   // inherited variable (variables set with -x and by hvdrun itself are always passed). Default: all.
   virtual bool shouldInheritEnv(std::string_view name) const { return true; }
+
+  // The name or address through which this machine reaches `host` over the network, for choosing the
+  // rendezvous address by route (ssh: HostName from ~/.ssh/config). Default: the name as written.
+  virtual std::string networkName(const HostSpec& host) const { return host.name; }
 
   // Called once after the rendezvous server listens on address:port and before any worker starts:
   // throws LaunchError naming the host and the address when a host cannot reach it. Default: nothing.

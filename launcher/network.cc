@@ -43,7 +43,8 @@ std::string routedAddressTo(const HostSpec& host) {
   addrinfo* res = nullptr;
   const int rc = ::getaddrinfo(host.name.c_str(), "9", &hints, &res);
   if (rc != 0) {
-    throw LaunchError(detail::concat("host ", host.name, ": cannot resolve an IPv4 address: ", ::gai_strerror(rc)));
+    throw LaunchError(
+        detail::concat("host ", host.name, ": cannot resolve an IPv4 address: ", ::gai_strerror(rc)));
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, &::freeaddrinfo);
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -62,7 +63,8 @@ std::string routedAddressTo(const HostSpec& host) {
 
 }  // namespace
 
-NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts, const std::vector<std::string>& requested) {
+NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts,
+                          const std::vector<std::string>& requested) {
   const auto addresses = ipv4Addresses();
   NetworkPlan plan;
   if (!requested.empty()) {

@@ -22,6 +22,7 @@ struct NetworkPlan {
 // `remote_hosts`: the hosts not started on this machine (empty for a local job). `requested`: the
 // --network-interface names. Throws UsageError naming an interface that does not exist or has no IPv4
 // address, LaunchError naming the host when no route to it exists.
-NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts, const std::vector<std::string>& requested);
+NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts,
+                          const std::vector<std::string>& requested);
 
 }  // namespace hvd::launcher

@@ -23,13 +23,13 @@ enum class KnownHostsPolicy {
 struct SshOptions {
   static constexpr std::chrono::milliseconds kDefaultConnectTimeout{10000};  // horovodrun: ConnectTimeout=10
 
-  std::optional<uint16_t> port;                // -p/--ssh-port; unset: ~/.ssh/config or 22
-  std::optional<std::string> identity_file;    // -i/--ssh-identity-file
+  std::optional<uint16_t> port;                                 // -p/--ssh-port; unset: ~/.ssh/config or 22
+  std::optional<std::string> identity_file;                     // -i/--ssh-identity-file
   KnownHostsPolicy known_hosts = KnownHostsPolicy::kAcceptNew;  // --ssh-known-hosts=strict|accept-new|off
-  std::optional<std::string> known_hosts_file;  // unset: ~/.ssh/known_hosts
-  std::optional<std::string> config_file;       // unset: ~/.ssh/config
+  std::optional<std::string> known_hosts_file;                  // unset: ~/.ssh/known_hosts
+  std::optional<std::string> config_file;                       // unset: ~/.ssh/config
   // Start even hosts that are this machine through ssh (tests run a real sshd on loopback).
-  bool force_ssh = false;                       // --ssh-force
+  bool force_ssh = false;                                              // --ssh-force
   std::chrono::milliseconds connect_timeout = kDefaultConnectTimeout;  // --ssh-connect-timeout SECONDS
 };
 

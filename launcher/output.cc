@@ -20,8 +20,8 @@ void makeDirectory(const std::string& path) {
     if (pos != path.size() && path[pos] != '/') continue;
     const std::string part = path.substr(0, pos);
     if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      throw LaunchError(detail::concat("--output-filename: cannot create directory \"", part, "\": ",
-                                       errnoText(errno)));
+      throw LaunchError(
+          detail::concat("--output-filename: cannot create directory \"", part, "\": ", errnoText(errno)));
     }
   }
 }
@@ -92,7 +92,7 @@ OutputForwarder::Sink& OutputForwarder::sink(int rank, Stream stream) {
   return sinks_[static_cast<size_t>(rank) * 2 + (stream == Stream::kStderr ? 1 : 0)];
 }
 
-void OutputForwarder::emit(int rank, Stream stream, Sink& sink, std::string_view segment, bool add_newline,
+void OutputForwarder::emit(int rank, Stream stream, std::string_view segment, bool add_newline,
                            std::string& out) {
   if (options_.timestamp) out += asctimeNow();
   if (options_.tag) {
@@ -130,15 +130,15 @@ void OutputForwarder::write(int rank, Stream stream, std::string_view bytes) {
       }
       s.pending.append(bytes.substr(0, room));
       bytes.remove_prefix(room);
-      emit(rank, stream, s, s.pending, true, out);
+      emit(rank, stream, s.pending, true, out);
       s.pending.clear();
       continue;
     }
     if (s.pending.empty()) {
-      emit(rank, stream, s, bytes.substr(0, end + 1), false, out);
+      emit(rank, stream, bytes.substr(0, end + 1), false, out);
     } else {
       s.pending.append(bytes.substr(0, end + 1));
-      emit(rank, stream, s, s.pending, false, out);
+      emit(rank, stream, s.pending, false, out);
       s.pending.clear();
     }
     bytes.remove_prefix(end + 1);
@@ -150,14 +150,15 @@ void OutputForwarder::close(int rank, Stream stream) {
   Sink& s = sink(rank, stream);
   if (s.pending.empty()) return;
   std::string out;
-  emit(rank, stream, s, s.pending, true, out);
+  emit(rank, stream, s.pending, true, out);
   s.pending.clear();
   flush(stream, s, out);
 }
 
 void OutputForwarder::message(Stream stream, std::string_view text) {
   const int idx = stream == Stream::kStderr ? 1 : 0;
-  if (!console_broken_[idx]) console_broken_[idx] = !writeAll(idx ? options_.stderr_fd : options_.stdout_fd, text);
+  if (!console_broken_[idx])
+    console_broken_[idx] = !writeAll(idx ? options_.stderr_fd : options_.stdout_fd, text);
 }
 
 }  // namespace hvd::launcher

@@ -21,10 +21,10 @@
 namespace hvd::launcher {
 
 struct OutputOptions {
-  bool tag = true;        // "[rank]<stdout>:" prefix
-  bool timestamp = false;  // time.asctime() prefix, no separator, as horovodrun writes it
+  bool tag = true;                       // "[rank]<stdout>:" prefix
+  bool timestamp = false;                // time.asctime() prefix, no separator, as horovodrun writes it
   std::optional<std::string> directory;  // --output-filename
-  int num_proc = 1;       // for the rank directory padding
+  int num_proc = 1;                      // for the rank directory padding
   int stdout_fd = 1;
   int stderr_fd = 2;
 };
@@ -55,7 +55,7 @@ class OutputForwarder {
     int file_fd = -1;
   };
   Sink& sink(int rank, Stream stream);
-  void emit(int rank, Stream stream, Sink& sink, std::string_view segment, bool add_newline, std::string& out);
+  void emit(int rank, Stream stream, std::string_view segment, bool add_newline, std::string& out);
   void flush(Stream stream, Sink& sink, const std::string& out);
 
   OutputOptions options_;

@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
     int status = 0;
     rusage usage{};
     wait4(pid, &status, 0, &usage);
-    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+    const double elapsed =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
     if (r < warmup) continue;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       ++failures;
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   const double median = ms.size() % 2 ? ms[ms.size() / 2] : (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]) / 2;
-  std::printf("%-28s %9.2f %9.2f %9.2f %10ld %4d\n", label.c_str(), median, ms.front(), ms.back(), max_rss, failures);
+  std::printf("%-28s %9.2f %9.2f %9.2f %10ld %4d\n", label.c_str(), median, ms.front(), ms.back(), max_rss,
+              failures);
   return failures ? 1 : 0;
 }

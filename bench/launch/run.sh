@@ -15,6 +15,7 @@ build=$(cd "${1:-$src/build}" && pwd)
 rounds=${2:-30}
 timer="$build/bench/launch/launch_time"
 hvdrun="$build/hvdrun"
+[ -x "$hvdrun" ] || hvdrun="$build/cmd/hvdrun"
 worker="$build/bench/launch/init_barrier"
 tmp=$(mktemp -d /tmp/hvd-launch-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "launcher/local/guardian.h"
@@ -40,7 +40,8 @@ struct ExecImage {
     argv.push_back(nullptr);
     for (size_t i = spec.argv.size(); i < strings.size(); ++i) envp.push_back(strings[i].data());
     envp.push_back(nullptr);
-    exec_error_prefix = detail::concat("hvdrun: rank ", spec.rank, ": cannot execute '", spec.argv.front(), "': ");
+    exec_error_prefix =
+        detail::concat("hvdrun: rank ", spec.rank, ": cannot execute '", spec.argv.front(), "': ");
   }
 };
 
@@ -50,7 +51,8 @@ void writeError(const std::string& prefix, const char* what) {
 }
 
 // The child between fork() and exec. Never returns.
-[[noreturn]] void childMain(const LaunchSpec& spec, const ExecImage& image, pid_t parent, int out_fd, int err_fd) {
+[[noreturn]] void childMain(const LaunchSpec& spec, const ExecImage& image, pid_t parent, int out_fd,
+                            int err_fd) {
   ::setsid();
   // Die with hvdrun. The parent may already be gone between fork() and prctl(): then getppid() differs.
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
@@ -69,8 +71,8 @@ void writeError(const std::string& prefix, const char* what) {
     if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
   }
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
-    writeError(image.exec_error_prefix, (std::string("cannot change to directory ") + spec.cwd + ": " +
-                                         std::strerror(errno)).c_str());
+    writeError(image.exec_error_prefix,
+               (std::string("cannot change to directory ") + spec.cwd + ": " + std::strerror(errno)).c_str());
     ::_exit(127);
   }
   ::execvpe(image.argv[0], image.argv.data(), image.envp.data());
@@ -95,7 +97,8 @@ ExitStatus fromWaitStatus(int status) {
 // One started process: its pipes, its state, and the events it owes the job. Shared between the Worker
 // handle, the launcher's reaping table and pending asio handlers, so a handler never outlives it.
 struct LocalLauncher::Child : std::enable_shared_from_this<LocalLauncher::Child> {
-  Child(asio::io_context& ioc, int rank, pid_t pid, int out_fd, int err_fd, WorkerEvents* events, Guardian* guardian)
+  Child(asio::io_context& ioc, int rank, pid_t pid, int out_fd, int err_fd, WorkerEvents* events,
+        Guardian* guardian)
       : rank(rank), pid(pid), events(events), guardian(guardian), drain_timer(ioc) {
     streams[0].emplace(ioc, out_fd);
     streams[1].emplace(ioc, err_fd);
@@ -205,7 +208,10 @@ class LocalWorker : public Worker {
 }  // namespace
 
 LocalLauncher::LocalLauncher(asio::io_context& ioc, std::chrono::milliseconds drain_timeout)
-    : ioc_(ioc), drain_timeout_(drain_timeout), sigchld_(ioc, SIGCHLD), guardian_(std::make_unique<Guardian>()) {
+    : ioc_(ioc),
+      drain_timeout_(drain_timeout),
+      sigchld_(ioc, SIGCHLD),
+      guardian_(std::make_unique<Guardian>()) {
   awaitSigchld();
 }
 
@@ -261,7 +267,8 @@ std::unique_ptr<Worker> LocalLauncher::start(const LaunchSpec& spec, WorkerEvent
   if (pid < 0) {
     const int e = errno;
     for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-    throw LaunchError(detail::concat("rank ", spec.rank, " on ", spec.host.name, ": fork failed: ", errnoText(e)));
+    throw LaunchError(
+        detail::concat("rank ", spec.rank, " on ", spec.host.name, ": fork failed: ", errnoText(e)));
   }
   if (pid == 0) childMain(spec, image, parent, out[1], err[1]);
   ::close(out[1]);

@@ -39,8 +39,9 @@ using Cmd = std::vector<std::string>;
 }  // namespace
 
 TEST_CASE("horovodrun spellings of -np and the command split", "[cli]") {
-  for (const Cmd& args : {Cmd{"-np", "4", "t"}, Cmd{"-np=4", "t"}, Cmd{"--num-proc", "4", "t"},
-                          Cmd{"--num-proc=4", "t"}, Cmd{"--num-p", "4", "t"}, Cmd{"-np", "2", "-np", "4", "t"}}) {
+  for (const Cmd& args :
+       {Cmd{"-np", "4", "t"}, Cmd{"-np=4", "t"}, Cmd{"--num-proc", "4", "t"}, Cmd{"--num-proc=4", "t"},
+        Cmd{"--num-p", "4", "t"}, Cmd{"-np", "2", "-np", "4", "t"}}) {
     INFO(args.front());
     const auto o = parse(args);
     CHECK(o.num_proc == 4);
@@ -74,7 +75,8 @@ TEST_CASE("host, ssh and output flags", "[cli]") {
   CHECK(parse({"-np", "2", "--network-interface", "eth0", "--network-interface", "eth1,eth0",
                "--network-interfaces", "ib0", "t"})
             .network_interfaces == Cmd{"eth0", "eth1", "ib0"});
-  const auto ssh = parse({"-np", "2", "--ssh-known-hosts", "strict", "--ssh-force", "--ssh-connect-timeout", "3", "t"});
+  const auto ssh =
+      parse({"-np", "2", "--ssh-known-hosts", "strict", "--ssh-force", "--ssh-connect-timeout", "3", "t"});
   CHECK(ssh.ssh.known_hosts == KnownHostsPolicy::kStrict);
   CHECK(ssh.ssh.force_ssh);
   CHECK(ssh.ssh.connect_timeout == std::chrono::seconds(3));
@@ -90,11 +92,33 @@ TEST_CASE("start timeout: flag > HOROVOD_START_TIMEOUT > default", "[cli]") {
 }
 
 TEST_CASE("tuning flags become worker variables (§1.4)", "[cli]") {
-  const auto o = parse({"-np", "1", "--fusion-threshold-mb", "32", "--cycle-time-ms", "1", "--cache-capacity", "0",
-                        "--hierarchical-allreduce", "--no-torus-allreduce", "--timeline-filename", "tl.json",
-                        "--timeline-mark-cycles", "--no-stall-check", "--stall-check-warning-time-seconds", "90",
-                        "--log-level", "debug", "--log-without-timestamp", "--gloo-timeout-seconds", "60", "--tcp",
-                        "--thread-affinity", "2", "--num-nccl-streams", "2", "t"});
+  const auto o = parse({"-np",
+                        "1",
+                        "--fusion-threshold-mb",
+                        "32",
+                        "--cycle-time-ms",
+                        "1",
+                        "--cache-capacity",
+                        "0",
+                        "--hierarchical-allreduce",
+                        "--no-torus-allreduce",
+                        "--timeline-filename",
+                        "tl.json",
+                        "--timeline-mark-cycles",
+                        "--no-stall-check",
+                        "--stall-check-warning-time-seconds",
+                        "90",
+                        "--log-level",
+                        "debug",
+                        "--log-without-timestamp",
+                        "--gloo-timeout-seconds",
+                        "60",
+                        "--tcp",
+                        "--thread-affinity",
+                        "2",
+                        "--num-nccl-streams",
+                        "2",
+                        "t"});
   CHECK(envOf(o, "HOROVOD_FUSION_THRESHOLD") == "33554432");
   CHECK(envOf(o, "HOROVOD_CYCLE_TIME") == "1.0");
   CHECK(envOf(o, "HOROVOD_CACHE_CAPACITY") == "0");
@@ -116,15 +140,16 @@ TEST_CASE("tuning flags become worker variables (§1.4)", "[cli]") {
   CHECK(envOf(parse({"-np", "1", "--hierarchical-allreduce", "--no-hierarchical-allreduce", "t"}),
               "HOROVOD_HIERARCHICAL_ALLREDUCE") == "0");
   // Autotune variables only with autotune on; mark-cycles only with a timeline file.
-  CHECK(envOf(parse({"-np", "1", "--autotune-warmup-samples", "5", "t"}), "HOROVOD_AUTOTUNE_WARMUP_SAMPLES") ==
-        "<unset>");
+  CHECK(envOf(parse({"-np", "1", "--autotune-warmup-samples", "5", "t"}),
+              "HOROVOD_AUTOTUNE_WARMUP_SAMPLES") == "<unset>");
   const auto at = parse({"-np", "1", "--autotune", "--autotune-warmup-samples", "5",
                          "--autotune-gaussian-process-noise", "0.25", "--autotune-log-file", "at.csv", "t"});
   CHECK(envOf(at, "HOROVOD_AUTOTUNE") == "1");
   CHECK(envOf(at, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES") == "5");
   CHECK(envOf(at, "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE") == "0.25");
   CHECK(envOf(at, "HOROVOD_AUTOTUNE_LOG") == "at.csv");
-  CHECK(envOf(parse({"-np", "1", "--timeline-mark-cycles", "t"}), "HOROVOD_TIMELINE_MARK_CYCLES") == "<unset>");
+  CHECK(envOf(parse({"-np", "1", "--timeline-mark-cycles", "t"}), "HOROVOD_TIMELINE_MARK_CYCLES") ==
+        "<unset>");
 }
 
 TEST_CASE("config file: flag > environment > config file > default", "[cli]") {
@@ -154,7 +179,7 @@ unknown_section: {ignored: 1}
 )");
   const auto o = parse({"-np", "1", "--config-file", cfg, "--cycle-time-ms", "2", "t"},
                        {{"HOROVOD_CACHE_CAPACITY", "7"}});
-  CHECK(envOf(o, "HOROVOD_CYCLE_TIME") == "2.0");        // flag beats the file
+  CHECK(envOf(o, "HOROVOD_CYCLE_TIME") == "2.0");          // flag beats the file
   CHECK(envOf(o, "HOROVOD_CACHE_CAPACITY") == "<unset>");  // hvdrun's environment (inherited) beats the file
   CHECK(envOf(o, "HOROVOD_FUSION_THRESHOLD") == "16777216");
   CHECK(envOf(o, "HOROVOD_HIERARCHICAL_ALLREDUCE") == "1");
@@ -167,7 +192,8 @@ unknown_section: {ignored: 1}
   CHECK(envOf(o, "HOROVOD_GLOO_TIMEOUT_SECONDS") == "45");
   CHECK(envOf(o, "HOROVOD_LOG_LEVEL") == "WARNING");
   CHECK(envOf(o, "HOROVOD_LOG_HIDE_TIME") == "1");
-  // A flag written before --config-file still wins (horovodrun's help text claims otherwise; its code agrees).
+  // A flag written before --config-file still wins (horovodrun's help text claims otherwise; its code
+  // agrees).
   CHECK(envOf(parse({"-np", "1", "--fusion-threshold-mb", "1", "--config-file", cfg, "t"}),
               "HOROVOD_FUSION_THRESHOLD") == "1048576");
 }
@@ -231,13 +257,15 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
       {{"-np", "2", "-H", "[fe80::1", "true"}, "unterminated '[' in host \"[fe80::1\""},
       {{"-np", "2", "-H", "a:1,,b:1", "true"}, "empty host entry 2"},
       {{"-np", "2", "-H", "fe80::1:2", "true"}, "IPv6 addresses go in brackets"},
-      {{"-np", "4", "-H", "localhost:2", "true"}, "Requested more processes (4) than there are available slots (2)"},
+      {{"-np", "4", "-H", "localhost:2", "true"},
+       "Requested more processes (4) than there are available slots (2)"},
       {{"-np", "1", "-hostfile", bad_hostfile, "true"},
        bad_hostfile + ":3: invalid value \"two\" in \"slots=two\""},
       {{"-np", "1", "-hostfile", bad_attr, "true"}, bad_attr + ":1: unknown attribute \"cpus=2\""},
       {{"-np", "1", "-hostfile", dir + "/missing", "true"}, "cannot read hostfile \"" + dir + "/missing\""},
       {{"-np", "1", "--fusion-threshold-mb", "-1", "true"}, "fusion_threshold_mb=-1 must be >= 0"},
-      {{"-np", "1", "--cycle-time-ms", "abc", "true"}, "argument --cycle-time-ms: invalid float value: 'abc'"},
+      {{"-np", "1", "--cycle-time-ms", "abc", "true"},
+       "argument --cycle-time-ms: invalid float value: 'abc'"},
       {{"-np", "1", "--cycle-time-ms", "-2.5", "true"}, "cycle_time_ms=-2.5 must be >= 0"},
       {{"-np", "1", "--autotune-gaussian-process-noise", "1.5", "true"},
        "autotune_gaussian_process_noise=1.5 must be in [0, 1]"},
@@ -246,23 +274,30 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
       {{"-np", "1", "--log-level", "LOUD", "true"}, "argument --log-level: invalid choice: 'LOUD'"},
       {{"-np", "1", "-x", "1BAD=2", "true"}, "argument -x/--env: invalid variable name '1BAD'"},
       {{"-np", "1", "-x", "HOROVOD_RANK=3", "true"}, "HOROVOD_RANK is set by hvdrun for each worker"},
-      {{"-np", "1", "-x", "HVD_TEST_SURELY_UNSET", "true"}, "HVD_TEST_SURELY_UNSET is not set in hvdrun's environment"},
+      {{"-np", "1", "-x", "HVD_TEST_SURELY_UNSET", "true"},
+       "HVD_TEST_SURELY_UNSET is not set in hvdrun's environment"},
       {{"-np", "1", "-p", "70000", "true"}, "argument -p/--ssh-port: invalid port 70000"},
-      {{"-np", "1", "-i", dir + "/nokey", "true"}, "argument -i/--ssh-identity-file: cannot read \"" + dir + "/nokey\""},
+      {{"-np", "1", "-i", dir + "/nokey", "true"},
+       "argument -i/--ssh-identity-file: cannot read \"" + dir + "/nokey\""},
       {{"-np", "1", "--start-timeout", "0", "true"}, "argument --start-timeout: must be > 0, got 0"},
-      {{"-np", "1", "true"}, "HOROVOD_START_TIMEOUT must be a positive number of seconds, got 'soon'",
+      {{"-np", "1", "true"},
+       "HOROVOD_START_TIMEOUT must be a positive number of seconds, got 'soon'",
        {"HOROVOD_START_TIMEOUT=soon"}},
-      {{"-np", "1", "--ssh-known-hosts", "maybe", "true"}, "argument --ssh-known-hosts: invalid choice: 'maybe'"},
+      {{"-np", "1", "--ssh-known-hosts", "maybe", "true"},
+       "argument --ssh-known-hosts: invalid choice: 'maybe'"},
       {{"-np", "1", "--output-filename=", "true"}, "argument --output-filename: empty directory name"},
       {{"-np", "1", "--network-interface", "nonexistent0", "true"}, "no interface \"nonexistent0\""},
       {{"-np", "1", "--config-file", bad_yaml, "true"}, "config file " + bad_yaml + ":"},
       {{"-np", "1", "--config-file", neg_yaml, "true"}, neg_yaml + ": fusion_threshold_mb=-5 must be >= 0"},
       {{"-np", "1", "--config-file", mpi_yaml, "true"}, "controller: mpi is not supported"},
       {{"-np", "1", "--config-file", odd_yaml, "true"}, "No such controller supported: nccl"},
-      {{"-np", "1", "--config-file", type_yaml, "true"}, "params.hierarchical_allreduce: expected true or false, got 'maybe'"},
-      {{"-np", "1", "--config-file", dir + "/none.yaml", "true"}, "cannot read config file \"" + dir + "/none.yaml\""},
+      {{"-np", "1", "--config-file", type_yaml, "true"},
+       "params.hierarchical_allreduce: expected true or false, got 'maybe'"},
+      {{"-np", "1", "--config-file", dir + "/none.yaml", "true"},
+       "cannot read config file \"" + dir + "/none.yaml\""},
       {{"true"}, "SLURM_JOB_NODELIST: unterminated '[' in \"node[1-\"", {"SLURM_JOB_NODELIST=node[1-"}},
-      {{"true"}, "SLURM_TASKS_PER_NODE \"2\" describes 1 nodes but SLURM_JOB_NODELIST \"n[1-2]\" has 2",
+      {{"true"},
+       "SLURM_TASKS_PER_NODE \"2\" describes 1 nodes but SLURM_JOB_NODELIST \"n[1-2]\" has 2",
        {"SLURM_JOB_NODELIST=n[1-2]", "SLURM_TASKS_PER_NODE=2"}},
   };
   REQUIRE(cases.size() >= 30);

@@ -10,7 +10,8 @@ namespace {
 
 std::string hostsText(const std::vector<HostSpec>& hosts) {
   std::string out;
-  for (const auto& h : hosts) out += (out.empty() ? "" : ",") + displayName(h) + ":" + std::to_string(h.slots);
+  for (const auto& h : hosts)
+    out += (out.empty() ? "" : ",") + displayName(h) + ":" + std::to_string(h.slots);
   return out;
 }
 
@@ -33,7 +34,10 @@ TEST_CASE("-H host lists", "[host_plan]") {
       {"u@[2001:db8::5]:3", "u@[2001:db8::5]:3"},
       {"a:0,b:2", "a:0,b:2"},
       {"a:2,b:1,a:1", "a:3,b:1"},  // duplicates merged, first position kept
-      {"n\xC3\xB6" "de:2", "n\xC3\xB6" "de:2"},  // Unicode \w as in horovodrun's regex
+      {"n\xC3\xB6"
+       "de:2",
+       "n\xC3\xB6"
+       "de:2"},  // Unicode \w as in horovodrun's regex
   };
   for (const auto& c : cases) {
     INFO(c.spec);
@@ -80,8 +84,8 @@ TEST_CASE("bad -H host lists name the token", "[host_plan]") {
 
 TEST_CASE("hostfiles in horovodrun and Open MPI formats", "[host_plan]") {
   CHECK(hostsText(parseHostfileText("a slots=2\nb slots=4\n", "h")) == "a:2,b:4");
-  CHECK(hostsText(parseHostfileText("# cluster\n\na slots=2 max_slots=4  # fast\n  b\n\tc max-slots=3\n", "h")) ==
-        "a:2,b:1,c:1");
+  CHECK(hostsText(parseHostfileText("# cluster\n\na slots=2 max_slots=4  # fast\n  b\n\tc max-slots=3\n",
+                                    "h")) == "a:2,b:1,c:1");
   CHECK(hostsText(parseHostfileText("u@[::1] slots=2\nd:3\n", "h")) == "u@[::1]:2,d:3");
   CHECK(hostsText(parseHostfileText("a slots=1\na slots=2\n", "h")) == "a:3");
   CHECK(hostsText(parseHostfileText("a slots=2\r\nb slots=1\r\n", "h")) == "a:2,b:1");
@@ -110,8 +114,9 @@ TEST_CASE("hostfiles in horovodrun and Open MPI formats", "[host_plan]") {
       CHECK_THAT(e.what(), Catch::Contains(c.message));
     }
   }
-  CHECK_THROWS_WITH(parseHostfile("/nonexistent/hosts"),
-                    Catch::Contains("cannot read hostfile \"/nonexistent/hosts\": No such file or directory"));
+  CHECK_THROWS_WITH(
+      parseHostfile("/nonexistent/hosts"),
+      Catch::Contains("cannot read hostfile \"/nonexistent/hosts\": No such file or directory"));
 }
 
 TEST_CASE("Slurm node lists and tasks per node", "[host_plan]") {
@@ -132,7 +137,8 @@ TEST_CASE("Slurm node lists and tasks per node", "[host_plan]") {
   CHECK_THROWS_WITH(expandSlurmNodelist("a,,b"), Catch::Contains("empty node name"));
   CHECK_THROWS_WITH(expandSlurmTasksPerNode("2(x)"), Catch::Contains("invalid entry \"2(x)\""));
   CHECK_THROWS_WITH(expandSlurmTasksPerNode("x"), Catch::Contains("invalid entry \"x\""));
-  CHECK_THROWS_WITH(slurmHosts("n[1-3]", "2(x2)"), Catch::Contains("describes 2 nodes but SLURM_JOB_NODELIST"));
+  CHECK_THROWS_WITH(slurmHosts("n[1-3]", "2(x2)"),
+                    Catch::Contains("describes 2 nodes but SLURM_JOB_NODELIST"));
 }
 
 TEST_CASE("rank assignment is horovodrun's", "[host_plan]") {
@@ -175,11 +181,9 @@ TEST_CASE("rank assignment is horovodrun's", "[host_plan]") {
   }
   SECTION("scope sizes") {
     const auto sizes = scopeSizes(assignRanks(parseHostList("worker-0:1,worker-1:2"), 3));
-    CHECK(sizes == std::map<std::string, int>{{"global", 3},
-                                              {"local_worker-0", 1},
-                                              {"local_worker-1", 2},
-                                              {"cross_0", 2},
-                                              {"cross_1", 1}});
+    CHECK(sizes ==
+          std::map<std::string, int>{
+              {"global", 3}, {"local_worker-0", 1}, {"local_worker-1", 2}, {"cross_0", 2}, {"cross_1", 1}});
   }
   CHECK_THROWS_WITH(assignRanks(parseHostList("a:2,b:1"), 4),
                     "Requested more processes (4) than there are available slots (3)");

@@ -2,8 +2,8 @@
 // address, port and token hvdrun put in its environment, then sleeps for argv[1] seconds (default 0).
 // Ranks listed in HVD_TEST_NO_JOIN (comma-separated) skip the join and just sleep.
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "join_worker: HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT or HOROVOD_RANK missing\n");
     return 2;
   }
-  const std::string skip = std::string(",") + (std::getenv("HVD_TEST_NO_JOIN") ? std::getenv("HVD_TEST_NO_JOIN") : "") + ",";
+  const std::string skip =
+      std::string(",") + (std::getenv("HVD_TEST_NO_JOIN") ? std::getenv("HVD_TEST_NO_JOIN") : "") + ",";
   if (skip.find("," + std::string(rank) + ",") == std::string::npos) {
     hvd::rendezvous::StoreOptions options;
     options.host = addr;

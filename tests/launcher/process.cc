@@ -52,7 +52,8 @@ Completed runProcess(const std::vector<std::string>& argv_in, const std::vector<
   auto argv = cstrings(argv_s);
   auto envp = cstrings(env_s);
   int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC)) throw std::runtime_error("pipe");
+  if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC))
+    throw std::runtime_error("pipe");
   const auto begin = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork");
@@ -80,7 +81,8 @@ Completed runProcess(const std::vector<std::string>& argv_in, const std::vector<
       killed = true;
       break;
     }
-    if (::poll(fds, 2, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count())) < 0) {
+    if (::poll(fds, 2,
+               static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count())) < 0) {
       if (errno == EINTR) continue;
       break;
     }
@@ -180,7 +182,8 @@ std::vector<pid_t> waitUntilGone(const std::string& marker, std::chrono::millise
 }
 
 std::string hvdrunPath() {
-  if (const char* exact = std::getenv("HVD_TEST_HVDRUN")) return exact;  // set by tests/launcher/CMakeLists.txt
+  if (const char* exact = std::getenv("HVD_TEST_HVDRUN"))
+    return exact;  // set by tests/launcher/CMakeLists.txt
   const char* dir = std::getenv("HVD_BUILD_DIR");
   if (!dir) throw std::runtime_error("HVD_BUILD_DIR is not set (run through ctest)");
   return std::string(dir) + "/hvdrun";
