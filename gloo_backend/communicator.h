@@ -6,14 +6,16 @@
 // so nobody finalizes before every peer has connected, then DELETE <scope>/<rank> (the server's scope
 // finalize).
 //
-// Orderly close (why close() runs a barrier): Gloo's TCP pair turns EOF on a socket into an
-// IoException ("Connection closed by peer") that it stores in the pair and hands to every operation
-// still outstanding on it. Operations the device loop thread drives by itself (a send released by the
-// peer's ready-to-receive notification: Pair::handleRemotePendingRecv -> sendAsyncMode ->
-// throwIfException) rethrow it on that thread, where nothing can catch it and the process aborts
-// (exit 134). A rank must therefore close its sockets only when no peer has anything outstanding with
-// it: close() runs a final barrier -- its last messages are read by every rank before it leaves -- and
-// only then destroys the pairs. EOF seen on an idle pair is harmless (stored, never thrown).
+// Orderly close (why close() runs a barrier; our reading of Gloo's pair.cc, see docs/runtime.md): Gloo's
+// TCP pair turns EOF on a socket into an IoException ("Connection closed by peer") that it stores in the
+// pair and hands to every operation still outstanding on it. Operations the device loop thread drives by
+// itself (a send released by the peer's ready-to-receive notification: Pair::handleRemotePendingRecv ->
+// sendAsyncMode -> throwIfException) rethrow it on that thread, where nothing can catch it and the
+// process aborts (exit 134). A rank must therefore close its sockets only when no peer has anything
+// outstanding with it: close() runs a final barrier -- its last messages are read by every rank before
+// it leaves -- and only then destroys the pairs. EOF seen on an idle pair is harmless (stored, never
+// thrown).
+//
 // Threading: a Communicator is used by one thread at a time (the runtime's background thread).
 // Errors: Gloo failures (peer lost, timeout) are rethrown as hvd::BackendError naming the scope, the
 // operation and this rank; the context is unusable afterwards.

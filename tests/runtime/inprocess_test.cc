@@ -497,3 +497,41 @@ TEST_CASE("response cache: steady-state steps, a changed shape, a mismatch under
     step(4);
   });
 }
+
+TEST_CASE("large allreduce (ring algorithm) and fusion in several groups", "[inprocess]") {
+  const size_t threshold = GENERATE(size_t{0}, size_t{4096}, size_t{128} << 20);
+  Cluster cluster(3, [&](RuntimeOptions& o) { o.fusion_threshold = threshold; });
+  cluster.forEach([&](int r) {
+    // One tensor above the small-message limit (ring), then 40 small ones submitted together: with a
+    // 4 KiB threshold they are fused in several groups, with 0 each runs alone.
+    std::vector<float> big(300001);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i + r) % 5);
+    Request q;
+    q.name = "big";
+    q.op = ReduceOp::kAverage;
+    q.rows = static_cast<int64_t>(big.size());
+    q.input = q.output = big.data();
+    auto w = cluster[r].enqueue(q);
+    std::vector<std::vector<int64_t>> small(40, std::vector<int64_t>(300));
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 40; ++k) {
+      for (auto& x : small[k]) x = r + k;
+      Request s;
+      s.name = "small" + std::to_string(k);
+      s.dtype = DataType::kInt64;
+      s.op = ReduceOp::kMax;
+      s.rows = 300;
+      s.input = s.output = small[k].data();
+      works.push_back(cluster[r].enqueue(s));
+    }
+    w->wait();
+    for (size_t i = 0; i < big.size(); ++i) {
+      const float want = static_cast<float>((i % 5 + (i + 1) % 5 + (i + 2) % 5)) / 3.0f;
+      if (std::fabs(big[i] - want) > 1e-5f) FAIL("element " << i << ": " << big[i] << " want " << want);
+    }
+    for (int k = 0; k < 40; ++k) {
+      works[k]->wait();
+      for (auto x : small[k]) REQUIRE(x == 2 + k);
+    }
+  });
+}
