@@ -174,6 +174,14 @@ std::optional<std::string> KvState::get(const std::string& scope, const std::str
   return it->second;
 }
 
+size_t KvState::firstMissing(const std::string& scope, const std::vector<std::string>& keys, size_t from) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto s = scopes_.find(scope);
+  if (s == scopes_.end()) return std::min(from, keys.size());
+  while (from < keys.size() && s->second.data.count(keys[from])) ++from;
+  return from;
+}
+
 std::optional<int64_t> KvState::add(const std::string& scope, const std::string& key, int64_t delta) {
   std::vector<Waiter> wake;
   int64_t value = 0;
@@ -312,7 +320,56 @@ std::optional<Response> parseErrorResponse(const boost::system::error_code& ec, 
   return std::nullopt;
 }
 
-Outcome handle(const Request& req, KvState& state, bool allow_wait) {
+namespace {
+
+// POST /<scope>?wait_ms=N with the keys in the body: see handler.h.
+Outcome handleMultiWait(const Request& req, KvState& state, std::string_view path, std::string_view query,
+                        bool allow_wait, size_t progress) {
+  auto scope = percentDecode(path.substr(1));
+  if (!scope || scope->empty()) return {textError(req, http::status::bad_request, "malformed scope in POST /<scope>")};
+  std::optional<int64_t> wait_ms;
+  if (query.substr(0, 8) == "wait_ms=") wait_ms = parseInt(query.substr(8));
+  if (!wait_ms || *wait_ms < 0) {
+    return {textError(req, http::status::bad_request,
+                      "POST /<scope> needs ?wait_ms=<milliseconds>, got '?" + std::string(query) + "'")};
+  }
+  std::vector<std::string> keys;
+  std::string_view body = req.body();
+  while (!body.empty()) {
+    const auto nl = body.find('\n');
+    std::string_view line = body.substr(0, nl);
+    body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
+    if (line.empty()) continue;
+    auto key = percentDecode(line);
+    if (!key) return {textError(req, http::status::bad_request, "malformed %-escape in key '" + std::string(line) + "'")};
+    keys.push_back(std::move(*key));
+  }
+  const size_t first = state.firstMissing(*scope, keys, progress);
+  const auto wait = std::min(std::chrono::milliseconds(*wait_ms), state.options().max_wait);
+  if (first < keys.size() && allow_wait && wait.count() > 0) {
+    Outcome parked;
+    parked.wait_scope = std::move(*scope);
+    parked.wait_key = keys[first];
+    parked.wait_for = wait;
+    parked.wait_progress = first;
+    return parked;
+  }
+  Response res = makeResponse(req, first == keys.size() ? http::status::ok : http::status::not_found);
+  if (first < keys.size()) {
+    std::string missing;
+    for (size_t i = first; i < keys.size(); i = state.firstMissing(*scope, keys, i + 1)) {
+      missing += percentEncode(keys[i]) + "\n";
+    }
+    res.body() = std::move(missing);
+    res.prepare_payload();
+  }
+  res.set(kLongPollHeader, "1");
+  return {std::move(res)};
+}
+
+}  // namespace
+
+Outcome handle(const Request& req, KvState& state, bool allow_wait, size_t wait_progress) {
   const ServerOptions& options = state.options();
   const std::string_view target(req.target().data(), req.target().size());
   const http::verb method = req.method();
@@ -346,6 +403,14 @@ Outcome handle(const Request& req, KvState& state, bool allow_wait) {
     return {textError(req, http::status::payload_too_large,
                       "request target of " + std::to_string(target.size()) + " bytes exceeds the limit of " +
                           std::to_string(options.max_key_bytes) + " bytes for scope + key")};
+  }
+  if (method == http::verb::post) {
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (path.size() > 1 && path.find('/', 1) == std::string_view::npos) {
+      const auto q = target.find('?');
+      return handleMultiWait(req, state, path, q == std::string_view::npos ? "" : target.substr(q + 1), allow_wait,
+                             wait_progress);
+    }
   }
   auto parsed = parseTarget(target);
   if (auto* error = std::get_if<std::string>(&parsed)) {

@@ -6,6 +6,9 @@
 //   GET    /<scope>/<key>?wait_ms=N   long poll: as GET, but waits up to N ms for the key (extension)
 //   DELETE /<scope>/<key>             Horovod's "finalize" (see KvState::finalize); always 200
 //   POST   /<scope>/<key>?add=N       atomic add to a decimal integer; 200, body = new value (extension)
+//   POST   /<scope>?wait_ms=N         wait for many keys at once; body: %-escaped keys, one per line;
+//                                     200 when all exist, else 404 after N ms with the missing keys as body
+//                                     (extension: one request per rank instead of one per peer)
 //   GET    /status                    JSON: scopes, keys, joined ranks, uptime (extension)
 // Scope and key are single path segments; %XX escapes are decoded (Horovod's keys never contain '%', so
 // this is compatible, and lets our clients send keys holding '/').
@@ -56,6 +59,8 @@ class KvState {
 
   void put(const std::string& scope, const std::string& key, std::string value);
   std::optional<std::string> get(const std::string& scope, const std::string& key) const;
+  // Index of the first of keys[from..] absent from scope, or keys.size() when all are present.
+  size_t firstMissing(const std::string& scope, const std::vector<std::string>& keys, size_t from) const;
   // Adds delta to the decimal integer at scope/key (absent = 0). nullopt when the stored value is not
   // an integer (the value is left unchanged).
   std::optional<int64_t> add(const std::string& scope, const std::string& key, int64_t delta);
@@ -108,10 +113,14 @@ struct Outcome {
   std::string wait_scope;
   std::string wait_key;
   std::chrono::milliseconds wait_for{0};
+  // Multi-key wait: keys before this index were present; pass it back to handle() after a wake-up so
+  // the request does not rescan them (they stay counted even if deleted meanwhile, as in a client that
+  // waits key by key).
+  size_t wait_progress = 0;
 };
 
-// The whole protocol. allow_wait=false turns a long poll into a plain GET (used when its time is up).
-Outcome handle(const Request& request, KvState& state, bool allow_wait = true);
+// The whole protocol. wait_progress: from the Outcome that parked this request. allow_wait=false turns a long poll into a plain GET (used when its time is up).
+Outcome handle(const Request& request, KvState& state, bool allow_wait = true, size_t wait_progress = 0);
 
 // The limits the server puts on each request's parser: body <= max_value_bytes, request line and
 // headers <= max_key_bytes + kHeaderAllowance.

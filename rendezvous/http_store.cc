@@ -5,6 +5,7 @@
 // keep-alive connections wait in a small pool; a thread takes one, uses it alone, and puts it back.
 #include "rendezvous/http_store.h"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -280,45 +281,64 @@ std::optional<Bytes> HttpStore::tryGet(const std::string& key) {
 
 void HttpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  size_t next = 0;  // keys before next are known present
+  // Keys grouped by scope, in order of first appearance: one multi-key long poll per scope.
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const auto& key : keys) {
+    impl_->path(key);  // validates the key
+    const std::string scope = key.substr(0, key.find('/'));
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == scope; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {scope, {}});
+    it->second.push_back(key.substr(scope.size() + 1));
+  }
+  size_t group = 0;
   auto poll = kPollMin;
-  while (next < keys.size()) {
+  while (group < groups.size()) {
     const auto remaining = until(deadline);
     if (remaining.count() == 0) break;
-    const std::string path = impl_->path(keys[next]);
-    Reply reply;
-    const bool long_poll = impl_->long_poll;
-    if (long_poll) {
+    auto& [scope, pending] = groups[group];
+    if (impl_->long_poll) {
+      std::string body;
+      for (const auto& key : pending) body += percentEncode(key) + "\n";
       // The server answers at the wait deadline at the latest; the grace lets that answer arrive.
-      reply = impl_->request(http::verb::get, path + "?wait_ms=" + std::to_string(remaining.count()), {}, deadline,
-                             true, kLongPollGrace);
-    } else {
-      reply = impl_->request(http::verb::get, path, {}, deadline, true);
+      Reply reply = impl_->request(http::verb::post, "/" + percentEncode(scope) + "?wait_ms=" +
+                                                         std::to_string(remaining.count()),
+                                   body, deadline, true, kLongPollGrace);
+      if (reply.long_poll && reply.status == 200) {
+        ++group;
+      } else if (reply.long_poll && reply.status == 404) {
+        std::vector<std::string> missing;
+        std::string_view rest = reply.body;
+        while (!rest.empty()) {
+          const auto nl = rest.find('\n');
+          if (auto key = percentDecode(rest.substr(0, nl)); key && !key->empty()) missing.push_back(std::move(*key));
+          rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+        }
+        pending = std::move(missing);
+        if (pending.empty()) ++group;
+      } else if (!reply.long_poll && (reply.status == 404 || reply.status == 400 || reply.status == 405 ||
+                                      reply.status == 501)) {
+        impl_->long_poll = false;  // e.g. Horovod's own server (501 for POST): poll key by key instead
+      } else {
+        impl_->fail(http::verb::post, scope, reply);
+      }
+      continue;
     }
+    // Polling fallback, key by key, with a growing pause.
+    const std::string key = scope + "/" + pending.front();
+    Reply reply = impl_->request(http::verb::get, impl_->path(key), {}, deadline, true);
     if (reply.status == 200) {
-      ++next;
+      pending.erase(pending.begin());
+      if (pending.empty()) ++group;
       continue;
     }
-    if (reply.status != 404) impl_->fail(http::verb::get, keys[next], reply);
-    if (long_poll && !reply.long_poll) {
-      impl_->long_poll = false;  // e.g. Horovod's own server: it took "?wait_ms=" as part of the key
-      continue;
-    }
-    if (!long_poll) {
-      std::this_thread::sleep_for(std::min(poll, until(deadline)));
-      poll = std::min(poll * 2, kPollMax);
-    }
+    if (reply.status != 404) impl_->fail(http::verb::get, key, reply);
+    std::this_thread::sleep_for(std::min(poll, until(deadline)));
+    poll = std::min(poll * 2, kPollMax);
   }
-  if (next == keys.size()) return;
+  if (group == groups.size()) return;
   std::vector<std::string> missing;
-  for (size_t i = next; i < keys.size(); ++i) {
-    // One last non-blocking look, so the message lists only what is really missing.
-    bool present = false;
-    try {
-      present = i > next && tryGet(keys[i]).has_value();
-    } catch (const StoreError&) {
-    }
-    if (!present) missing.push_back(keys[i]);
+  for (size_t g = group; g < groups.size(); ++g) {
+    for (const auto& key : groups[g].second) missing.push_back(groups[g].first + "/" + key);
   }
   throw RendezvousTimeout(detail::concat("timed out after ", timeout.count(), " ms waiting for key(s) ",
                                          formatKeys(missing), " at rendezvous server ", impl_->name, ": ",

@@ -145,13 +145,14 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     request_ = parser_->release();
     wait_deadline_.reset();
+    wait_progress_ = 0;
     process(true);
   }
 
   void process(bool allow_wait) {
     Outcome outcome;
     try {
-      outcome = handle(request_, server_->state, allow_wait);
+      outcome = handle(request_, server_->state, allow_wait, wait_progress_);
     } catch (const std::exception& e) {
       // A bug in the handler must cost one request, never the server every worker depends on.
       send(errorResponse(http::status::internal_server_error, std::string("internal error: ") + e.what(),
@@ -165,6 +166,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Long poll: park until the key is stored or the wait is over. No read is pending meanwhile: a
     // client that disconnects is noticed when the wait ends (bounded by ServerOptions::max_wait).
     if (!wait_deadline_) wait_deadline_ = KvState::Clock::now() + outcome.wait_for;
+    wait_progress_ = outcome.wait_progress;
     std::weak_ptr<Session> weak = weak_from_this();
     auto id = server_->state.addWaiter(outcome.wait_scope, outcome.wait_key, [weak] {
       if (auto self = weak.lock()) {
@@ -227,6 +229,7 @@ class Session : public std::enable_shared_from_this<Session> {
   net::steady_timer wait_timer_;
   std::optional<uint64_t> waiter_id_;
   std::optional<KvState::Clock::time_point> wait_deadline_;
+  size_t wait_progress_ = 0;
   bool closed_ = false;
 };
 

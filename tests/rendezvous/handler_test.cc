@@ -276,3 +276,27 @@ TEST_CASE("handler: /status survives keys that are not UTF-8 (found by the fuzze
   CHECK(res.result_int() == 200);
   CHECK_NOTHROW(nlohmann::json::parse(res.body()));
 }
+
+TEST_CASE("handler: POST /<scope>?wait_ms= waits for many keys in one request", "[handler]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/g/0", "a") == 200);
+  CHECK(status(state, http::verb::put, "/g/a%2Fb", "b") == 200);
+  auto all = answer(state, request(http::verb::post, "/g?wait_ms=0", "0\na%2Fb\n"));
+  CHECK(all.result_int() == 200);
+  CHECK(all[kLongPollHeader] == "1");
+  auto some = answer(state, request(http::verb::post, "/g?wait_ms=0", "0\n1\na%2Fb\n2"));
+  CHECK(some.result_int() == 404);
+  CHECK(some.body() == "1\n2\n");
+  Outcome parked = handle(request(http::verb::post, "/g?wait_ms=1000", "0\n1\n2\n"), state);
+  REQUIRE_FALSE(parked.response.has_value());
+  CHECK(parked.wait_key == "1");
+  CHECK(parked.wait_progress == 1);
+  CHECK(status(state, http::verb::put, "/g/1", "c") == 200);
+  Outcome next = handle(request(http::verb::post, "/g?wait_ms=1000", "0\n1\n2\n"), state, true, parked.wait_progress);
+  REQUIRE_FALSE(next.response.has_value());
+  CHECK(next.wait_key == "2");
+  CHECK(next.wait_progress == 2);
+  CHECK(status(state, http::verb::post, "/g", "0") == 400);
+  CHECK(status(state, http::verb::post, "/g?wait_ms=x", "0") == 400);
+  CHECK(status(state, http::verb::post, "/g?wait_ms=1", "%zz") == 400);
+}
