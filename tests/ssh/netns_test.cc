@@ -216,3 +216,22 @@ TEST_CASE("a host whose network drops ends its workers within 5 s") {
   CHECK(countMarked(lab, 1, mark) == 0);
   CHECK(countMarked(lab, 0, mark) == 1);  // the host still connected keeps running
 }
+
+TEST_CASE("a failing remote rank stops the job: hvdrun exits with its code, no worker is left") {
+  requireLab();
+  SshHome home;
+  NetnsLab lab(3, home);
+  const std::string mark = "hvdfailmark" + std::to_string(::getpid());
+  Hvdrun run(lab, home,
+             {"-np", "6", "-H", hostList(lab, 2), "bash", "-c",
+              "if [ $HOROVOD_RANK = 3 ]; then sleep 2; exit 3; fi; exec -a " + mark + " sleep 120"},
+             home.home() + "/hvdrun.out");
+  const int rc = run.wait(60s);
+  INFO(run.output());
+  CHECK(rc == 3);
+  CHECK(run.output().find("RANK 3 ON HOST " + lab.hostAddress(1)) != std::string::npos);
+  for (int i = 0; i < lab.hosts(); ++i) {
+    INFO("host " << lab.hostAddress(i));
+    CHECK(countMarked(lab, i, mark) == 0);
+  }
+}
