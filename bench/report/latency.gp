@@ -1,13 +1,21 @@
 # Allreduce latency vs message size (log-log), error bars = min-max of the round medians.
 eval("set terminal ".term." size 960,640")
 set output outfile
+# Ours first (warm colours, thicker), then the peers.
+set linetype 1 lc rgb "#d62728" lw 3
+set linetype 2 lc rgb "#ff7f0e" lw 3
+set linetype 3 lc rgb "#1f77b4" lw 2
+set linetype 4 lc rgb "#17becf" lw 2
+set linetype 5 lc rgb "#2ca02c" lw 2
+set linetype 6 lc rgb "#9467bd" lw 2
+set linetype 7 lc rgb "#8c564b" lw 2
 set title "float32 allreduce latency, np=2 on localhost (lower is better)"
 set logscale xy
 set xrange [xmin/1.4:xmax*1.4]
 set grid
 set key below box
-set xlabel "message size" offset 0,0.6
+set xlabel "message size" offset 0,1.2
 set ylabel "latency, µs (slower rank)"
 set datafile missing "-"
 plot for [i=0:ncols-1] datafile using 1:(column(2+3*i)):(column(3+3*i)):(column(4+3*i)) \
-       with yerrorlines lw 2 pt 7 title columnhead(2+3*i)
+       with yerrorlines pt 7 title columnhead(2+3*i)
