@@ -1,6 +1,6 @@
 # Bus bandwidth vs message size, one line per subject, error bars = min-max of the round medians.
 # Variables from report.py: term, datafile, outfile, ncols, ceiling (GB/s, 0 = none), xtics set before.
-eval("set terminal ".term." size 960,640")
+eval("set terminal ".term." size 1150,600")
 set output outfile
 # Ours first (warm colours, thicker), then the peers.
 set linetype 1 lc rgb "#d62728" lw 3
@@ -14,8 +14,8 @@ set title "float32 allreduce, np=2 on localhost (higher is better)"
 set logscale x 2
 set xrange [xmin/1.4:xmax*1.4]
 set grid
-set key below box
-set xlabel "message size" offset 0,1.2
+set key outside right top box
+set xlabel "message size"
 set ylabel "bus bandwidth, GB/s"
 set yrange [0:*]
 set datafile missing "-"

@@ -1,5 +1,5 @@
 # Allreduce latency vs message size (log-log), error bars = min-max of the round medians.
-eval("set terminal ".term." size 960,640")
+eval("set terminal ".term." size 1150,600")
 set output outfile
 # Ours first (warm colours, thicker), then the peers.
 set linetype 1 lc rgb "#d62728" lw 3
@@ -13,8 +13,8 @@ set title "float32 allreduce latency, np=2 on localhost (lower is better)"
 set logscale xy
 set xrange [xmin/1.4:xmax*1.4]
 set grid
-set key below box
-set xlabel "message size" offset 0,1.2
+set key outside right top box
+set xlabel "message size"
 set ylabel "latency, µs (slower rank)"
 set datafile missing "-"
 plot for [i=0:ncols-1] datafile using 1:(column(2+3*i)):(column(3+3*i)):(column(4+3*i)) \

@@ -1,5 +1,5 @@
 # Launch time vs number of processes (/bin/true workers), error bars = min-max of the round medians.
-eval("set terminal ".term." size 960,640")
+eval("set terminal ".term." size 1150,600")
 set output outfile
 # Ours first (warm colours, thicker), then the peers.
 set linetype 1 lc rgb "#d62728" lw 3
@@ -14,8 +14,8 @@ set logscale x 2
 set xrange [xmin/1.4:xmax*1.4]
 set logscale y
 set grid
-set key below box
-set xlabel "processes (np)" offset 0,1.2
+set key outside right top box
+set xlabel "processes (np)"
 set ylabel "wall time, ms"
 set datafile missing "-"
 plot for [i=0:ncols-1] datafile using 1:(column(2+3*i)):(column(3+3*i)):(column(4+3*i)) \
