@@ -6,6 +6,7 @@
 
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -98,9 +99,63 @@ void runAllreduce(const std::shared_ptr<gloo::Context>& context, void* data, siz
 
 }  // namespace
 
+namespace {
+
+template <typename T>
+const gloo::ReductionFunction<T>* reductionOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum: return gloo::ReductionFunction<T>::sum;
+    case ReduceOp::kMin: return gloo::ReductionFunction<T>::min;
+    case ReduceOp::kMax: return gloo::ReductionFunction<T>::max;
+    case ReduceOp::kProduct: return gloo::ReductionFunction<T>::product;
+  }
+  return nullptr;
+}
+
+template <typename T>
+std::unique_ptr<gloo::Algorithm> makeRing(const std::shared_ptr<gloo::Context>& context, void* buffer, size_t count,
+                                          ReduceOp op) {
+  return std::make_unique<gloo::AllreduceRing<T>>(context, std::vector<T*>{static_cast<T*>(buffer)},
+                                                  static_cast<int>(count), reductionOf<T>(op));
+}
+
+}  // namespace
+
+bool Communicator::allreduceSmall(void* data, size_t count, DataType type, ReduceOp op) {
+  const size_t bytes = count * elementSize(type);
+  if (bytes > kLegacyRingBytes) return false;
+  if (type != DataType::kFloat32 && type != DataType::kFloat64 && type != DataType::kInt32 &&
+      type != DataType::kInt64) {
+    return false;
+  }
+  if (small_buffer_.empty()) small_buffer_.resize(kLegacyRingBytes);
+  auto it = small_algorithms_.begin();
+  while (it != small_algorithms_.end() && !(it->count == count && it->type == type && it->op == op)) ++it;
+  if (it == small_algorithms_.end()) {
+    if (small_algorithms_.size() == kMaxSmallAlgorithms) small_algorithms_.pop_back();
+    SmallAlgorithm a{count, type, op, nullptr};
+    void* buffer = small_buffer_.data();
+    switch (type) {
+      case DataType::kFloat32: a.algorithm = makeRing<float>(context_, buffer, count, op); break;
+      case DataType::kFloat64: a.algorithm = makeRing<double>(context_, buffer, count, op); break;
+      case DataType::kInt32: a.algorithm = makeRing<int32_t>(context_, buffer, count, op); break;
+      default: a.algorithm = makeRing<int64_t>(context_, buffer, count, op); break;
+    }
+    small_algorithms_.push_front(std::move(a));
+  } else if (it != small_algorithms_.begin()) {
+    small_algorithms_.splice(small_algorithms_.begin(), small_algorithms_, it);
+  }
+  std::memcpy(small_buffer_.data(), data, bytes);
+  small_algorithms_.front().algorithm->run();
+  std::memcpy(data, small_buffer_.data(), bytes);
+  return true;
+}
+
 void Communicator::allreduce(void* data, size_t count, DataType type, ReduceOp op) {
   if (count == 0 || size() == 1) return;
   guarded("allreduce", [&] {
+    if (allreduceSmall(data, count, type, op)) return;
     const uint32_t tag = nextTag();
     switch (elementSize(type)) {
       case 1: return runAllreduce<uint8_t>(context_, data, count, type, op, tag, options_.timeout);
@@ -181,6 +236,7 @@ void Communicator::barrier() {
 
 void Communicator::close(bool orderly) noexcept {
   if (!context_) return;
+  small_algorithms_.clear();
   if (orderly && !failed_ && size() > 1) {
     try {
       barrier();

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "rendezvous/store.h"
 
 namespace gloo {
+class Algorithm;
 class Context;
 namespace transport {
 class Device;
@@ -57,8 +59,9 @@ struct CommunicatorOptions {
   std::chrono::milliseconds timeout{rendezvous::Store::kDefaultTimeout};
 };
 
-// Message size (bytes) up to which allreduce uses the latency-optimised algorithm; see allreduce().
+// Message sizes (bytes) up to which allreduce uses the latency-optimised algorithms; see allreduce().
 inline constexpr size_t kSmallAllreduceBytes = 256 * 1024;
+inline constexpr size_t kLegacyRingBytes = 1024 * 1024;
 
 class Communicator {
  public:
@@ -77,8 +80,11 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return options_.timeout; }
 
   // In-place allreduce of count elements. kAverage sums (the caller divides through its postscale).
-  // Algorithm by size: up to kSmallAllreduceBytes Gloo's bcube (log2(size) rounds: fewest messages,
-  // latency bound), above it the ring (bandwidth optimal: each rank sends 2(n-1)/n of the data).
+  // Algorithm by size: up to kLegacyRingBytes, for float32/float64/int32/int64, Gloo's legacy
+  // AllreduceRing on a fixed staging buffer (pre-registered buffers: data goes straight into the peer's
+  // registered inbox, with no ready-to-send/receive notifications; instances are cached per element
+  // count, type and op). Other small ones: Gloo's bcube (log2(size) rounds). Above the limit: the ring
+  // (bandwidth optimal: each rank sends 2(n-1)/n of the data).
   void allreduce(void* data, size_t count, DataType type, ReduceOp op);
 
   // In-place broadcast of bytes from root (binomial tree).
@@ -108,6 +114,19 @@ class Communicator {
   uint32_t nextTag() { return tag_++; }
   template <typename F>
   void guarded(const char* what, F&& body);
+
+  // The legacy small-message path (see allreduce()). Instances are created and evicted in the same
+  // order on every rank (every rank runs the same operations), so their Gloo slots agree.
+  bool allreduceSmall(void* data, size_t count, DataType type, ReduceOp op);
+  struct SmallAlgorithm {
+    size_t count;
+    DataType type;
+    ReduceOp op;
+    std::unique_ptr<gloo::Algorithm> algorithm;
+  };
+  static constexpr size_t kMaxSmallAlgorithms = 32;
+  std::vector<std::byte> small_buffer_;         // kLegacyRingBytes, never reallocated
+  std::list<SmallAlgorithm> small_algorithms_;  // most recently used first
 
   CommunicatorOptions options_;
   std::shared_ptr<gloo::Context> context_;

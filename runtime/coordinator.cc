@@ -120,6 +120,20 @@ std::optional<std::string> Coordinator::validate(const std::string& name, const 
     }
   }
   const auto& v = p.by_rank;
+  // Fast path (every steady-state step): identical descriptors on every rank. Allgather and alltoall
+  // rows legitimately differ per rank.
+  const bool variable_rows = first->type == OpType::kAllgather || first->type == OpType::kAlltoall;
+  bool uniform = true;
+  for (const auto& q : v) {
+    if (q && !(variable_rows ? q->type == first->type && q->dtype == first->dtype &&
+                                   q->row_elements == first->row_elements
+                             : sameDescriptor(*q, *first))) {
+      uniform = false;
+      break;
+    }
+  }
+  if (uniform && joined_.empty() && first->type != OpType::kAlltoall) return std::nullopt;
+
   auto mismatch = [&](const char* what, const std::string& detail) {
     return detail::concat("Mismatched ", what, " for tensor '", name, "': ", detail);
   };
