@@ -47,11 +47,13 @@ double runSeconds(const std::vector<std::string>& args, const std::string& home)
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, (home + "/bench.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, (home + "/bench.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   const auto t0 = std::chrono::steady_clock::now();
   pid_t pid;
-  if (::posix_spawn(&pid, a[0], &actions, nullptr, a.data(), e.data()) != 0) throw std::runtime_error("spawn failed");
+  if (::posix_spawn(&pid, a[0], &actions, nullptr, a.data(), e.data()) != 0)
+    throw std::runtime_error("spawn failed");
   posix_spawn_file_actions_destroy(&actions);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -100,14 +102,16 @@ int main(int argc, char** argv) {
     v.insert(v.end(), tail.begin(), tail.end());
     return v;
   };
-  const auto openssh = with({"/usr/bin/ssh", "-i", home.userKey(), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                             "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + home.knownHosts(),
-                             lab.hostAddress(0), "true"});
+  const auto openssh = with({"/usr/bin/ssh", "-i", home.userKey(), "-o", "IdentitiesOnly=yes", "-o",
+                             "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",
+                             "UserKnownHostsFile=" + home.knownHosts(), lab.hostAddress(0), "true"});
   // What horovodrun does for 32 ranks: 32 ssh processes at once, 4 per host.
   std::string parallel;
   for (int r = 0; r < 32; ++r) {
-    parallel += "/usr/bin/ssh -i " + home.userKey() + " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" +
-                home.knownHosts() + " " + lab.hostAddress(r % 8) + " true & ";
+    parallel +=
+        "/usr/bin/ssh -i " + home.userKey() +
+        " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" +
+        home.knownHosts() + " " + lab.hostAddress(r % 8) + " true & ";
   }
   parallel += "wait";
   const auto openssh32 = with({"/bin/sh", "-c", parallel});

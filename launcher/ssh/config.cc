@@ -29,7 +29,8 @@ std::vector<std::string> words(std::string_view s, const std::string& where) {
     if (i >= s.size()) break;
     if (s[i] == '"') {
       const size_t end = s.find('"', i + 1);
-      if (end == std::string_view::npos) throw UsageError(where + ": unterminated quote in '" + std::string(s) + "'");
+      if (end == std::string_view::npos)
+        throw UsageError(where + ": unterminated quote in '" + std::string(s) + "'");
       out.emplace_back(s.substr(i + 1, end - i - 1));
       i = end + 1;
     } else {
@@ -47,7 +48,7 @@ bool matchHere(std::string_view p, std::string_view s) {
   size_t pi = 0, si = 0, star = std::string_view::npos, mark = 0;
   while (si < s.size()) {
     if (pi < p.size() && (p[pi] == '?' || std::tolower(static_cast<unsigned char>(p[pi])) ==
-                                               std::tolower(static_cast<unsigned char>(s[si])))) {
+                                              std::tolower(static_cast<unsigned char>(s[si])))) {
       ++pi;
       ++si;
     } else if (pi < p.size() && p[pi] == '*') {
@@ -78,8 +79,8 @@ bool blockMatches(const std::vector<std::string>& patterns, const std::string& a
 }
 
 std::string expandTokens(const std::string& value, const std::string& where_keyword, const std::string& host,
-                         const std::string& remote_user, const std::string& local_user, const std::string& home,
-                         bool allow_user_tokens) {
+                         const std::string& remote_user, const std::string& local_user,
+                         const std::string& home, bool allow_user_tokens) {
   std::string out;
   size_t i = 0;
   if (allow_user_tokens && (value == "~" || value.rfind("~/", 0) == 0)) {
@@ -92,12 +93,19 @@ std::string expandTokens(const std::string& value, const std::string& where_keyw
       continue;
     }
     const char t = value[++i];
-    if (t == '%') out += '%';
-    else if (t == 'h') out += host;
-    else if (allow_user_tokens && t == 'd') out += home;
-    else if (allow_user_tokens && t == 'r') out += remote_user;
-    else if (allow_user_tokens && t == 'u') out += local_user;
-    else throw UsageError("ssh config: unsupported token '%" + std::string(1, t) + "' in " + where_keyword + " '" + value + "'");
+    if (t == '%')
+      out += '%';
+    else if (t == 'h')
+      out += host;
+    else if (allow_user_tokens && t == 'd')
+      out += home;
+    else if (allow_user_tokens && t == 'r')
+      out += remote_user;
+    else if (allow_user_tokens && t == 'u')
+      out += local_user;
+    else
+      throw UsageError("ssh config: unsupported token '%" + std::string(1, t) + "' in " + where_keyword +
+                       " '" + value + "'");
   }
   return out;
 }
@@ -170,10 +178,14 @@ HostConfig SshConfig::lookup(const std::string& alias, const std::string& local_
     if (block.is_match) continue;
     if (b > 0 && !blockMatches(block.patterns, alias)) continue;
     for (const Entry& e : block.entries) {
-      if (e.keyword == "hostname" && !hostname) hostname = e.value;
-      else if (e.keyword == "user" && !out.user) out.user = e.value;
-      else if (e.keyword == "port" && !out.port) out.port = static_cast<uint16_t>(std::stoul(e.value));
-      else if (e.keyword == "identityfile") raw_identities.push_back(e.value);
+      if (e.keyword == "hostname" && !hostname)
+        hostname = e.value;
+      else if (e.keyword == "user" && !out.user)
+        out.user = e.value;
+      else if (e.keyword == "port" && !out.port)
+        out.port = static_cast<uint16_t>(std::stoul(e.value));
+      else if (e.keyword == "identityfile")
+        raw_identities.push_back(e.value);
     }
   }
   out.hostname = hostname ? expandTokens(*hostname, "HostName", alias, "", "", "", false) : alias;

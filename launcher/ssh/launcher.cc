@@ -140,11 +140,11 @@ class SshLauncher : public Launcher {
   SshOptions options_;
   ConnectOptions connect_;
   std::string home_;
-  asio::io_context sync_io_;  // preflight and reachability check
-  bool on_job_loop_ = false;  // sessions moved from sync_io_ to io_
+  asio::io_context sync_io_;                                           // preflight and reachability check
+  bool on_job_loop_ = false;                                           // sessions moved from sync_io_ to io_
   std::map<std::string, std::vector<std::shared_ptr<Session>>> pool_;  // by Target::describe()
   std::map<std::string, std::shared_ptr<PendingConnection>> filling_;  // accepting waiters, by host
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // guards completions after destruction
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);         // guards completions after destruction
   std::map<std::string, std::unique_ptr<Limiter>> limiters_;
 };
 
@@ -167,8 +167,10 @@ class SshWorker : public Worker, public ChannelHandler {
   void signal(int signo) override {
     if (ended_) return;
     stop_requested_ = true;
-    if (channel_) channel_->write(signalLine(signo));
-    else pending_signals_.push_back(signo);
+    if (channel_)
+      channel_->write(signalLine(signo));
+    else
+      pending_signals_.push_back(signo);
   }
 
   void attach(const std::shared_ptr<Session>& session, std::string input) {
@@ -198,10 +200,14 @@ class SshWorker : public Worker, public ChannelHandler {
     } else {
       status.code = end.exit_code.value_or(255);
     }
-    if (status.success()) state_ = WorkerState::kSucceeded;
-    else if (stop_requested_) state_ = WorkerState::kStopped;
-    else if (status.kind == ExitStatus::Kind::kLost) state_ = WorkerState::kUnknown;
-    else state_ = WorkerState::kFailed;
+    if (status.success())
+      state_ = WorkerState::kSucceeded;
+    else if (stop_requested_)
+      state_ = WorkerState::kStopped;
+    else if (status.kind == ExitStatus::Kind::kLost)
+      state_ = WorkerState::kUnknown;
+    else
+      state_ = WorkerState::kFailed;
     events_.onStreamClosed(rank_, Stream::kStdout);
     events_.onStreamClosed(rank_, Stream::kStderr);
     events_.onExit(rank_, status);
@@ -289,10 +295,9 @@ void SshLauncher::preflight(const std::vector<HostSpec>& hosts) {
 bool SshLauncher::shouldInheritEnv(std::string_view name) const {
   // Variables that describe this machine or this login session; the remote login sets its own.
   static const std::set<std::string_view> kLocalOnly = {
-      "HOME",    "USER",        "LOGNAME",       "SHELL",         "MAIL",    "HOSTNAME",
-      "PWD",     "OLDPWD",      "SHLVL",         "_",             "TMPDIR",  "SSH_CLIENT",
-      "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "DISPLAY", "XAUTHORITY",
-      "TERMCAP", "WINDOWID"};
+      "HOME",          "USER",          "LOGNAME", "SHELL",      "MAIL",       "HOSTNAME",       "PWD",
+      "OLDPWD",        "SHLVL",         "_",       "TMPDIR",     "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+      "SSH_AUTH_SOCK", "SSH_AGENT_PID", "DISPLAY", "XAUTHORITY", "TERMCAP",    "WINDOWID"};
   if (name.rfind("BASH_FUNC_", 0) == 0) return false;
   return kLocalOnly.count(name) == 0;
 }
@@ -304,7 +309,8 @@ void SshLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts, c
   HVD_CHECK(!on_job_loop_, LaunchError, "ssh reachability check called after workers started");
   // bash's /dev/tcp: no tool needed on the host. The address is not secret; the token is not involved.
   const std::string command = "exec timeout 5 bash -c " +
-                              shellQuote("exec 3<>/dev/tcp/" + address + "/" + std::to_string(port)) + " 2>&1";
+                              shellQuote("exec 3<>/dev/tcp/" + address + "/" + std::to_string(port)) +
+                              " 2>&1";
   std::vector<std::unique_ptr<Collect>> results;
   std::vector<std::string> errors(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -334,14 +340,17 @@ void SshLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts, c
     const auto& r = *results[i];
     if (!errors[i].empty() || (r.end.exit_code && *r.end.exit_code == 0)) continue;
     std::string why;
-    if (!r.end.error.empty()) why = r.end.error;
-    else if (r.end.exit_code && *r.end.exit_code == 124) why = "timed out after 5s";
+    if (!r.end.error.empty())
+      why = r.end.error;
+    else if (r.end.exit_code && *r.end.exit_code == 124)
+      why = "timed out after 5s";
     else {
       // bash says "bash: line 1: /dev/tcp/ADDR/PORT: Connection refused"; keep the cause.
       const std::string line = lastLine(r.output);
       const auto colon = line.rfind(": ");
       why = line.empty() ? "connect failed, exit code " + std::to_string(r.end.exit_code.value_or(-1))
-                         : colon == std::string::npos ? line : line.substr(colon + 2);
+            : colon == std::string::npos ? line
+                                         : line.substr(colon + 2);
     }
     errors[i] = "host " + targets[i].describe() + " cannot reach the rendezvous server at " + address + ":" +
                 std::to_string(port) + " (" + why + "); choose a reachable address with --network-interface";
@@ -365,8 +374,8 @@ void SshLauncher::moveToJobLoop() {
   }
 }
 
-void SshLauncher::withSession(
-    const Target& target, std::function<void(const std::shared_ptr<Session>&, const std::string&)> use) {
+void SshLauncher::withSession(const Target& target,
+                              std::function<void(const std::shared_ptr<Session>&, const std::string&)> use) {
   const std::string key = target.describe();
   auto& sessions = pool_[key];
   std::erase_if(sessions, [](const auto& s) { return s->broken(); });
@@ -380,28 +389,30 @@ void SshLauncher::withSession(
   auto& batch = filling_[key];
   if (!batch || batch->reserved >= kMaxChannelsPerConnection) {
     batch = std::make_shared<PendingConnection>();
-    asio::co_spawn(io_, connectLimited(target),
-                   [this, alive = alive_, key, b = batch](std::exception_ptr e, std::shared_ptr<Session> session) {
-                     if (!*alive) return;
-                     if (filling_[key] == b) filling_.erase(key);
-                     std::string error;
-                     if (e) {
-                       try {
-                         std::rethrow_exception(e);
-                       } catch (const std::exception& ex) {
-                         error = ex.what();
-                       }
-                     }
-                     if (session) pool_[key].push_back(session);
-                     for (auto& waiter : b->waiters) waiter(session, error);
-                   });
+    asio::co_spawn(
+        io_, connectLimited(target),
+        [this, alive = alive_, key, b = batch](std::exception_ptr e, std::shared_ptr<Session> session) {
+          if (!*alive) return;
+          if (filling_[key] == b) filling_.erase(key);
+          std::string error;
+          if (e) {
+            try {
+              std::rethrow_exception(e);
+            } catch (const std::exception& ex) {
+              error = ex.what();
+            }
+          }
+          if (session) pool_[key].push_back(session);
+          for (auto& waiter : b->waiters) waiter(session, error);
+        });
   }
   batch->reserved++;
   batch->waiters.push_back(std::move(use));
 }
 
 std::unique_ptr<Worker> SshLauncher::start(const LaunchSpec& spec, WorkerEvents& events) {
-  HVD_CHECK(!spec.argv.empty(), LaunchError, "rank ", spec.rank, " on host ", spec.host.name, ": empty command");
+  HVD_CHECK(!spec.argv.empty(), LaunchError, "rank ", spec.rank, " on host ", spec.host.name,
+            ": empty command");
   moveToJobLoop();
   const Target target = resolveTarget(spec.host, options_);
   RemoteWorker remote{spec.host.name, spec.cwd, spec.env, spec.argv};
@@ -411,8 +422,10 @@ std::unique_ptr<Worker> SshLauncher::start(const LaunchSpec& spec, WorkerEvents&
   withSession(target, [raw, alive = raw->alive(), input = std::move(input)](
                           const std::shared_ptr<Session>& session, const std::string& error) mutable {
     if (!*alive) return;
-    if (!error.empty()) raw->failToStart(error);
-    else raw->attach(session, std::move(input));
+    if (!error.empty())
+      raw->failToStart(error);
+    else
+      raw->attach(session, std::move(input));
   });
   return worker;
 }

@@ -7,8 +7,10 @@ namespace hvd::launcher::ssh {
 std::string shellQuote(std::string_view s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   out += '\'';
   return out;
@@ -55,10 +57,13 @@ std::string bootstrapInput(const RemoteWorker& worker) {
   s += "exec 3<&0 </dev/null\n";
   s += "setsid env --" + odd_names + command + " 3<&- &\n";
   s += "w=$!\n";
-  s += "{ while IFS= read -r -t " + timeout + " -u 3 l; do\n"
+  s += "{ while IFS= read -r -t " + timeout +
+       " -u 3 l; do\n"
        "    case $l in S[0-9]|S[0-9][0-9]) kill -s \"${l#S}\" -- \"-$w\" 2>/dev/null;; esac\n"
        "  done\n"
-       "  kill -s TERM -- \"-$w\" 2>/dev/null; sleep " + grace + "; kill -s KILL -- \"-$w\" 2>/dev/null\n"
+       "  kill -s TERM -- \"-$w\" 2>/dev/null; sleep " +
+       grace +
+       "; kill -s KILL -- \"-$w\" 2>/dev/null\n"
        "} 1>/dev/null 2>&1 &\n";
   s += "d=$!\n";
   s += "exec 3<&-\n";
@@ -66,7 +71,8 @@ std::string bootstrapInput(const RemoteWorker& worker) {
   // Left-over members of the worker's group (it exited, they did not) would be orphans.
   s += "kill -s TERM -- \"-$w\" 2>/dev/null\n";
   s += "kill \"$d\" 2>/dev/null\n";
-  s += "if [ \"$s\" -gt 128 ] && [ \"$s\" -lt 193 ]; then trap - \"$((s-128))\"; kill -s \"$((s-128))\" $$; fi\n";
+  s += "if [ \"$s\" -gt 128 ] && [ \"$s\" -lt 193 ]; then trap - \"$((s-128))\"; kill -s \"$((s-128))\" $$; "
+       "fi\n";
   s += "exit \"$s\"\n";
   return std::to_string(s.size()) + "\n" + s;
 }

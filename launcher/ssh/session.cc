@@ -5,13 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -60,13 +60,20 @@ struct KeyType {
 
 KeyType keyType(int hostkey_type) {
   switch (hostkey_type) {
-    case LIBSSH2_HOSTKEY_TYPE_RSA: return {"ssh-rsa", LIBSSH2_KNOWNHOST_KEY_SSHRSA};
-    case LIBSSH2_HOSTKEY_TYPE_DSS: return {"ssh-dss", LIBSSH2_KNOWNHOST_KEY_SSHDSS};
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_256: return {"ecdsa-sha2-nistp256", LIBSSH2_KNOWNHOST_KEY_ECDSA_256};
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_384: return {"ecdsa-sha2-nistp384", LIBSSH2_KNOWNHOST_KEY_ECDSA_384};
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_521: return {"ecdsa-sha2-nistp521", LIBSSH2_KNOWNHOST_KEY_ECDSA_521};
-    case LIBSSH2_HOSTKEY_TYPE_ED25519: return {"ssh-ed25519", LIBSSH2_KNOWNHOST_KEY_ED25519};
-    default: return {"unknown", LIBSSH2_KNOWNHOST_KEY_UNKNOWN};
+    case LIBSSH2_HOSTKEY_TYPE_RSA:
+      return {"ssh-rsa", LIBSSH2_KNOWNHOST_KEY_SSHRSA};
+    case LIBSSH2_HOSTKEY_TYPE_DSS:
+      return {"ssh-dss", LIBSSH2_KNOWNHOST_KEY_SSHDSS};
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_256:
+      return {"ecdsa-sha2-nistp256", LIBSSH2_KNOWNHOST_KEY_ECDSA_256};
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_384:
+      return {"ecdsa-sha2-nistp384", LIBSSH2_KNOWNHOST_KEY_ECDSA_384};
+    case LIBSSH2_HOSTKEY_TYPE_ECDSA_521:
+      return {"ecdsa-sha2-nistp521", LIBSSH2_KNOWNHOST_KEY_ECDSA_521};
+    case LIBSSH2_HOSTKEY_TYPE_ED25519:
+      return {"ssh-ed25519", LIBSSH2_KNOWNHOST_KEY_ED25519};
+    default:
+      return {"unknown", LIBSSH2_KNOWNHOST_KEY_UNKNOWN};
   }
 }
 
@@ -78,9 +85,12 @@ std::string knownHostsName(const std::string& host, uint16_t port) {
 // Host key algorithms, OpenSSH's order, with the types known_hosts already holds for this host first,
 // so a host with several keys is checked against the one we know (not reported as unknown).
 std::string hostKeyPreference(const std::string& known_hosts_file, const std::string& name) {
-  static const std::vector<std::string> kDefault = {"ssh-ed25519",         "ecdsa-sha2-nistp256",
-                                                    "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
-                                                    "rsa-sha2-512",        "rsa-sha2-256",
+  static const std::vector<std::string> kDefault = {"ssh-ed25519",
+                                                    "ecdsa-sha2-nistp256",
+                                                    "ecdsa-sha2-nistp384",
+                                                    "ecdsa-sha2-nistp521",
+                                                    "rsa-sha2-512",
+                                                    "rsa-sha2-256",
                                                     "ssh-rsa"};
   std::vector<std::string> known;
   std::ifstream in(known_hosts_file);
@@ -203,7 +213,9 @@ std::string Session::lastError() const {
   return msg && len > 0 ? std::string(msg, static_cast<size_t>(len)) : std::string("unknown libssh2 error");
 }
 
-void Session::fail(const std::string& cause) const { throw LaunchError("ssh " + target_.describe() + ": " + cause); }
+void Session::fail(const std::string& cause) const {
+  throw LaunchError("ssh " + target_.describe() + ": " + cause);
+}
 
 asio::awaitable<void> Session::waitSocket() {
   const int dir = libssh2_session_block_directions(session_);
@@ -241,14 +253,16 @@ asio::awaitable<std::shared_ptr<Session>> Session::connect(Target target, Connec
     tcp::resolver resolver(executor);
     boost::system::error_code ec;
     deadline->phase = "resolving";
-    auto endpoints = co_await resolver.async_resolve(self->target_.hostname, std::to_string(self->target_.port),
-                                                     asio::redirect_error(asio::use_awaitable, ec));
+    auto endpoints =
+        co_await resolver.async_resolve(self->target_.hostname, std::to_string(self->target_.port),
+                                        asio::redirect_error(asio::use_awaitable, ec));
     if (deadline->expired) self->fail(timedOut());
     if (ec) self->fail("cannot resolve host name '" + self->target_.hostname + "': " + ec.message());
     deadline->phase = "connecting";
     co_await asio::async_connect(self->socket_, endpoints, asio::redirect_error(asio::use_awaitable, ec));
     if (deadline->expired) self->fail(timedOut());
-    if (ec == asio::error::connection_refused) self->fail("connection refused (is sshd running on port " + std::to_string(self->target_.port) + "?)");
+    if (ec == asio::error::connection_refused)
+      self->fail("connection refused (is sshd running on port " + std::to_string(self->target_.port) + "?)");
     if (ec == asio::error::host_unreachable || ec == asio::error::network_unreachable) {
       self->fail("unreachable (" + ec.message() + ")");
     }
@@ -331,7 +345,8 @@ void Session::checkHostKey(const ConnectOptions& options) {
     case LIBSSH2_KNOWNHOST_CHECK_MISMATCH:
       fail("host key mismatch: the server presents " + fingerprint + " but " + file + " holds a different " +
            type.name + " key for " + name +
-           " (possible man-in-the-middle; if the host was reinstalled, remove the old key with: ssh-keygen -R '" +
+           " (possible man-in-the-middle; if the host was reinstalled, remove the old key with: ssh-keygen "
+           "-R '" +
            name + "' -f " + file + ")");
     case LIBSSH2_KNOWNHOST_CHECK_NOTFOUND:
       break;
@@ -340,14 +355,14 @@ void Session::checkHostKey(const ConnectOptions& options) {
   }
   if (options.known_hosts == KnownHostsPolicy::kStrict) {
     fail("unknown host key " + fingerprint + ": " + name + " is not in " + file +
-         " and host key checking is strict (add it, e.g. ssh-keyscan -p " + std::to_string(target_.port) + " " +
-         target_.hostname + " >> " + file + ")");
+         " and host key checking is strict (add it, e.g. ssh-keyscan -p " + std::to_string(target_.port) +
+         " " + target_.hostname + " >> " + file + ")");
   }
   libssh2_knownhost* added = nullptr;
   const std::string comment = "added by hvdrun";
-  if (libssh2_knownhost_addc(known, name.c_str(), nullptr, key, key_len, comment.c_str(), comment.size(),
-                             LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type.knownhost_mask,
-                             &added) != 0) {
+  if (libssh2_knownhost_addc(
+          known, name.c_str(), nullptr, key, key_len, comment.c_str(), comment.size(),
+          LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type.knownhost_mask, &added) != 0) {
     fail("cannot record the host key: " + lastError());
   }
   std::vector<char> line(8192);
@@ -425,7 +440,8 @@ asio::awaitable<void> Session::authenticate(const ConnectOptions& options) {
   std::vector<std::string> files = target_.identity_files;
   const bool defaults = files.empty();
   if (defaults) {
-    for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) files.push_back(options.home + "/.ssh/" + name);
+    for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"})
+      files.push_back(options.home + "/.ssh/" + name);
   }
   for (const auto& file : files) {
     if (::access(file.c_str(), F_OK) != 0) {
@@ -433,16 +449,21 @@ asio::awaitable<void> Session::authenticate(const ConnectOptions& options) {
       continue;
     }
     int rc;
-    while ((rc = libssh2_userauth_publickey_fromfile_ex(session_, user.c_str(), static_cast<unsigned>(user.size()),
-                                                        nullptr, file.c_str(), nullptr)) == LIBSSH2_ERROR_EAGAIN) {
+    while ((rc = libssh2_userauth_publickey_fromfile_ex(session_, user.c_str(),
+                                                        static_cast<unsigned>(user.size()), nullptr,
+                                                        file.c_str(), nullptr)) == LIBSSH2_ERROR_EAGAIN) {
       co_await waitSocket();
     }
     if (rc == 0) co_return;
-    if (rc == LIBSSH2_ERROR_FILE) tried.push_back(file + " (unreadable or passphrase-protected; use ssh-agent)");
-    else if (isSessionError(rc)) fail("connection lost while authenticating: " + lastError());
-    else tried.push_back(file + " (rejected)");
+    if (rc == LIBSSH2_ERROR_FILE)
+      tried.push_back(file + " (unreadable or passphrase-protected; use ssh-agent)");
+    else if (isSessionError(rc))
+      fail("connection lost while authenticating: " + lastError());
+    else
+      tried.push_back(file + " (rejected)");
   }
-  if (defaults && tried.size() == 1) tried.push_back("no key in " + options.home + "/.ssh/id_{ed25519,ecdsa,rsa}");
+  if (defaults && tried.size() == 1)
+    tried.push_back("no key in " + options.home + "/.ssh/id_{ed25519,ecdsa,rsa}");
   std::string list;
   for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
   fail("authentication failed for user " + user + " (tried: " + list + ")");
@@ -459,7 +480,8 @@ size_t Session::openChannels() const {
 
 void Session::rebind(asio::io_context& io) {
   HVD_INTERNAL_ASSERT(openChannels() == 0, "rebinding a session with open channels to ", target_.describe());
-  const bool v6 = socket_.local_endpoint().address().is_v6();
+  boost::system::error_code ec;
+  const bool v6 = socket_.local_endpoint(ec).address().is_v6();
   const int fd = socket_.release();
   socket_ = tcp::socket(io, v6 ? tcp::v6() : tcp::v4(), fd);
   // Waits pending on the old loop never complete; forget them and their timer.
@@ -575,7 +597,9 @@ bool Session::step(Channel& ch) {
     if (isSessionError(rc)) {
       breakSession(lastError());
     } else {
-      finish(ch, ChannelEnd{{}, {}, {}, std::string(what) + " on " + target_.describe() + " failed: " + lastError()});
+      finish(ch,
+             ChannelEnd{
+                 {}, {}, {}, std::string(what) + " on " + target_.describe() + " failed: " + lastError()});
     }
     return true;
   };
@@ -598,7 +622,8 @@ bool Session::step(Channel& ch) {
     case State::kRunning: {
       // Writes before reads, except that a call libssh2 left half-done goes first.
       std::vector<Op> ops = {Op::kWrite, Op::kEof, Op::kRead, Op::kReadStderr};
-      if (blocked_channel_ == &ch) std::rotate(ops.begin(), std::find(ops.begin(), ops.end(), blocked_op_), ops.end());
+      if (blocked_channel_ == &ch)
+        std::rotate(ops.begin(), std::find(ops.begin(), ops.end(), blocked_op_), ops.end());
       bool progress = false;
       for (Op op : ops) {
         if (op == Op::kWrite && ch.out_.empty()) continue;
@@ -625,7 +650,8 @@ bool Session::step(Channel& ch) {
       ChannelEnd end;
       char* signame = nullptr;
       size_t signame_len = 0;
-      libssh2_channel_get_exit_signal(ch.channel_, &signame, &signame_len, nullptr, nullptr, nullptr, nullptr);
+      libssh2_channel_get_exit_signal(ch.channel_, &signame, &signame_len, nullptr, nullptr, nullptr,
+                                      nullptr);
       if (signame) {
         end.signal_name.assign(signame, signame_len);
         end.exit_signal = signalNumber(end.signal_name);

@@ -156,8 +156,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Target target_;
   _LIBSSH2_SESSION* session_ = nullptr;
   std::list<std::shared_ptr<Channel>> channels_;
-  std::string error_;                         // set once the connection is unusable
-  Channel* blocked_channel_ = nullptr;        // libssh2 wants this call repeated first
+  std::string error_;                   // set once the connection is unusable
+  Channel* blocked_channel_ = nullptr;  // libssh2 wants this call repeated first
   Op blocked_op_ = Op::kOpen;
   bool scheduled_ = false;
   bool read_armed_ = false;

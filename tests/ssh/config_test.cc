@@ -15,11 +15,21 @@ TEST_CASE("ssh host patterns match like OpenSSH's") {
     bool match;
   };
   const Row rows[] = {
-      {"*", "anything", true},          {"node?", "node1", true},          {"node?", "node12", false},
-      {"node*", "node", true},          {"node*", "node-a.example", true}, {"*.example.com", "a.example.com", true},
-      {"*.example.com", "example.com", false}, {"NODE1", "node1", true},   {"n*d*1", "node1", true},
-      {"n*d*1", "node2", false},        {"?", "", false},                  {"", "", true},
-      {"a*b*c", "aXbYbZc", true},       {"10.0.0.*", "10.0.0.7", true},    {"10.0.0.?", "10.0.0.17", false},
+      {"*", "anything", true},
+      {"node?", "node1", true},
+      {"node?", "node12", false},
+      {"node*", "node", true},
+      {"node*", "node-a.example", true},
+      {"*.example.com", "a.example.com", true},
+      {"*.example.com", "example.com", false},
+      {"NODE1", "node1", true},
+      {"n*d*1", "node1", true},
+      {"n*d*1", "node2", false},
+      {"?", "", false},
+      {"", "", true},
+      {"a*b*c", "aXbYbZc", true},
+      {"10.0.0.*", "10.0.0.7", true},
+      {"10.0.0.?", "10.0.0.17", false},
   };
   for (const auto& r : rows) {
     INFO(r.pattern << " vs " << r.host);

@@ -4,12 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -23,10 +23,16 @@
 
 using namespace hvd::launcher;
 using namespace std::chrono_literals;
-using hvd::test::SshHome;
 using hvd::test::Sshd;
+using hvd::test::SshHome;
 
 namespace {
+
+HostSpec hostNamed(const std::string& name) {
+  HostSpec h;
+  h.name = name;
+  return h;
+}
 
 struct Recorder : WorkerEvents {
   std::map<int, std::string> out, err;
@@ -43,7 +49,8 @@ struct Recorder : WorkerEvents {
 };
 
 // Runs the loop until `done` or `limit`; returns done().
-bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done, std::chrono::milliseconds limit) {
+bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done,
+              std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
   io.restart();
   while (!done() && std::chrono::steady_clock::now() < end) {
@@ -114,7 +121,8 @@ struct Loopback {
     return o;
   }
   std::string cwd() const { return home.home(); }
-  LaunchSpec spec(int rank, std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env = {}) const {
+  LaunchSpec spec(int rank, std::vector<std::string> argv,
+                  std::vector<std::pair<std::string, std::string>> env = {}) const {
     LaunchSpec s;
     s.rank = rank;
     s.host.name = "127.0.0.1";
@@ -143,7 +151,7 @@ TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment 
   Loopback lb;
   boost::asio::io_context io;
   auto launcher = ssh::makeLauncher(io, lb.options());
-  launcher->preflight({HostSpec{"127.0.0.1"}});
+  launcher->preflight({hostNamed("127.0.0.1")});
   Recorder rec;
   const std::vector<std::pair<std::string, std::string>> env = {
       {"V1", "with  two spaces"},
@@ -155,13 +163,15 @@ TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment 
       {"my.dotted", "dot value"},
   };
   auto worker = launcher->start(
-      lb.spec(0,
-              {"bash", "-c",
-               "for v in V1 V2 V3 V4 V5 V6; do printf '%s=<%s>\\n' \"$v\" \"${!v}\"; done; printenv my.dotted; "
-               "pwd; echo to-stderr >&2; exit 3"},
-              env),
+      lb.spec(
+          0,
+          {"bash", "-c",
+           "for v in V1 V2 V3 V4 V5 V6; do printf '%s=<%s>\\n' \"$v\" \"${!v}\"; done; printenv my.dotted; "
+           "pwd; echo to-stderr >&2; exit 3"},
+          env),
       rec);
-  REQUIRE(runUntil(io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(0) > 0; }, 20s));
   CHECK(rec.out[0] ==
         "V1=<with  two spaces>\n"
         "V2=<it's \"quoted\" and 'single'>\n"
@@ -181,7 +191,7 @@ TEST_CASE("the rendezvous token never appears on a command line on the remote ho
   Loopback lb;
   boost::asio::io_context io;
   auto launcher = ssh::makeLauncher(io, lb.options());
-  launcher->preflight({HostSpec{"127.0.0.1"}});
+  launcher->preflight({hostNamed("127.0.0.1")});
   const std::string token = uniqueTag("secret-token-");
   Recorder rec;
   auto worker = launcher->start(
@@ -202,7 +212,8 @@ TEST_CASE("the rendezvous token never appears on a command line on the remote ho
     });
   };
   arm();
-  REQUIRE(runUntil(io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(0) > 0; }, 20s));
   scan.cancel();
   CHECK(rec.out[0] == "token-ok\n");
   CHECK(rec.exits[0].success());
@@ -218,7 +229,8 @@ TEST_CASE("a missing remote directory is a clear error with exit code 126") {
   auto spec = lb.spec(4, {"true"});
   spec.cwd = "/nonexistent/hvd dir";
   auto worker = launcher->start(spec, rec);
-  REQUIRE(runUntil(io, [&] { return rec.exits.count(4) > 0; }, 20s));
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(4) > 0; }, 20s));
   CHECK(rec.err[4] == "hvdrun: remote directory /nonexistent/hvd dir missing on 127.0.0.1\n");
   CHECK(rec.exits[4].code == 126);
 }
@@ -229,7 +241,8 @@ TEST_CASE("a remote worker killed by a signal is reported as that signal") {
   auto launcher = ssh::makeLauncher(io, lb.options());
   Recorder rec;
   auto worker = launcher->start(lb.spec(1, {"bash", "-c", "kill -SEGV $$"}), rec);
-  REQUIRE(runUntil(io, [&] { return rec.exits.count(1) > 0; }, 20s));
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(1) > 0; }, 20s));
   CHECK(rec.exits[1].kind == ExitStatus::Kind::kSignaled);
   CHECK(rec.exits[1].signal == SIGSEGV);
   CHECK(rec.exits[1].shellCode() == 128 + SIGSEGV);
@@ -239,16 +252,19 @@ TEST_CASE("signal() ends a remote worker and everything it started") {
   Loopback lb;
   boost::asio::io_context io;
   auto launcher = ssh::makeLauncher(io, lb.options());
-  launcher->preflight({HostSpec{"127.0.0.1"}});
+  launcher->preflight({hostNamed("127.0.0.1")});
   Recorder rec;
   const std::string mark = uniqueTag("hvdmark");
   // A worker with a child: both must go (the process group is signalled, not just the worker).
   auto worker = launcher->start(
-      lb.spec(2, {"bash", "-c", "(exec -a " + mark + "child sleep 60) & exec -a " + mark + " sleep 60"}), rec);
-  REQUIRE(runUntil(io, [&] { return anyProcessWith(mark + "child"); }, 20s));
+      lb.spec(2, {"bash", "-c", "(exec -a " + mark + "child sleep 60) & exec -a " + mark + " sleep 60"}),
+      rec);
+  REQUIRE(runUntil(
+      io, [&] { return anyProcessWith(mark + "child"); }, 20s));
   REQUIRE(worker->state() == WorkerState::kRunning);
   worker->signal(SIGTERM);
-  REQUIRE(runUntil(io, [&] { return rec.exits.count(2) > 0; }, 10s));
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(2) > 0; }, 10s));
   CHECK(rec.exits[2].kind == ExitStatus::Kind::kSignaled);
   CHECK(rec.exits[2].signal == SIGTERM);
   CHECK(worker->state() == WorkerState::kStopped);
@@ -284,19 +300,22 @@ TEST_CASE("remote workers end within 5 s when the launcher process is SIGKILLed"
   const auto killed = std::chrono::steady_clock::now();
   // One worker ignores SIGTERM: the watchdog's SIGKILL must follow.
   CHECK(waitGone(mark, 5s));
-  INFO("gone after " << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count() << " s");
+  INFO("gone after " << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count()
+                     << " s");
 }
 
 TEST_CASE("more workers on one host than one connection carries") {
   Loopback lb;
   boost::asio::io_context io;
   auto launcher = ssh::makeLauncher(io, lb.options());
-  launcher->preflight({HostSpec{"127.0.0.1"}});
+  launcher->preflight({hostNamed("127.0.0.1")});
   Recorder rec;
   std::vector<std::unique_ptr<Worker>> workers;
   const int n = static_cast<int>(ssh::kMaxChannelsPerConnection) + 4;  // sshd's MaxSessions is 10
-  for (int r = 0; r < n; ++r) workers.push_back(launcher->start(lb.spec(r, {"sh", "-c", "echo rank $0", std::to_string(r)}), rec));
-  REQUIRE(runUntil(io, [&] { return static_cast<int>(rec.exits.size()) == n; }, 60s));
+  for (int r = 0; r < n; ++r)
+    workers.push_back(launcher->start(lb.spec(r, {"sh", "-c", "echo rank $0", std::to_string(r)}), rec));
+  REQUIRE(runUntil(
+      io, [&] { return static_cast<int>(rec.exits.size()) == n; }, 60s));
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
     CHECK(rec.exits[r].success());
@@ -311,14 +330,15 @@ TEST_CASE("connection failures: one line each, naming the host and the cause") {
   SECTION("wrong key") {
     auto o = lb.options();
     o.identity_file = lb.home.makeOtherKey("wrong_key");
-    const auto e = preflightError(lb, o, {HostSpec{"127.0.0.1"}});
+    const auto e = preflightError(lb, o, {hostNamed("127.0.0.1")});
     CHECK(e == tried_prefix + "authentication failed for user root (tried: ssh-agent (not running), " +
                    *o.identity_file + " (rejected))");
   }
   SECTION("unknown host key with strict checking") {
     std::ofstream(lb.home.knownHosts(), std::ios::trunc) << "";
-    const auto e = preflightError(lb, lb.options(), {HostSpec{"127.0.0.1"}});
-    CHECK(e.rfind(tried_prefix + "unknown host key ssh-ed25519 " + lb.sshd.fingerprint() + ": [127.0.0.1]:", 0) == 0);
+    const auto e = preflightError(lb, lb.options(), {hostNamed("127.0.0.1")});
+    CHECK(e.rfind(tried_prefix + "unknown host key ssh-ed25519 " + lb.sshd.fingerprint() + ": [127.0.0.1]:",
+                  0) == 0);
     CHECK(e.find("host key checking is strict") != std::string::npos);
     CHECK(e.find('\n') == std::string::npos);
   }
@@ -326,19 +346,22 @@ TEST_CASE("connection failures: one line each, naming the host and the cause") {
     std::ofstream(lb.home.knownHosts(), std::ios::trunc) << "# keep this comment\n";
     auto o = lb.options();
     o.known_hosts = KnownHostsPolicy::kAcceptNew;
-    CHECK(preflightError(lb, o, {HostSpec{"127.0.0.1"}}).empty());
+    CHECK(preflightError(lb, o, {hostNamed("127.0.0.1")}).empty());
     std::ifstream in(lb.home.knownHosts());
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(text.rfind("# keep this comment\n", 0) == 0);
-    CHECK(text.find(lb.sshd.knownHostsLine().substr(0, lb.sshd.knownHostsLine().size() - 1)) != std::string::npos);
-    CHECK(preflightError(lb, lb.options(), {HostSpec{"127.0.0.1"}}).empty());
+    CHECK(text.find(lb.sshd.knownHostsLine().substr(0, lb.sshd.knownHostsLine().size() - 1)) !=
+          std::string::npos);
+    CHECK(preflightError(lb, lb.options(), {hostNamed("127.0.0.1")}).empty());
   }
   SECTION("changed host key is refused with the new fingerprint, also under accept-new") {
     lb.sshd.regenerateHostKey();
     auto o = lb.options();
     o.known_hosts = KnownHostsPolicy::kAcceptNew;
-    const auto e = preflightError(lb, o, {HostSpec{"127.0.0.1"}});
-    CHECK(e.rfind(tried_prefix + "host key mismatch: the server presents ssh-ed25519 " + lb.sshd.fingerprint(), 0) == 0);
+    const auto e = preflightError(lb, o, {hostNamed("127.0.0.1")});
+    CHECK(
+        e.rfind(tried_prefix + "host key mismatch: the server presents ssh-ed25519 " + lb.sshd.fingerprint(),
+                0) == 0);
     CHECK(e.find("ssh-keygen -R '[127.0.0.1]:" + std::to_string(lb.sshd.port()) + "'") != std::string::npos);
     CHECK(e.find('\n') == std::string::npos);
   }
@@ -349,16 +372,17 @@ TEST_CASE("connection failures: one line each, naming the host and the cause") {
     const uint16_t closed = hvd::test::freeLoopbackPort();
     std::ofstream(lb.home.config()) << "Host good\n  HostName 127.0.0.1\n  Port " << lb.sshd.port()
                                     << "\nHost refused\n  HostName 127.0.0.1\n  Port " << closed
-                                    << "\nHost silent\n  HostName 127.0.0.1\n  Port " << silent.local_endpoint().port()
-                                    << "\n";
+                                    << "\nHost silent\n  HostName 127.0.0.1\n  Port "
+                                    << silent.local_endpoint().port() << "\n";
     auto o = lb.options();
     o.port.reset();  // ports from the config
     o.connect_timeout = 1500ms;
-    const auto e = preflightError(lb, o, {HostSpec{"good"}, HostSpec{"refused"}, HostSpec{"silent"}});
+    const auto e = preflightError(lb, o, {hostNamed("good"), hostNamed("refused"), hostNamed("silent")});
     const auto nl = e.find('\n');
     REQUIRE(nl != std::string::npos);
     CHECK(e.substr(0, nl) == "ssh root@127.0.0.1:" + std::to_string(closed) +
-                                 " (refused): connection refused (is sshd running on port " + std::to_string(closed) + "?)");
+                                 " (refused): connection refused (is sshd running on port " +
+                                 std::to_string(closed) + "?)");
     CHECK(e.substr(nl + 1) == "ssh root@127.0.0.1:" + std::to_string(silent.local_endpoint().port()) +
                                   " (silent): timed out after 1.5s (ssh handshake)");
   }
@@ -368,19 +392,20 @@ TEST_CASE("every host must reach the rendezvous address") {
   Loopback lb;
   boost::asio::io_context io;
   auto launcher = ssh::makeLauncher(io, lb.options());
-  launcher->preflight({HostSpec{"127.0.0.1"}});
+  launcher->preflight({hostNamed("127.0.0.1")});
   boost::asio::ip::tcp::acceptor listening(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  CHECK_NOTHROW(launcher->checkRendezvousReachable({HostSpec{"127.0.0.1"}}, "127.0.0.1",
-                                                    listening.local_endpoint().port()));
+  CHECK_NOTHROW(launcher->checkRendezvousReachable({hostNamed("127.0.0.1")}, "127.0.0.1",
+                                                   listening.local_endpoint().port()));
   const uint16_t closed = hvd::test::freeLoopbackPort();
-  CHECK_THROWS_WITH(
-      launcher->checkRendezvousReachable({HostSpec{"127.0.0.1"}}, "127.0.0.1", closed),
-      "host root@127.0.0.1:" + std::to_string(lb.sshd.port()) + " cannot reach the rendezvous server at 127.0.0.1:" +
-          std::to_string(closed) + " (Connection refused); choose a reachable address "
-          "with --network-interface");
+  CHECK_THROWS_WITH(launcher->checkRendezvousReachable({hostNamed("127.0.0.1")}, "127.0.0.1", closed),
+                    "host root@127.0.0.1:" + std::to_string(lb.sshd.port()) +
+                        " cannot reach the rendezvous server at 127.0.0.1:" + std::to_string(closed) +
+                        " (Connection refused); choose a reachable address "
+                        "with --network-interface");
   // Workers still start after the checks.
   Recorder rec;
   auto w = launcher->start(lb.spec(0, {"true"}), rec);
-  REQUIRE(runUntil(io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(0) > 0; }, 20s));
   CHECK(rec.exits[0].success());
 }

@@ -43,7 +43,8 @@ std::string hvdrunPath() {
 // ssh-agent. Killed (SIGKILL) if still running when destroyed.
 class Hvdrun {
  public:
-  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args, const std::string& out)
+  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args,
+         const std::string& out)
       : out_(out) {
     std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(), hvdrunPath()};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -114,7 +115,8 @@ std::string hostList(const NetnsLab& lab, int slots) {
 
 void requireLab() {
   const std::string why = NetnsLab::unavailable();
-  if (!why.empty()) hvd::test::skipTest("network namespaces unavailable here (" + why + "); multi-host ssh tests not run");
+  if (!why.empty())
+    hvd::test::skipTest("network namespaces unavailable here (" + why + "); multi-host ssh tests not run");
 }
 
 }  // namespace
@@ -173,8 +175,8 @@ TEST_CASE("hvdrun SIGKILLed: no worker survives on any host after 5 s") {
   Hvdrun run(lab, home,
              {"-np", "6", "-H", hostList(lab, 2), "bash", "-c",
               // one of each pair ignores SIGTERM: the watchdog's SIGKILL has to follow
-              "[ $HOROVOD_LOCAL_RANK = 1 ] && trap '' TERM; (exec -a " + mark + "child sleep 120) & exec -a " + mark +
-                  " sleep 120"},
+              "[ $HOROVOD_LOCAL_RANK = 1 ] && trap '' TERM; (exec -a " + mark +
+                  "child sleep 120) & exec -a " + mark + " sleep 120"},
              home.home() + "/hvdrun.out");
   auto all = [&](int expected) {
     for (int i = 0; i < lab.hosts(); ++i) {
@@ -204,7 +206,8 @@ TEST_CASE("a host whose network drops ends its workers within 5 s") {
   Hvdrun run(lab, home, {"-np", "2", "-H", hostList(lab, 1), "bash", "-c", "exec -a " + mark + " sleep 120"},
              home.home() + "/hvdrun.out");
   const auto until = std::chrono::steady_clock::now() + 60s;
-  while ((countMarked(lab, 0, mark) != 1 || countMarked(lab, 1, mark) != 1) && std::chrono::steady_clock::now() < until) {
+  while ((countMarked(lab, 0, mark) != 1 || countMarked(lab, 1, mark) != 1) &&
+         std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(50ms);
   }
   REQUIRE(countMarked(lab, 1, mark) == 1);

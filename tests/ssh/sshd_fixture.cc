@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -36,7 +36,8 @@ std::string sh(const std::string& command) {
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   const int status = ::pclose(p);
-  if (status != 0) throw std::runtime_error("command failed (" + std::to_string(status) + "): " + command + "\n" + out);
+  if (status != 0)
+    throw std::runtime_error("command failed (" + std::to_string(status) + "): " + command + "\n" + out);
   return out;
 }
 
@@ -104,8 +105,8 @@ uint16_t freeLoopbackPort() {
   return ntohs(sa.sin_port);
 }
 
-Sshd::Sshd(const std::string& dir, const std::string& authorized_keys, const std::string& address, uint16_t port,
-           std::optional<std::string> netns)
+Sshd::Sshd(const std::string& dir, const std::string& authorized_keys, const std::string& address,
+           uint16_t port, std::optional<std::string> netns)
     : dir_(dir), authorized_keys_(authorized_keys), address_(address), port_(port), netns_(std::move(netns)) {
   fs::create_directories(dir_);
   ::mkdir("/run/sshd", 0755);  // sshd: "Missing privilege separation directory" otherwise
@@ -136,14 +137,16 @@ void Sshd::start() {
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, (dir_ + "/sshd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, (dir_ + "/sshd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0644);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   const int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw std::runtime_error("cannot start sshd: " + std::string(strerror(rc)));
   for (int i = 0; i < 500; ++i) {
-    if (netns_ ? sh("ip netns exec " + *netns_ + " ss -Hltn 'sport = :" + std::to_string(port_) + "'").size() > 0
-               : canConnect(address_, port_)) {
+    if (netns_
+            ? sh("ip netns exec " + *netns_ + " ss -Hltn 'sport = :" + std::to_string(port_) + "'").size() > 0
+            : canConnect(address_, port_)) {
       return;
     }
     int status = 0;
@@ -259,8 +262,8 @@ NetnsLab::NetnsLab(int hosts, const SshHome& home) : dir_("hvd-netns") {
       attach(host_ns_.back(), "vh" + std::to_string(i), hostAddress(i));
     }
     for (int i = 0; i < hosts; ++i) {
-      sshds_.push_back(std::make_unique<Sshd>(dir_.path() + "/host" + std::to_string(i), home.authorizedKeys(),
-                                              hostAddress(i), 22, host_ns_[i]));
+      sshds_.push_back(std::make_unique<Sshd>(dir_.path() + "/host" + std::to_string(i),
+                                              home.authorizedKeys(), hostAddress(i), 22, host_ns_[i]));
       std::ofstream(home.knownHosts(), std::ios::app) << sshds_.back()->knownHostsLine();
     }
   } catch (...) {

@@ -6,8 +6,9 @@
 //             host key; stopped (SIGTERM, then SIGKILL) when destroyed.
 //   NetnsLab  N "hosts": network namespaces joined by a bridge in a hub namespace; a launcher namespace
 //             (10.99.0.1/24) for hvdrun, host i at 10.99.0.(i+2), each reached through its own "eth0" and
-//             running its own sshd on port 22. Nothing is added to the machine's own namespace. Namespaces are deleted when destroyed
-//             (RAII, also when a test fails). NetnsLab::unavailable() says why it cannot run here.
+//             running its own sshd on port 22. Nothing is added to the machine's own namespace. Namespaces
+//             are deleted when destroyed (RAII, also when a test fails). NetnsLab::unavailable() says why it
+//             cannot run here.
 #pragma once
 
 #include <sys/types.h>
