@@ -18,11 +18,18 @@ namespace {
 
 constexpr int32_t kCleanExit = 0;  // message: hvdrun is exiting and has cleaned up itself
 
-// The guardian's whole life, in the forked child. Async-signal-safe calls only besides std::set, which
-// is safe here because the child is single-threaded from the fork on and owns its heap copy.
+// The guardian's whole life, in the forked child, entered with every signal blocked. Async-signal-safe calls
+// only besides std::set, which is safe here because the child is single-threaded from the fork on and owns
+// its heap copy.
 [[noreturn]] void guardianMain(int read_fd) {
   ::setsid();
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   const int null_fd = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd <= 2; ++fd) ::dup2(null_fd, fd);
   ::dup2(read_fd, 3);
@@ -49,7 +56,13 @@ constexpr int32_t kCleanExit = 0;  // message: hvdrun is exiting and has cleaned
 Guardian::Guardian() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw LaunchError("cannot create the guardian pipe: " + errnoText(errno));
+  // Blocked across fork() until the guardian has replaced hvdrun's signal handlers (see LocalLauncher).
+  sigset_t all;
+  sigset_t previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   pid_ = ::fork();
+  if (pid_ != 0) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid_ < 0) {
     const int err = errno;
     ::close(fds[0]);

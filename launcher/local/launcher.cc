@@ -51,6 +51,7 @@ void writeError(const std::string& prefix, const char* what) {
 }
 
 // The child between fork() and exec. Never returns.
+// Entered with every signal blocked.
 [[noreturn]] void childMain(const LaunchSpec& spec, const ExecImage& image, pid_t parent, int out_fd,
                             int err_fd) {
   ::setsid();
@@ -63,13 +64,14 @@ void writeError(const std::string& prefix, const char* what) {
   }
   // hvdrun's descriptors (sockets of the rendezvous server, other workers' pipes) stay with hvdrun.
   ::close_range(3, ~0U, 0);
-  // exec keeps ignored signals ignored and the signal mask: give the worker a clean slate.
-  sigset_t all;
-  ::sigemptyset(&all);
-  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // exec keeps ignored signals ignored and the signal mask: give the worker a clean slate. Signals are
+  // blocked since before fork(); unblock them only once no handler of hvdrun's is left.
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
   }
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
     writeError(image.exec_error_prefix,
                (std::string("cannot change to directory ") + spec.cwd + ": " + std::strerror(errno)).c_str());
@@ -263,7 +265,14 @@ std::unique_ptr<Worker> LocalLauncher::start(const LaunchSpec& spec, WorkerEvent
     throw LaunchError(detail::concat("rank ", spec.rank, ": cannot create a pipe: ", errnoText(e)));
   }
   const pid_t parent = ::getpid();
+  // Signals stay blocked across fork() until the child has reset hvdrun's handlers: a handler running in
+  // the child would report the signal to hvdrun's own event loop through the inherited asio pipe.
+  sigset_t all;
+  sigset_t previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   const pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) {
     const int e = errno;
     for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
