@@ -129,6 +129,12 @@ bool Communicator::allreduceSmall(void* data, size_t count, DataType type, Reduc
       type != DataType::kInt64) {
     return false;
   }
+  // The legacy ring accumulates the whole buffer around the ring, so each rank adds in its own order.
+  // Floating-point sums and products must come out bit-identical on every rank (training relies on
+  // it): allowed where the order cannot change the bits -- two ranks (a+b == b+a), integers, min/max.
+  const bool floating = type == DataType::kFloat32 || type == DataType::kFloat64;
+  const bool order_free = op == ReduceOp::kMin || op == ReduceOp::kMax;
+  if (floating && !order_free && size() > 2) return false;
   if (small_buffer_.empty()) small_buffer_.resize(kLegacyRingBytes);
   auto it = small_algorithms_.begin();
   while (it != small_algorithms_.end() && !(it->count == count && it->type == type && it->op == op)) ++it;

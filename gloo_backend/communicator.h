@@ -80,7 +80,9 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return options_.timeout; }
 
   // In-place allreduce of count elements. kAverage sums (the caller divides through its postscale).
-  // Algorithm by size: up to kLegacyRingBytes, for float32/float64/int32/int64, Gloo's legacy
+  // Results are bit-identical on every rank.
+  // Algorithm by size: up to kLegacyRingBytes, for float32/float64/int32/int64 where the reduction order
+  // cannot change the bits (2 ranks, integers, min/max), Gloo's legacy
   // AllreduceRing on a fixed staging buffer (pre-registered buffers: data goes straight into the peer's
   // registered inbox, with no ready-to-send/receive notifications; instances are cached per element
   // count, type and op). Other small ones: Gloo's bcube (log2(size) rounds). Above the limit: the ring

@@ -535,3 +535,30 @@ TEST_CASE("large allreduce (ring algorithm) and fusion in several groups", "[inp
     }
   });
 }
+
+TEST_CASE("floating-point allreduce results are bit-identical on every rank", "[inprocess]") {
+  const int n = GENERATE(2, 3, 4, 5);
+  Cluster cluster(n);
+  std::vector<std::vector<float>> results(n);
+  cluster.forEach([&](int r) {
+    for (size_t count : {size_t{7}, size_t{1000}, size_t{100000}, size_t{300000}}) {
+      std::vector<float> v(count);
+      uint32_t x = 12345u + static_cast<uint32_t>(r) * 7919u;
+      for (auto& f : v) {
+        x = x * 1664525u + 1013904223u;
+        f = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;  // values whose sum depends on the order
+      }
+      Request q;
+      q.name = "bits" + std::to_string(count);
+      q.op = ReduceOp::kSum;
+      q.rows = static_cast<int64_t>(count);
+      q.input = q.output = v.data();
+      cluster[r].enqueue(q)->wait();
+      results[r].insert(results[r].end(), v.begin(), v.end());
+    }
+  });
+  for (int r = 1; r < n; ++r) {
+    REQUIRE(results[r].size() == results[0].size());
+    REQUIRE(std::memcmp(results[r].data(), results[0].data(), results[0].size() * sizeof(float)) == 0);
+  }
+}
