@@ -514,13 +514,15 @@ def rendezvous_md(data):
     subs = ["hvd", "torch_tcpstore"]
     load = [["requests/s"] + [cell(get(data, f"rendezvous.load_rps.{s}")) for s in subs],
             ["p99 latency of one request, ms"] + [cell(get(data, f"rendezvous.load_p99.{s}")) for s in subs]]
-    L += ["Load: keep-alive clients doing PUT then GET (ours: `bench/rendezvous` against hvd-rendezvous; peer: "
-          "`bench/peers/torch_store_load.py`, the same shape against torch.distributed's TCPStore with "
-          "8 Python client processes, whose interpreter overhead per request is small next to the round trip):", "",
+    L += ["Load: keep-alive clients alternating PUT and GET of their own keys. Ours: `bench/rendezvous/rendezvous_load`, "
+          "32 connections driven by one epoll thread against an in-process server (one server thread). Peer: "
+          "`bench/peers/torch_store_load.py`, torch.distributed's TCPStore (C++ server) with 8 Python client "
+          "processes; more would starve its server on 2 cores, so its figure is a lower bound:", "",
           table(["measure", "hvd-rendezvous (ours)", "torch TCPStore"], load), ""]
     ns = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("rendezvous.scale.")})
     if ns:
-        L += ["Scale (N simulated workers in Gloo's full-mesh pattern):", "",
+        L += ["Scale: `bench/rendezvous/rendezvous_scale`, N simulated workers in Gloo's full-mesh pattern "
+              "(each PUTs its address blob, then waits for all others) against the hvd-rendezvous daemon:", "",
               table(["workers", "seconds", "server peak RSS MiB"],
                     [[n, cell(get(data, f"rendezvous.scale.{n}.seconds")), cell(get(data, f"rendezvous.scale.{n}.rss"))]
                      for n in ns]), ""]
