@@ -1,6 +1,8 @@
 #include "launcher/ssh/session.h"
 
 #include <libssh2.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -268,6 +270,12 @@ asio::awaitable<std::shared_ptr<Session>> Session::connect(Target target, Connec
     }
     if (ec) self->fail("cannot connect: " + ec.message());
     self->socket_.set_option(tcp::no_delay(true));
+    // A silently dead network (no FIN, no RST): the heartbeats hvdrun writes every second stay
+    // unacknowledged, and the kernel aborts the connection after kDeadConnection instead of retrying
+    // for ~15 minutes; the workers on that host are then reported lost.
+    const unsigned user_timeout_ms = static_cast<unsigned>(kDeadConnection.count());
+    ::setsockopt(self->socket_.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms,
+                 sizeof user_timeout_ms);
     deadline->phase = "ssh handshake";
     co_await self->handshake(options);
     deadline->phase = "checking the host key";

@@ -38,6 +38,9 @@ struct _LIBSSH2_CHANNEL;
 
 namespace hvd::launcher::ssh {
 
+// A connection whose sent bytes stay unacknowledged this long is dropped (TCP_USER_TIMEOUT).
+inline constexpr std::chrono::milliseconds kDeadConnection{10000};
+
 // Where to connect and as whom, after ~/.ssh/config and the command line are applied.
 struct Target {
   std::string alias;     // as the user wrote it (-H); used in messages
