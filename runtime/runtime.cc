@@ -284,6 +284,7 @@ std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
       break;
   }
   std::shared_ptr<Work> work;
+  bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
     if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
@@ -293,9 +294,11 @@ std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
               "'. If you want to request another tensor, use a different tensor name.");
     names_in_flight_.insert(r.name);
     work = std::make_shared<Work>(r.name);
+    was_empty = queue_.empty();
     queue_.push_back({std::move(r), work, Clock::now()});
   }
-  wake();
+  // The background thread drains the whole queue per wake-up: one eventfd write per burst, not per op.
+  if (was_empty) wake();
   return work;
 }
 
