@@ -1,6 +1,9 @@
 #include "rendezvous/handler.h"
 
+#include <algorithm>
 #include <charconv>
+#include <numeric>
+#include <random>
 #include <cstdint>
 #include <variant>
 
@@ -174,11 +177,12 @@ std::optional<std::string> KvState::get(const std::string& scope, const std::str
   return it->second;
 }
 
-size_t KvState::firstMissing(const std::string& scope, const std::vector<std::string>& keys, size_t from) const {
+size_t KvState::firstMissing(const std::string& scope, const std::vector<std::string>& keys,
+                             const std::vector<uint32_t>& order, size_t from) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto s = scopes_.find(scope);
-  if (s == scopes_.end()) return std::min(from, keys.size());
-  while (from < keys.size() && s->second.data.count(keys[from])) ++from;
+  if (s == scopes_.end()) return std::min(from, order.size());
+  while (from < order.size() && s->second.data.count(keys[order[from]])) ++from;
   return from;
 }
 
@@ -322,9 +326,31 @@ std::optional<Response> parseErrorResponse(const boost::system::error_code& ec, 
 
 namespace {
 
+// Parses the body of a multi-key wait; nullopt for a malformed escape (bad_line names it).
+std::shared_ptr<WaitSet> parseWaitSet(std::string_view body, std::string& bad_line) {
+  auto set = std::make_shared<WaitSet>();
+  while (!body.empty()) {
+    const auto nl = body.find('\n');
+    std::string_view line = body.substr(0, nl);
+    body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
+    if (line.empty()) continue;
+    auto key = percentDecode(line);
+    if (!key) {
+      bad_line = line;
+      return nullptr;
+    }
+    set->keys.push_back(std::move(*key));
+  }
+  set->order.resize(set->keys.size());
+  std::iota(set->order.begin(), set->order.end(), 0u);
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::shuffle(set->order.begin(), set->order.end(), rng);
+  return set;
+}
+
 // POST /<scope>?wait_ms=N with the keys in the body: see handler.h.
 Outcome handleMultiWait(const Request& req, KvState& state, std::string_view path, std::string_view query,
-                        bool allow_wait, size_t progress) {
+                        bool allow_wait, size_t progress, std::shared_ptr<const WaitSet> set) {
   auto scope = percentDecode(path.substr(1));
   if (!scope || scope->empty()) return {textError(req, http::status::bad_request, "malformed scope in POST /<scope>")};
   std::optional<int64_t> wait_ms;
@@ -333,34 +359,32 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
     return {textError(req, http::status::bad_request,
                       "POST /<scope> needs ?wait_ms=<milliseconds>, got '?" + std::string(query) + "'")};
   }
-  std::vector<std::string> keys;
-  std::string_view body = req.body();
-  while (!body.empty()) {
-    const auto nl = body.find('\n');
-    std::string_view line = body.substr(0, nl);
-    body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
-    if (line.empty()) continue;
-    auto key = percentDecode(line);
-    if (!key) return {textError(req, http::status::bad_request, "malformed %-escape in key '" + std::string(line) + "'")};
-    keys.push_back(std::move(*key));
+  if (!set) {
+    std::string bad;
+    set = parseWaitSet(req.body(), bad);
+    if (!set) return {textError(req, http::status::bad_request, "malformed %-escape in key '" + bad + "'")};
+    progress = 0;
   }
-  const size_t first = state.firstMissing(*scope, keys, progress);
+  const size_t first = state.firstMissing(*scope, set->keys, set->order, progress);
   const auto wait = std::min(std::chrono::milliseconds(*wait_ms), state.options().max_wait);
-  if (first < keys.size() && allow_wait && wait.count() > 0) {
+  if (first < set->order.size() && allow_wait && wait.count() > 0) {
     Outcome parked;
     parked.wait_scope = std::move(*scope);
-    parked.wait_key = keys[first];
+    parked.wait_key = set->keys[set->order[first]];
     parked.wait_for = wait;
     parked.wait_progress = first;
+    parked.wait_set = std::move(set);
     return parked;
   }
-  Response res = makeResponse(req, first == keys.size() ? http::status::ok : http::status::not_found);
-  if (first < keys.size()) {
-    std::string missing;
-    for (size_t i = first; i < keys.size(); i = state.firstMissing(*scope, keys, i + 1)) {
-      missing += percentEncode(keys[i]) + "\n";
+  Response res = makeResponse(req, first == set->order.size() ? http::status::ok : http::status::not_found);
+  if (first < set->order.size()) {
+    // The missing keys, in the order they were sent.
+    std::vector<uint32_t> missing;
+    for (size_t i = first; i < set->order.size(); i = state.firstMissing(*scope, set->keys, set->order, i + 1)) {
+      missing.push_back(set->order[i]);
     }
-    res.body() = std::move(missing);
+    std::sort(missing.begin(), missing.end());
+    for (uint32_t index : missing) res.body() += percentEncode(set->keys[index]) + "\n";
     res.prepare_payload();
   }
   res.set(kLongPollHeader, "1");
@@ -369,7 +393,8 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
 
 }  // namespace
 
-Outcome handle(const Request& req, KvState& state, bool allow_wait, size_t wait_progress) {
+Outcome handle(const Request& req, KvState& state, bool allow_wait, size_t wait_progress,
+               std::shared_ptr<const WaitSet> wait_set) {
   const ServerOptions& options = state.options();
   const std::string_view target(req.target().data(), req.target().size());
   const http::verb method = req.method();
@@ -409,7 +434,7 @@ Outcome handle(const Request& req, KvState& state, bool allow_wait, size_t wait_
     if (path.size() > 1 && path.find('/', 1) == std::string_view::npos) {
       const auto q = target.find('?');
       return handleMultiWait(req, state, path, q == std::string_view::npos ? "" : target.substr(q + 1), allow_wait,
-                             wait_progress);
+                             wait_progress, std::move(wait_set));
     }
   }
   auto parsed = parseTarget(target);
@@ -444,7 +469,7 @@ Outcome handle(const Request& req, KvState& state, bool allow_wait, size_t wait_
                           "value of " + std::to_string(req.body().size()) + " bytes exceeds the limit of " +
                               std::to_string(options.max_value_bytes) + " bytes")};
       }
-      state.put(t.scope, t.key, req.body());
+      state.put(t.scope, t.key, req.body());  // one copy: the request stays the caller's
       return {makeResponse(req, http::status::ok)};
     }
     case http::verb::get: {

@@ -59,8 +59,10 @@ class KvState {
 
   void put(const std::string& scope, const std::string& key, std::string value);
   std::optional<std::string> get(const std::string& scope, const std::string& key) const;
-  // Index of the first of keys[from..] absent from scope, or keys.size() when all are present.
-  size_t firstMissing(const std::string& scope, const std::vector<std::string>& keys, size_t from) const;
+  // The first i >= from (in the given order of key indices) whose key is absent from scope, or
+  // order.size() when all are present.
+  size_t firstMissing(const std::string& scope, const std::vector<std::string>& keys,
+                      const std::vector<uint32_t>& order, size_t from) const;
   // Adds delta to the decimal integer at scope/key (absent = 0). nullopt when the stored value is not
   // an integer (the value is left unchanged).
   std::optional<int64_t> add(const std::string& scope, const std::string& key, int64_t delta);
@@ -103,6 +105,14 @@ class KvState {
   std::atomic<size_t> connections_{0};
 };
 
+// The keys of a multi-key wait, parsed once per request and kept across wake-ups. They are checked in a
+// random order: waiters then park on different keys, so one PUT wakes few of them (about ln N wake-ups
+// per waiter whatever order the keys arrive in; a fixed order makes every PUT wake every waiter).
+struct WaitSet {
+  std::vector<std::string> keys;  // as sent
+  std::vector<uint32_t> order;    // a random permutation of key indices
+};
+
 // What the server should do with a request: answer now, or park it until scope/key is stored (long
 // poll) and then call handle() again, at most until wait_for has passed.
 struct Outcome {
@@ -117,10 +127,12 @@ struct Outcome {
   // the request does not rescan them (they stay counted even if deleted meanwhile, as in a client that
   // waits key by key).
   size_t wait_progress = 0;
+  std::shared_ptr<const WaitSet> wait_set;  // multi-key wait: pass back to handle() with wait_progress
 };
 
-// The whole protocol. wait_progress: from the Outcome that parked this request. allow_wait=false turns a long poll into a plain GET (used when its time is up).
-Outcome handle(const Request& request, KvState& state, bool allow_wait = true, size_t wait_progress = 0);
+// The whole protocol. wait_progress, wait_set: from the Outcome that parked this request. allow_wait=false turns a long poll into a plain GET (used when its time is up).
+Outcome handle(const Request& request, KvState& state, bool allow_wait = true, size_t wait_progress = 0,
+               std::shared_ptr<const WaitSet> wait_set = nullptr);
 
 // The limits the server puts on each request's parser: body <= max_value_bytes, request line and
 // headers <= max_key_bytes + kHeaderAllowance.

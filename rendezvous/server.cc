@@ -146,13 +146,14 @@ class Session : public std::enable_shared_from_this<Session> {
     request_ = parser_->release();
     wait_deadline_.reset();
     wait_progress_ = 0;
+    wait_set_.reset();
     process(true);
   }
 
   void process(bool allow_wait) {
     Outcome outcome;
     try {
-      outcome = handle(request_, server_->state, allow_wait, wait_progress_);
+      outcome = handle(request_, server_->state, allow_wait, wait_progress_, wait_set_);
     } catch (const std::exception& e) {
       // A bug in the handler must cost one request, never the server every worker depends on.
       send(errorResponse(http::status::internal_server_error, std::string("internal error: ") + e.what(),
@@ -167,6 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // client that disconnects is noticed when the wait ends (bounded by ServerOptions::max_wait).
     if (!wait_deadline_) wait_deadline_ = KvState::Clock::now() + outcome.wait_for;
     wait_progress_ = outcome.wait_progress;
+    wait_set_ = std::move(outcome.wait_set);
     std::weak_ptr<Session> weak = weak_from_this();
     auto id = server_->state.addWaiter(outcome.wait_scope, outcome.wait_key, [weak] {
       if (auto self = weak.lock()) {
@@ -230,6 +232,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<uint64_t> waiter_id_;
   std::optional<KvState::Clock::time_point> wait_deadline_;
   size_t wait_progress_ = 0;
+  std::shared_ptr<const WaitSet> wait_set_;
   bool closed_ = false;
 };
 
