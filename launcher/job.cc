@@ -206,6 +206,12 @@ class Supervisor : public WorkerEvents {
 
   void onOutput(int rank, Stream stream, std::string_view bytes) override {
     output_->write(rank, stream, bytes);
+    // The reader of our stdout is gone and nothing else keeps the output: end the job as a pipeline
+    // producer would end on SIGPIPE, instead of running on with nobody listening.
+    if (output_->stdoutBroken() && !options_.output_filename && !stopping_) {
+      result_.interrupted_by = SIGPIPE;
+      stopAll(SIGTERM);
+    }
   }
 
   void onStreamClosed(int rank, Stream stream) override { output_->close(rank, stream); }

@@ -46,6 +46,9 @@ class OutputForwarder {
   // hvdrun's own messages (banners), written untagged to the console only.
   void message(Stream stream, std::string_view text);
 
+  // True once writing to hvdrun's stdout failed (EPIPE: `hvdrun ... | head` after head exited).
+  bool stdoutBroken() const { return console_broken_[0]; }
+
   // "rank.<rank zero-padded to the digits of num_proc - 1>" (horovodrun; np = 1 gives width 1).
   static std::string rankDirectory(int rank, int num_proc);
 

@@ -293,3 +293,11 @@ TEST_CASE("--start-timeout counts ranks whose rendezvous already completed (real
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, !Catch::Contains("start timeout"));
 }
+
+TEST_CASE("a closed stdout (hvdrun ... | head) ends the job", "[job][output]") {
+  const std::string marker = uniqueMarker();
+  const auto r = runProcess({"sh", "-c", hvdrunPath() + " -np 2 yes | head -n 3"}, {marker}, "", 60000ms);
+  CHECK(r.exit_code == 0);
+  CHECK(lines(r.out).size() == 3);
+  CHECK(waitUntilGone(marker, 10s).empty());
+}
