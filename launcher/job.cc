@@ -390,41 +390,27 @@ class Supervisor : public WorkerEvents {
     }
   }
 
-  // The server erases a scope once every member has deleted its key, so a snapshot at the deadline cannot
-  // tell "everyone joined and finished" from "nobody came". The joins are therefore sampled while the
-  // window is open and accumulated; sampling stops as soon as every rank has been seen.
-  static constexpr std::chrono::milliseconds kJoinSampleInterval{10};
-
+  // One check at the deadline: the server remembers every rank that ever joined the global scope
+  // (ScopeStatus::ever_joined_ranks), also after the scope completed and was cleared.
   void armStartTimeout() {
-    start_deadline_ = std::chrono::steady_clock::now() + options_.start_timeout;
-    sampleJoins();
-  }
-
-  void sampleJoins() {
-    const auto scopes = server_->scopes();
-    if (const auto global = scopes.find("global"); global != scopes.end()) {
-      for (int r : global->second.joined_ranks) seen_joined_.insert(r);
-      for (int r : global->second.finished_ranks) seen_joined_.insert(r);
-    }
-    if (seen_joined_.size() == plan_.size() || stopping_) return;
-    if (std::chrono::steady_clock::now() >= start_deadline_) {
-      startTimeoutExpired();
-      return;
-    }
-    start_timer_.expires_after(std::min<std::chrono::steady_clock::duration>(
-        kJoinSampleInterval, start_deadline_ - std::chrono::steady_clock::now()));
+    start_timer_.expires_after(options_.start_timeout);
     start_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) sampleJoins();
+      if (!ec && !stopping_) startTimeoutExpired();
     });
   }
 
   void startTimeoutExpired() {
+    std::set<int> seen_joined;
+    const auto scopes = server_->scopes();
+    if (const auto global = scopes.find("global"); global != scopes.end()) {
+      seen_joined.insert(global->second.ever_joined_ranks.begin(), global->second.ever_joined_ranks.end());
+    }
     // With the default timeout, a job none of whose ranks uses the rendezvous is not an hvd job.
-    if (seen_joined_.empty() && !options_.start_timeout_explicit) return;
+    if (seen_joined.empty() && !options_.start_timeout_explicit) return;
     std::vector<int> missing;
     std::string hosts;
     for (const auto& p : plan_) {
-      if (ended_[p.rank] || seen_joined_.count(p.rank)) continue;
+      if (ended_[p.rank] || seen_joined.count(p.rank)) continue;
       missing.push_back(p.rank);
       if (hosts.find(p.host.name) == std::string::npos) hosts += (hosts.empty() ? "" : ", ") + p.host.name;
     }
@@ -452,8 +438,6 @@ class Supervisor : public WorkerEvents {
   asio::signal_set signals_;
   asio::steady_timer kill_timer_;
   asio::steady_timer start_timer_;
-  std::chrono::steady_clock::time_point start_deadline_;
-  std::set<int> seen_joined_;  // ranks seen in the global scope (joined or finished) since the start
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<OutputForwarder> output_;
   std::unique_ptr<Launcher> local_;

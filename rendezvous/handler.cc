@@ -145,6 +145,7 @@ void KvState::setScopeSizes(const std::map<std::string, int>& sizes) {
   std::lock_guard<std::mutex> lock(mutex_);
   scopes_.clear();
   sizes_ = sizes;
+  ever_joined_.clear();
 }
 
 std::vector<KvState::Waiter> KvState::takeWaiters(const std::string& full_key) {
@@ -163,6 +164,9 @@ void KvState::put(const std::string& scope, const std::string& key, std::string 
   {
     std::lock_guard<std::mutex> lock(mutex_);
     scopes_[scope].data[key] = std::move(value);
+    if (sizes_.count(scope)) {
+      if (auto rank = rankOfKey(key)) ever_joined_[scope].insert(*rank);
+    }
     if (!waiters_.empty()) wake = takeWaiters(fullKey(scope, key));
   }
   for (auto& waiter : wake) waiter();
@@ -250,6 +254,7 @@ std::map<std::string, ScopeStatus> KvState::scopes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::map<std::string, ScopeStatus> out;
   for (const auto& [name, size] : sizes_) out[name].size = size;
+  for (const auto& [name, ranks] : ever_joined_) out[name].ever_joined_ranks.assign(ranks.begin(), ranks.end());
   for (const auto& [name, scope] : scopes_) {
     auto& status = out[name];
     std::set<int> joined;

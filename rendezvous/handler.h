@@ -99,6 +99,8 @@ class KvState {
   mutable std::mutex mutex_;
   std::map<std::string, Scope> scopes_;
   std::map<std::string, int> sizes_;
+  // Ranks that have joined each sized scope since setScopeSizes(); survives the scope's completion.
+  std::map<std::string, std::set<int>> ever_joined_;
   uint64_t next_waiter_ = 1;
   std::multimap<std::string, std::pair<uint64_t, Waiter>> waiters_;  // "scope/key" -> waiters
   std::map<uint64_t, std::string> waiter_keys_;                       // id -> "scope/key"

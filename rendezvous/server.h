@@ -47,6 +47,10 @@ struct ScopeStatus {
   std::vector<std::string> keys;  // keys present
   std::vector<int> joined_ranks;  // ranks that have PUT "rank_<r>" or "<r>" in this scope
   std::vector<int> finished_ranks;  // ranks that have DELETEd their key (finalized the scope)
+  // Scopes with a size only: every rank that has joined since setScopeSizes(), including ranks of a
+  // scope that has since completed and been cleared. This is what --start-timeout asks about: a
+  // snapshot of joined_ranks cannot tell "everyone joined and finished" from "nobody came".
+  std::vector<int> ever_joined_ranks;
 };
 
 class Server {

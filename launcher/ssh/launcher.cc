@@ -123,6 +123,8 @@ class SshLauncher : public Launcher {
 
   void preflight(const std::vector<HostSpec>& hosts) override;
   bool shouldInheritEnv(std::string_view name) const override;
+  // The route to a host goes to its ~/.ssh/config HostName, not to the alias written in -H.
+  std::string networkName(const HostSpec& host) const override { return resolveTarget(host, options_).hostname; }
   void checkRendezvousReachable(const std::vector<HostSpec>& hosts, const std::string& address,
                                 uint16_t port) override;
   std::unique_ptr<Worker> start(const LaunchSpec& spec, WorkerEvents& events) override;

@@ -158,6 +158,26 @@ TEST_CASE("handler: DELETE finalizes sized scopes and deletes keys of ad-hoc sco
   CHECK(status(state, http::verb::delete_, "/never/seen") == 200);
 }
 
+TEST_CASE("handler: ever_joined_ranks outlives a completed scope; setScopeSizes resets it", "[handler]") {
+  KvState state({});
+  state.setScopeSizes({{"global", 2}});
+  CHECK(status(state, http::verb::put, "/global/rank_1", "host") == 200);
+  CHECK(state.scopes().at("global").ever_joined_ranks == std::vector<int>{1});
+  CHECK(status(state, http::verb::put, "/global/0", "addr") == 200);
+  CHECK(status(state, http::verb::put, "/global/1", "addr") == 200);
+  CHECK(status(state, http::verb::delete_, "/global/0") == 200);
+  CHECK(status(state, http::verb::delete_, "/global/1") == 200);
+  // The scope completed and its data is gone, but who joined is still known (what --start-timeout asks).
+  CHECK(status(state, http::verb::get, "/global/0") == 404);
+  CHECK(state.scopes().at("global").joined_ranks.empty());
+  CHECK(state.scopes().at("global").ever_joined_ranks == std::vector<int>{0, 1});
+  // Ad-hoc scopes are not tracked (their number is unbounded).
+  CHECK(status(state, http::verb::put, "/adhoc/3", "x") == 200);
+  CHECK(state.scopes().at("adhoc").ever_joined_ranks.empty());
+  state.setScopeSizes({{"global", 2}});
+  CHECK(state.scopes().at("global").ever_joined_ranks.empty());
+}
+
 TEST_CASE("handler: setScopeSizes clears all data", "[handler]") {
   KvState state({});
   CHECK(status(state, http::verb::put, "/global/0", "x") == 200);
