@@ -14,7 +14,7 @@ pkgs=(
   openssh-server openssh-client iproute2 procps psmisc clang libclang-rt-14-dev
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch hyperfine gnuplot-nox linux-perf valgrind)
+  pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch hyperfine gnuplot-nox linux-perf valgrind time)
 fi
 
 missing=()

@@ -24,7 +24,14 @@ grep -q '^\[0\]<stdout>:parameters identical on all 4 ranks' "$out" \
 # Only rank 0 prints epochs; other ranks print nothing on stdout.
 if grep -q '^\[[123]\]<stdout>:epoch' "$out"; then echo "demo_test: a rank other than 0 printed epochs" >&2; exit 1; fi
 
-# Nothing left running.
+# Nothing left running: no process whose executable is the training program.
 sleep 0.2
-if pgrep -f -- "$train" >/dev/null; then echo "demo_test: workers left running:" >&2; pgrep -af -- "$train" >&2; exit 1; fi
+train_exe="$(readlink -f "$train")"
+for exe in /proc/[0-9]*/exe; do
+  if [[ "$(readlink "$exe" 2>/dev/null)" == "$train_exe" ]]; then
+    pid="${exe#/proc/}"; pid="${pid%/exe}"
+    echo "demo_test: worker left running: pid $pid $(tr '\0' ' ' </proc/$pid/cmdline 2>/dev/null)" >&2
+    exit 1
+  fi
+done
 echo "demo_test: ok (${#losses[@]} epochs, loss ${losses[0]} -> ${losses[-1]})"
