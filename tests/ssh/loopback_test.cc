@@ -25,6 +25,7 @@ using namespace hvd::launcher;
 using namespace std::chrono_literals;
 using hvd::test::Sshd;
 using hvd::test::SshHome;
+using hvd::test::readCommandLine;
 
 namespace {
 
@@ -72,14 +73,7 @@ std::vector<std::string> allCommandLines() {
   DIR* d = ::opendir("/proc");
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    const int fd = ::open((std::string("/proc/") + e->d_name + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    std::string text;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
-    ::close(fd);
-    out.push_back(std::move(text));
+    if (auto cmdline = readCommandLine(static_cast<pid_t>(std::atoi(e->d_name)))) out.push_back(std::move(*cmdline));
   }
   ::closedir(d);
   return out;

@@ -306,17 +306,23 @@ std::vector<pid_t> NetnsLab::processesIn(int i) const {
   return out;
 }
 
+std::optional<std::string> readCommandLine(pid_t pid) {
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return text;
+}
+
 std::vector<std::string> NetnsLab::commandLinesIn(int i) const {
   std::vector<std::string> out;
   for (pid_t p : processesIn(i)) {
-    // A process may exit while we read it: skip it.
-    const int fd = ::open(("/proc/" + std::to_string(p) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    std::string text;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
-    ::close(fd);
+    auto cmdline = readCommandLine(p);
+    if (!cmdline) continue;  // exited while we looked
+    std::string text = std::move(*cmdline);
     for (char& c : text) {
       if (c == '\0') c = ' ';
     }

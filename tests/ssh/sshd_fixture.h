@@ -26,6 +26,9 @@ namespace hvd::test {
 // output when it exits non-zero.
 std::string sh(const std::string& command);
 
+// The raw /proc/<pid>/cmdline (arguments separated by NULs), or nullopt when the process has gone.
+std::optional<std::string> readCommandLine(pid_t pid);
+
 // A fresh directory under /tmp, removed with everything in it on destruction.
 class TempDir {
  public:
