@@ -32,29 +32,8 @@ extern char** environ;
 namespace {
 
 double runSeconds(const std::vector<std::string>& args, const std::string& home) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "HOME=", 5) == 0 || std::strncmp(*e, "SSH_AUTH_SOCK=", 14) == 0) continue;
-    env.emplace_back(*e);
-  }
-  env.push_back("HOME=" + home);
-  std::vector<std::string> copy = args;
-  std::vector<char*> a, e;
-  for (auto& s : copy) a.push_back(s.data());
-  a.push_back(nullptr);
-  for (auto& s : env) e.push_back(s.data());
-  e.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, (home + "/bench.out").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
   const auto t0 = std::chrono::steady_clock::now();
-  pid_t pid;
-  if (::posix_spawn(&pid, a[0], &actions, nullptr, a.data(), e.data()) != 0)
-    throw std::runtime_error("spawn failed");
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = hvd::test::spawnWithHome(args, home, home + "/bench.out");
   int status = 0;
   ::waitpid(pid, &status, 0);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -48,25 +48,7 @@ class Hvdrun {
       : out_(out) {
     std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(), hvdrunPath()};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) {
-      if (std::strncmp(*e, "HOME=", 5) == 0 || std::strncmp(*e, "SSH_AUTH_SOCK=", 14) == 0) continue;
-      env.emplace_back(*e);
-    }
-    env.push_back("HOME=" + home.home());
-    std::vector<char*> a, e;
-    for (auto& s : argv) a.push_back(s.data());
-    a.push_back(nullptr);
-    for (auto& s : env) e.push_back(s.data());
-    e.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = ::posix_spawn(&pid_, a[0], &actions, nullptr, a.data(), e.data());
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(rc == 0);
+    pid_ = hvd::test::spawnWithHome(argv, home.home(), out);
   }
   ~Hvdrun() {
     if (pid_ > 0) {

@@ -306,6 +306,31 @@ std::vector<pid_t> NetnsLab::processesIn(int i) const {
   return out;
 }
 
+pid_t spawnWithHome(const std::vector<std::string>& argv, const std::string& home, const std::string& out) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "HOME=", 5) == 0 || std::strncmp(*e, "SSH_AUTH_SOCK=", 14) == 0) continue;
+    env.emplace_back(*e);
+  }
+  env.push_back("HOME=" + home);
+  std::vector<std::string> args = argv;
+  std::vector<char*> a, e;
+  for (auto& s : args) a.push_back(s.data());
+  a.push_back(nullptr);
+  for (auto& s : env) e.push_back(s.data());
+  e.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, a[0], &actions, nullptr, a.data(), e.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv.at(0) + ": " + std::strerror(rc));
+  return pid;
+}
+
 std::optional<std::string> readCommandLine(pid_t pid) {
   const int fd = ::open(("/proc/" + std::to_string(pid) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;

@@ -26,6 +26,12 @@ namespace hvd::test {
 // output when it exits non-zero.
 std::string sh(const std::string& command);
 
+// Starts argv (argv[0] an absolute path) with this process's environment except HOME, which becomes
+// `home` (the test's keys and known_hosts), and SSH_AUTH_SOCK, which is dropped (no agent). stdin is
+// /dev/null; stdout and stderr go to the file `out`. Returns the pid; throws std::runtime_error naming
+// the program when it cannot be started.
+pid_t spawnWithHome(const std::vector<std::string>& argv, const std::string& home, const std::string& out);
+
 // The raw /proc/<pid>/cmdline (arguments separated by NULs), or nullopt when the process has gone.
 std::optional<std::string> readCommandLine(pid_t pid);
 
