@@ -91,6 +91,15 @@ int unknownHandle(int handle) {
                                             " (never returned, or already released by hvd_wait/hvd_release)");
 }
 
+// For the functions that read a finished operation's results: the handle's work, or the status to
+// return (unknown handle; HVD_IN_PROGRESS naming the operation while it still runs).
+int finished(int handle, std::shared_ptr<Work>* work) {
+  *work = lookup(handle);
+  if (!*work) return unknownHandle(handle);
+  if (!(*work)->poll()) return fail(HVD_IN_PROGRESS, "operation '" + (*work)->name() + "' has not finished");
+  return HVD_SUCCESS;
+}
+
 std::string nameOf(const char* name) { return name ? std::string(name) : std::string(); }
 
 template <typename F>
@@ -235,27 +244,24 @@ int hvd_wait(int handle) {
 }
 
 int hvd_result(int handle, const void** data, size_t* rows) {
-  auto work = lookup(handle);
-  if (!work) return unknownHandle(handle);
-  if (!work->poll()) return fail(HVD_IN_PROGRESS, "operation '" + work->name() + "' has not finished");
+  std::shared_ptr<Work> work;
+  if (int status = finished(handle, &work); status != HVD_SUCCESS) return status;
   if (data) *data = work->result.data();
   if (rows) *rows = static_cast<size_t>(work->result_rows);
   return HVD_SUCCESS;
 }
 
 int hvd_received_splits(int handle, const int64_t** splits, size_t* count) {
-  auto work = lookup(handle);
-  if (!work) return unknownHandle(handle);
-  if (!work->poll()) return fail(HVD_IN_PROGRESS, "operation '" + work->name() + "' has not finished");
+  std::shared_ptr<Work> work;
+  if (int status = finished(handle, &work); status != HVD_SUCCESS) return status;
   if (splits) *splits = work->received_splits.data();
   if (count) *count = work->received_splits.size();
   return HVD_SUCCESS;
 }
 
 int hvd_result_int(int handle, int64_t* value) {
-  auto work = lookup(handle);
-  if (!work) return unknownHandle(handle);
-  if (!work->poll()) return fail(HVD_IN_PROGRESS, "operation '" + work->name() + "' has not finished");
+  std::shared_ptr<Work> work;
+  if (int status = finished(handle, &work); status != HVD_SUCCESS) return status;
   if (value) *value = work->result_int;
   return HVD_SUCCESS;
 }

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "peer_stats.h"
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -30,21 +32,9 @@ static void allreduce(const char* name, void* buf, size_t count, hvd_dtype dtype
   check(hvd_wait(h), name);
 }
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
 static void report(const char* op, long bytes, double* t, int n) {
   allreduce("bench.times", t, (size_t)n, HVD_FLOAT64, HVD_MAX);
-  if (hvd_rank() != 0) return;
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += t[i];
-  qsort(t, n, sizeof(double), cmp_double);
-  printf("{\"op\":\"%s\",\"bytes\":%ld,\"iters\":%d,\"median_us\":%.3f,\"min_us\":%.3f,"
-         "\"p90_us\":%.3f,\"mean_us\":%.3f}\n",
-         op, bytes, n, t[n / 2] * 1e6, t[0] * 1e6, t[(n * 9) / 10] * 1e6, sum / n * 1e6);
-  fflush(stdout);
+  if (hvd_rank() == 0) peer_print_stats(op, bytes, t, n);
 }
 
 int main(int argc, char** argv) {

@@ -10,22 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
+#include "peer_stats.h"
+
 
 /* Reduces per-iteration times to their max over ranks and prints one JSON line on rank 0. */
 static void report(const char* op, long bytes, double* t, int n, int rank) {
   MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  if (rank != 0) return;
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += t[i];
-  qsort(t, n, sizeof(double), cmp_double);
-  printf("{\"op\":\"%s\",\"bytes\":%ld,\"iters\":%d,\"median_us\":%.3f,\"min_us\":%.3f,"
-         "\"p90_us\":%.3f,\"mean_us\":%.3f}\n",
-         op, bytes, n, t[n / 2] * 1e6, t[0] * 1e6, t[(n * 9) / 10] * 1e6, sum / n * 1e6);
-  fflush(stdout);
+  if (rank == 0) peer_print_stats(op, bytes, t, n);
 }
 
 static void check_sum(float* buf, long count, int size, int rank) {
