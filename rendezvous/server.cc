@@ -6,6 +6,8 @@
 // (used by stop()).
 #include "rendezvous/server.h"
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -315,6 +317,11 @@ void ServerCore::onAccept(error_code ec, tcp::socket socket) {
 
 void ServerCore::stop() {
   if (stopped.exchange(true)) return;
+  // Refuse new connections before returning: the close below runs later on the acceptor's strand
+  // (closing here would race a pending async_accept on another thread, and waiting for the strand
+  // would deadlock a caller on a single-threaded loop). shutdown() of the listening descriptor is a
+  // kernel operation that leaves Asio's object untouched: new connects are refused at once.
+  ::shutdown(acceptor.native_handle(), SHUT_RDWR);
   net::post(acceptor_strand, [self = shared_from_this()] {
     error_code ignored;
     self->acceptor.close(ignored);
