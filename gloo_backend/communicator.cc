@@ -11,45 +11,76 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
+#include <gloo/context.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/pair.h>
 
-#include "gloo_backend/store_adapter.h"
 #include "rendezvous/error.h"
 
 namespace hvd::gloo_backend {
 
-std::shared_ptr<gloo::transport::Device> createDevice(const DeviceOptions& options) {
-  gloo::transport::tcp::attr attr;
-  if (!options.iface.empty()) {
-    attr.iface = options.iface;
-  } else {
-    attr.hostname = options.hostname;
-  }
-  try {
-    return gloo::transport::tcp::CreateDevice(attr);
-  } catch (const std::exception& e) {
-    throw NetworkError(detail::concat("cannot create the Gloo TCP device on ",
-                                      options.iface.empty() ? "host '" + options.hostname + "'"
-                                                            : "interface '" + options.iface + "'",
-                                      ": ", e.what()));
-  }
-}
+Communicator::Communicator(CommunicatorOptions options, std::shared_ptr<Device> device,
+                           std::shared_ptr<gloo::Context> context)
+    : options_(std::move(options)), device_(std::move(device)), context_(std::move(context)) {}
 
-Communicator::Communicator(CommunicatorOptions options, std::shared_ptr<gloo::Context> context)
-    : options_(std::move(options)), context_(std::move(context)) {}
+namespace {
+
+// A gloo::Context whose transport context is connected by Communicator::connect instead of
+// gloo::rendezvous::Context::connectFullMesh (see communicator.h).
+class MeshContext final : public gloo::Context {
+ public:
+  MeshContext(int rank, int size) : gloo::Context(rank, size) {}
+  void attach(std::shared_ptr<gloo::transport::Device> device,
+              std::shared_ptr<gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
+  }
+};
+
+}  // namespace
 
 std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::Store> store,
-                                                    std::shared_ptr<gloo::transport::Device> device,
+                                                    std::shared_ptr<Device> device,
                                                     const CommunicatorOptions& options) {
   HVD_CHECK(options.size >= 1 && options.rank >= 0 && options.rank < options.size, UsageError,
             "invalid identity for scope '", options.scope, "': rank ", options.rank, ", size ", options.size);
-  auto scoped = std::make_shared<rendezvous::PrefixStore>(options.scope, std::move(store));
-  GlooStoreAdapter adapter(scoped, options.timeout);
-  auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+  auto context = std::make_shared<MeshContext>(options.rank, options.size);
   context->setTimeout(options.timeout);
+  if (options.size == 1) {
+    return std::unique_ptr<Communicator>(new Communicator(options, std::move(device), std::move(context)));
+  }
+  auto scoped = std::make_shared<rendezvous::PrefixStore>(options.scope, std::move(store));
   try {
-    context->connectFullMesh(adapter, device);
+    auto transport = device->gloo()->createContext(options.rank, options.size);
+    transport->setTimeout(options.timeout);
+    // Our pairs' addresses in peer order (every rank but ours), all of one size.
+    rendezvous::Bytes mine;
+    std::vector<std::string> peers;
+    for (int i = 0; i < options.size; ++i) {
+      if (i == options.rank) continue;
+      const auto bytes = transport->createPair(i)->address().bytes();
+      mine.insert(mine.end(), bytes.begin(), bytes.end());
+      peers.push_back(std::to_string(i));
+    }
+    scoped->set(std::to_string(options.rank), mine);
+    scoped->wait(peers, options.timeout);
+    std::vector<std::vector<char>> addresses;
+    for (const auto& key : peers) {
+      const auto theirs = scoped->get(key, options.timeout);
+      const size_t each = theirs.size() / (options.size - 1);
+      HVD_CHECK(each > 0 && theirs.size() % (options.size - 1) == 0, StoreError, "malformed Gloo address list (",
+                theirs.size(), " bytes for ", options.size - 1, " peers) in ", scoped->describe(), " key ", key);
+      // Their list skips their own rank, so our slot in it moves down by one past theirs.
+      const int peer = std::stoi(key);
+      const size_t slot = static_cast<size_t>(options.rank > peer ? options.rank - 1 : options.rank);
+      addresses.emplace_back(theirs.begin() + slot * each, theirs.begin() + (slot + 1) * each);
+    }
+    {
+      auto ticking = device->keepTicking();
+      for (size_t k = 0; k < peers.size(); ++k) transport->getPair(std::stoi(peers[k]))->connect(addresses[k]);
+    }
+    context->attach(device->gloo(), std::move(transport));
     // "Don't finalize the store until all clients have had a chance to connect." (Horovod)
     gloo::BarrierOptions barrier(context);
     barrier.setTimeout(options.timeout);
@@ -61,7 +92,7 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
                                       options.rank, " of ", options.size, ": ", e.what()));
   }
   scoped->deleteKey(std::to_string(options.rank));
-  return std::unique_ptr<Communicator>(new Communicator(options, std::move(context)));
+  return std::unique_ptr<Communicator>(new Communicator(options, std::move(device), std::move(context)));
 }
 
 Communicator::~Communicator() { close(); }
@@ -250,6 +281,7 @@ void Communicator::close(bool orderly) noexcept {
       // A peer is gone: its sockets are closed already, nothing outstanding can be released by it.
     }
   }
+  const auto ticking = device_->keepTicking();  // each pair's close waits for a loop tick
   context_.reset();
 }
 

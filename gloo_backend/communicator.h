@@ -1,10 +1,14 @@
 // One Gloo context (a full mesh of TCP pairs between the members of a scope) and the collectives the
 // runtime runs on it.
 //
-// Rendezvous follows Horovod (runtime_spec §3.2) so our workers and Horovod's meet through the same
-// server: connectFullMesh over PrefixStore(<scope>) (keys <scope>/rank_<r> and <scope>/<r>), a barrier
-// so nobody finalizes before every peer has connected, then DELETE <scope>/<rank> (the server's scope
-// finalize).
+// Rendezvous keeps Horovod's keys and lifecycle (runtime_spec §3.2), so it runs through horovodrun's
+// server as well as ours: <scope>/<r> holds rank r's pair addresses in the layout of Gloo's
+// connectFullMesh, a barrier makes sure nobody finalizes before every peer has connected, then
+// DELETE <scope>/<r> (the server's scope finalize). It replaces connectFullMesh itself, which costs more:
+// that one publishes <scope>/rank_<r> host names that every rank reads for all lower ranks, one blocking
+// GET each (O(size^2) requests per job, for Pair::setLocalRank, which the TCP transport never reads), and
+// waits for the peers one key at a time; here one multi-key wait covers every peer, and the device loop
+// ticks while the pairs connect (device.h).
 //
 // Orderly close (why close() runs a barrier; our reading of Gloo's pair.cc, see docs/runtime.md): Gloo's
 // TCP pair turns EOF on a socket into an IoException ("Connection closed by peer") that it stores in the
@@ -28,28 +32,16 @@
 #include <string>
 #include <vector>
 
+#include "gloo_backend/device.h"
 #include "gloo_backend/types.h"
 #include "rendezvous/store.h"
 
 namespace gloo {
 class Algorithm;
 class Context;
-namespace transport {
-class Device;
-}
 }  // namespace gloo
 
 namespace hvd::gloo_backend {
-
-struct DeviceOptions {
-  // Network interface to bind (HOROVOD_GLOO_IFACE). Empty: bind the address given by hostname.
-  std::string iface;
-  // Used when iface is empty. Empty: Gloo resolves this machine's host name.
-  std::string hostname;
-};
-
-// The TCP device (one epoll loop thread) shared by every context of a process.
-std::shared_ptr<gloo::transport::Device> createDevice(const DeviceOptions& options);
 
 struct CommunicatorOptions {
   std::string scope = "global";  // "global", "local_<host>", "cross_<local_rank>"
@@ -67,9 +59,9 @@ class Communicator {
  public:
   // Rendezvous of one scope through store (unscoped; the scope prefix is added here). Blocks until
   // every member has connected or options.timeout expires (RendezvousTimeout / BackendError).
+  // A scope of size 1 has no peers: it returns at once, without any store traffic.
   static std::unique_ptr<Communicator> connect(std::shared_ptr<rendezvous::Store> store,
-                                               std::shared_ptr<gloo::transport::Device> device,
-                                               const CommunicatorOptions& options);
+                                               std::shared_ptr<Device> device, const CommunicatorOptions& options);
   ~Communicator();  // close(); never throws
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -112,7 +104,7 @@ class Communicator {
   bool failed() const { return failed_; }
 
  private:
-  Communicator(CommunicatorOptions options, std::shared_ptr<gloo::Context> context);
+  Communicator(CommunicatorOptions options, std::shared_ptr<Device> device, std::shared_ptr<gloo::Context> context);
   uint32_t nextTag() { return tag_++; }
   template <typename F>
   void guarded(const char* what, F&& body);
@@ -131,6 +123,7 @@ class Communicator {
   std::list<SmallAlgorithm> small_algorithms_;  // most recently used first
 
   CommunicatorOptions options_;
+  std::shared_ptr<Device> device_;  // ticks while the pairs close (see device.h)
   std::shared_ptr<gloo::Context> context_;
   uint32_t tag_ = 0;
   bool failed_ = false;

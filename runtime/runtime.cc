@@ -93,8 +93,10 @@ class Runtime::Impl {
   }
 
   std::shared_ptr<rendezvous::Store> store_;
-  std::shared_ptr<gloo::transport::Device> gloo_device_;
-  std::unique_ptr<Communicator> global_, local_, cross_;
+  std::shared_ptr<gloo_backend::Device> gloo_device_;
+  // local_ and cross_ are global_ itself where their members are the same ranks in the same order (one
+  // host; one rank per host): Gloo would otherwise connect and close a second identical mesh.
+  std::shared_ptr<Communicator> global_, local_, cross_;
 
   // Control plane.
   int wake_fd_ = -1;
@@ -127,6 +129,14 @@ class Runtime::Impl {
 
 Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store)
     : options_(std::move(options)), store_(std::move(store)) {
+  const auto started = Clock::now();
+  auto phase = [&, last = started](const char* what) mutable {
+    const auto now = Clock::now();
+    log(LogLevel::kDebug, detail::concat("init: ", what, " took ",
+                                         std::chrono::duration_cast<std::chrono::microseconds>(now - last).count(),
+                                         " us"));
+    last = now;
+  };
   options_.validate();
   const auto pin = pinGpu(options_.local_rank, options_.gpu_pinning);
   device_ = pin.device;
@@ -136,7 +146,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
   gloo_backend::DeviceOptions dev;
   dev.iface = options_.iface;
   if (dev.iface.empty() && single_host) dev.hostname = "127.0.0.1";
-  gloo_device_ = gloo_backend::createDevice(dev);
+  gloo_device_ = gloo_backend::Device::create(dev);
   // Horovod's order (every rank must use it: each rendezvous blocks): global, local, cross.
   auto connect = [&](std::string scope, int rank, int size) {
     CommunicatorOptions o;
@@ -145,20 +155,29 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     o.size = size;
     o.timeout = options_.gloo_timeout;
     log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", rank, ", size=", size));
-    return Communicator::connect(store_, gloo_device_, o);
+    return std::shared_ptr<Communicator>(Communicator::connect(store_, gloo_device_, o));
   };
   try {
+    phase("GPU pinning and the Gloo device");
     global_ = connect("global", options_.rank, options_.size);
-    local_ = connect("local_" + options_.hostname, options_.local_rank, options_.local_size);
-    cross_ = connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
+    phase("global rendezvous");
+    local_ = options_.local_size == options_.size
+                 ? global_
+                 : connect("local_" + options_.hostname, options_.local_rank, options_.local_size);
+    phase("local rendezvous");
+    cross_ = options_.cross_size == options_.size
+                 ? global_
+                 : connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
+    phase("cross rendezvous");
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     HVD_CHECK(wake_fd_ >= 0, NetworkError, "eventfd failed: ", errnoText(errno));
     connectControlPlane();
+    phase("control plane");
   } catch (...) {
     // Init failed part-way (a peer never came, a timeout): close without the orderly barrier, which
     // would only wait for the same missing peers once more.
-    for (auto* c : {&global_, &local_, &cross_}) {
-      if (*c) (*c)->close(false);
+    for (const auto& c : {global_, local_, cross_}) {
+      if (c) c->close(false);
     }
     if (wake_fd_ >= 0) ::close(wake_fd_);
     wake_fd_ = -1;
@@ -327,7 +346,8 @@ void Runtime::Impl::run() {
     stop_reason_ = reason_;
   }
   failAll(reason_);
-  // Orderly close in the rendezvous order, the same on every rank (see Communicator::close()).
+  // Orderly close in the rendezvous order, the same on every rank (see Communicator::close()); close()
+  // is idempotent, so an aliased context closes once.
   global_->close(!abort_);
   local_->close(!abort_);
   cross_->close(!abort_);
