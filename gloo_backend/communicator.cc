@@ -167,6 +167,7 @@ bool Communicator::allreduceSmall(void* data, size_t count, DataType type, Reduc
   const bool order_free = op == ReduceOp::kMin || op == ReduceOp::kMax;
   if (floating && !order_free && size() > 2) return false;
   if (small_buffer_.empty()) small_buffer_.resize(kLegacyRingBytes);
+  const bool staged = data == small_buffer_.data();  // packed there by the caller (stagingBuffer())
   auto it = small_algorithms_.begin();
   while (it != small_algorithms_.end() && !(it->count == count && it->type == type && it->op == op)) ++it;
   if (it == small_algorithms_.end()) {
@@ -183,10 +184,16 @@ bool Communicator::allreduceSmall(void* data, size_t count, DataType type, Reduc
   } else if (it != small_algorithms_.begin()) {
     small_algorithms_.splice(small_algorithms_.begin(), small_algorithms_, it);
   }
-  std::memcpy(small_buffer_.data(), data, bytes);
+  if (!staged) std::memcpy(small_buffer_.data(), data, bytes);
   small_algorithms_.front().algorithm->run();
-  std::memcpy(data, small_buffer_.data(), bytes);
+  if (!staged) std::memcpy(data, small_buffer_.data(), bytes);
   return true;
+}
+
+std::byte* Communicator::stagingBuffer(size_t bytes) {
+  if (bytes > kLegacyRingBytes) return nullptr;
+  if (small_buffer_.empty()) small_buffer_.resize(kLegacyRingBytes);
+  return small_buffer_.data();
 }
 
 void Communicator::allreduce(void* data, size_t count, DataType type, ReduceOp op) {

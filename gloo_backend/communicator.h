@@ -81,6 +81,12 @@ class Communicator {
   // (bandwidth optimal: each rank sends 2(n-1)/n of the data).
   void allreduce(void* data, size_t count, DataType type, ReduceOp op);
 
+  // A buffer of at least `bytes` (kLegacyRingBytes) that allreduce() reduces without copying in and out
+  // of the legacy ring's registered staging buffer, because it is that buffer; nullptr above
+  // kLegacyRingBytes. For callers that pack (the fusion buffer): pack here, then allreduce(buffer, ...).
+  // Valid until the Communicator is closed; its contents are clobbered by every allreduce.
+  std::byte* stagingBuffer(size_t bytes);
+
   // In-place broadcast of bytes from root (binomial tree).
   void broadcast(void* data, size_t bytes, int root);
 

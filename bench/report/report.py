@@ -548,10 +548,13 @@ def ssh_md(data):
     if absent:
         return L + absent
     labels = {"openssh_true": "one OpenSSH `ssh host true` (key exchange, login, remote shell)",
+              "openssh_8x": "8 OpenSSH `ssh host true` at once, one per host (the floor here: 8 logins on 2 CPUs)",
+              "openssh_32x": "32 OpenSSH `ssh host true` at once, 4 per host (what horovodrun starts)",
               "hvdrun_true": "hvdrun -np 32 on 8 hosts, /bin/true workers (preflight, reachability, 32 starts)",
               "hvdrun_joined": "hvdrun -np 32 on 8 hosts, examples/hello_cpp (all ranks join, allreduce, exit)"}
     base = get(data, "ssh.openssh_true")
-    keys = [k for k in ("ssh.openssh_true", "ssh.hvdrun_true", "ssh.hvdrun_joined") if get(data, k)]
+    keys = [k for k in ("ssh.openssh_true", "ssh.openssh_8x", "ssh.openssh_32x", "ssh.hvdrun_true",
+                        "ssh.hvdrun_joined") if get(data, k)]
     L += ["`bench/ssh/bench_ssh_launch`: 8 network namespaces joined by a bridge, one sshd each, 4 slots per host; "
           "each round's figure is the median of that benchmark's own repetitions.", ""]
     return L + [table(["measure", "ms", "÷ one ssh"],

@@ -5,6 +5,8 @@
 //
 // Figures:
 //   openssh_true     ssh -i KEY host true (one connection, key exchange, remote login shell)
+//   openssh_8x       8 of those at once, one per host: the floor for any ssh launcher here (all 8
+//                    "hosts" share this machine's CPUs)
 //   openssh_32x      32 of those at once, 4 per host: what horovodrun runs for 32 ranks
 //   hvdrun_np8_true  hvdrun -np 8, one /bin/true per host
 //   hvdrun_true      hvdrun -np 32 over 8 hosts, workers /bin/true: preflight of 8 hosts, reachability
@@ -84,16 +86,21 @@ int main(int argc, char** argv) {
   const auto openssh = with({"/usr/bin/ssh", "-i", home.userKey(), "-o", "IdentitiesOnly=yes", "-o",
                              "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o",
                              "UserKnownHostsFile=" + home.knownHosts(), lab.hostAddress(0), "true"});
-  // What horovodrun does for 32 ranks: 32 ssh processes at once, 4 per host.
-  std::string parallel;
-  for (int r = 0; r < 32; ++r) {
-    parallel +=
-        "/usr/bin/ssh -i " + home.userKey() +
-        " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" +
-        home.knownHosts() + " " + lab.hostAddress(r % 8) + " true & ";
-  }
-  parallel += "wait";
-  const auto openssh32 = with({"/bin/sh", "-c", parallel});
+  // `count` OpenSSH `ssh host true` at once, round-robin over the 8 hosts. 32: what horovodrun runs for
+  // 32 ranks. 8: one per host, the least any ssh launcher must do (one connection and one remote login
+  // shell per host); on this machine all 8 share the same 2 CPUs, so this is the floor for hvdrun.
+  auto parallelSsh = [&](int count) {
+    std::string parallel;
+    for (int r = 0; r < count; ++r) {
+      parallel +=
+          "/usr/bin/ssh -i " + home.userKey() +
+          " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=" +
+          home.knownHosts() + " " + lab.hostAddress(r % 8) + " true & ";
+    }
+    return with({"/bin/sh", "-c", parallel + "wait"});
+  };
+  const auto openssh32 = parallelSsh(32);
+  const auto openssh8 = parallelSsh(8);
   const auto hv_true8 = with({hvdrun, "-np", "8", "-H", hosts, "--ssh-known-hosts", "strict", "/bin/true"});
   const auto hv_true = with({hvdrun, "-np", "32", "-H", hosts, "--ssh-known-hosts", "strict", "/bin/true"});
   const auto hv_join = with({hvdrun, "-np", "32", "-H", hosts, "--ssh-known-hosts", "strict", hello});
@@ -101,9 +108,10 @@ int main(int argc, char** argv) {
   // Warm-up (page cache, sshd's first re-exec), not measured.
   runSeconds(openssh, home.home());
   runSeconds(hv_true, home.home());
-  std::vector<double> a, a32, b8, b, c;
+  std::vector<double> a, a8, a32, b8, b, c;
   for (int r = 0; r < rounds; ++r) {
     a.push_back(runSeconds(openssh, home.home()));
+    a8.push_back(runSeconds(openssh8, home.home()));
     a32.push_back(runSeconds(openssh32, home.home()));
     b8.push_back(runSeconds(hv_true8, home.home()));
     b.push_back(runSeconds(hv_true, home.home()));
@@ -121,6 +129,7 @@ int main(int argc, char** argv) {
   };
   std::printf("32 ranks on 8 ssh hosts (network namespaces), %d rounds, medians [min-max]\n", rounds);
   print("openssh_true", a);
+  print("openssh_8x", a8);
   print("openssh_32x", a32);
   print("hvdrun_np8_true", b8);
   print("hvdrun_true", b);
