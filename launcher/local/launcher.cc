@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -31,6 +32,11 @@ struct ExecImage {
   std::vector<char*> argv;
   std::vector<char*> envp;
   std::string exec_error_prefix;
+  // Where argv[0] may be, in order: itself when it names a path, else each directory of the WORKER's
+  // PATH (mpirun's -x PATH=... semantics; execvpe would search hvdrun's own PATH instead). Relative
+  // directories are taken from the worker's working directory, where the child resolves them.
+  std::vector<std::string> candidates;
+  std::vector<char*> script_argv;  // /bin/sh, <candidate>, argv[1..]: a script without "#!" (ENOEXEC)
 
   explicit ExecImage(const LaunchSpec& spec) {
     strings.reserve(spec.argv.size() + spec.env.size());
@@ -42,8 +48,50 @@ struct ExecImage {
     envp.push_back(nullptr);
     exec_error_prefix =
         detail::concat("hvdrun: rank ", spec.rank, ": cannot execute '", spec.argv.front(), "': ");
+    const std::string& program = spec.argv.front();
+    if (program.find('/') != std::string::npos) {
+      candidates.push_back(program);
+    } else {
+      std::string path = "/usr/local/bin:/usr/bin:/bin";
+      if (const char* own = std::getenv("PATH")) path = own;
+      for (const auto& [k, v] : spec.env) {
+        if (k == "PATH") path = v;
+      }
+      size_t begin = 0;
+      for (;;) {
+        const size_t end = path.find(':', begin);
+        const std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+        candidates.push_back((dir.empty() ? std::string(".") : dir) + "/" + program);
+        if (end == std::string::npos) break;
+        begin = end + 1;
+      }
+    }
+    script_argv.push_back(const_cast<char*>("/bin/sh"));
+    script_argv.push_back(nullptr);  // the candidate, set in the child
+    for (size_t i = 1; i < argv.size(); ++i) script_argv.push_back(argv[i]);  // ends with argv's nullptr
   }
 };
+
+// execvpe over image.candidates, with the worker's environment. Returns (with errno set) only on failure.
+// Async-signal-safe: runs in the child between fork() and exec.
+void execCandidates(ExecImage& image) {
+  bool denied = false;
+  for (auto& candidate : image.candidates) {
+    ::execve(candidate.c_str(), image.argv.data(), image.envp.data());
+    if (errno == ENOEXEC) {  // as execvpe: a script without "#!" runs under /bin/sh
+      image.script_argv[1] = candidate.data();
+      ::execve("/bin/sh", image.script_argv.data(), image.envp.data());
+      return;
+    }
+    if (errno == EACCES) {
+      denied = true;
+    } else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ELOOP &&
+               errno != ENAMETOOLONG) {
+      return;
+    }
+  }
+  errno = denied ? EACCES : ENOENT;
+}
 
 void writeError(const std::string& prefix, const char* what) {
   const std::string line = prefix + what + "\n";
@@ -52,7 +100,7 @@ void writeError(const std::string& prefix, const char* what) {
 
 // The child between fork() and exec. Never returns.
 // Entered with every signal blocked.
-[[noreturn]] void childMain(const LaunchSpec& spec, const ExecImage& image, pid_t parent, int out_fd,
+[[noreturn]] void childMain(const LaunchSpec& spec, ExecImage& image, pid_t parent, int out_fd,
                             int err_fd) {
   ::setsid();
   // Die with hvdrun. The parent may already be gone between fork() and prctl(): then getppid() differs.
@@ -77,7 +125,7 @@ void writeError(const std::string& prefix, const char* what) {
                (std::string("cannot change to directory ") + spec.cwd + ": " + std::strerror(errno)).c_str());
     ::_exit(127);
   }
-  ::execvpe(image.argv[0], image.argv.data(), image.envp.data());
+  execCandidates(image);
   writeError(image.exec_error_prefix, std::strerror(errno));
   ::_exit(127);
 }
@@ -252,7 +300,7 @@ void LocalLauncher::reap() {
 
 std::unique_ptr<Worker> LocalLauncher::start(const LaunchSpec& spec, WorkerEvents& events) {
   HVD_INTERNAL_ASSERT(!spec.argv.empty(), "empty command for rank ", spec.rank);
-  const ExecImage image(spec);
+  ExecImage image(spec);
   int out[2];
   int err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) {

@@ -1,7 +1,11 @@
 // Black-box runs of the real hvdrun binary with small shell workers: environment, output forwarding,
 // failure propagation, signals, start timeout, and the process tree after hvdrun exits by any path.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <regex>
 #include <sstream>
@@ -183,6 +187,43 @@ TEST_CASE("a command that cannot be executed: 127 and a message naming it", "[jo
   CHECK(std::regex_search(
       r.err, std::regex("hvdrun: rank [01]: cannot execute '/nonexistent/cmd': No such file or directory")));
   CHECK_THAT(r.err, !Catch::Contains("received SIG"));  // hvdrun itself got no signal
+}
+
+TEST_CASE("the command is looked up in the worker's PATH (-x PATH=...), as mpirun does", "[job][env]") {
+  char dir_template[] = "/tmp/hvd-path-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
+    const std::string path = dir + "/" + name;
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    REQUIRE(::chmod(path.c_str(), mode) == 0);
+  };
+  write("hvd-only-here", "#!/bin/sh\necho \"found rank $HOROVOD_RANK args [$*]\"\n", 0755);
+  write("hvd-no-shebang", "echo plain script $1\n", 0755);  // execvp runs these under /bin/sh
+  write("hvd-not-executable", "#!/bin/sh\necho never\n", 0644);
+  const std::string path = "PATH=" + dir + ":/usr/bin:/bin";
+
+  const auto found = hvdrun({"-np", "2", "-x", path, "hvd-only-here", "a b"});
+  CHECK(found.exit_code == 0);
+  CHECK_THAT(found.out, Catch::Contains("[0]<stdout>:found rank 0 args [a b]"));
+  CHECK_THAT(found.out, Catch::Contains("[1]<stdout>:found rank 1 args [a b]"));
+
+  const auto script = hvdrun({"-np", "1", "-x", path, "hvd-no-shebang", "x"});
+  CHECK(script.exit_code == 0);
+  CHECK_THAT(script.out, Catch::Contains("[0]<stdout>:plain script x"));
+
+  // Not in hvdrun's own PATH: without -x PATH the lookup fails, naming the command.
+  const auto missing = hvdrun({"-np", "1", "hvd-only-here"});
+  CHECK(missing.exit_code == 127);
+  CHECK_THAT(missing.err, Catch::Contains("cannot execute 'hvd-only-here': No such file or directory"));
+
+  const auto denied = hvdrun({"-np", "1", "-x", path, "hvd-not-executable"});
+  CHECK(denied.exit_code == 127);
+  CHECK_THAT(denied.err, Catch::Contains("cannot execute 'hvd-not-executable': Permission denied"));
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST_CASE("workers ignoring SIGTERM are killed after the grace period", "[job][failure]") {
