@@ -1,5 +1,6 @@
 #include "gloo_backend/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <numeric>
@@ -15,6 +16,8 @@
 #include <gloo/transport/context.h>
 #include <gloo/transport/device.h>
 #include <gloo/transport/pair.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include "rendezvous/error.h"
 
@@ -265,6 +268,49 @@ void Communicator::alltoallv(const void* in, const std::vector<size_t>& sendByte
     opts.setTag(nextTag());
     opts.setTimeout(options_.timeout);
     gloo::alltoallv(opts);
+  });
+}
+
+namespace {
+// Gloo's own collectives use slot prefixes 0x01-0x08 (gloo/types.h).
+constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+}  // namespace
+
+void Communicator::reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) {
+  const int n = size();
+  HVD_INTERNAL_ASSERT(counts.size() == static_cast<size_t>(n), "reduceScatter counts for ", counts.size(),
+                      " ranks, scope size ", n);
+  if (n == 1) return;
+  const size_t esize = elementSize(type);
+  std::vector<size_t> offsets(n, 0);
+  for (int p = 1; p < n; ++p) offsets[p] = offsets[p - 1] + counts[p - 1];
+  const size_t total = offsets[n - 1] + counts[n - 1];
+  const size_t largest = *std::max_element(counts.begin(), counts.end());
+  if (largest == 0) return;
+  guarded("reducescatter", [&] {
+    if (inbox_.size() < largest * esize) inbox_.resize(largest * esize);
+    auto* bytes = static_cast<std::byte*>(data);
+    auto out = context_->createUnboundBuffer(bytes, total * esize);
+    auto in = context_->createUnboundBuffer(inbox_.data(), largest * esize);
+    const int me = rank(), right = (me + 1) % n, left = (me + n - 1) % n;
+    // One slot for every step: a pair delivers in order, and each step's receive is posted only after
+    // the previous one completed.
+    const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, nextTag());
+    // Step s: send block me-s-1 (holding s+1 contributions) right, receive block me-s-2 from the left and
+    // add ours. After n-1 steps block me holds all n. A block is never written after it was sent.
+    for (int s = 0; s < n - 1; ++s) {
+      const int send_block = (me - s - 1 + 2 * n) % n;
+      const int recv_block = (me - s - 2 + 2 * n) % n;
+      const size_t send_bytes = counts[send_block] * esize, recv_bytes = counts[recv_block] * esize;
+      if (recv_bytes) in->recv(left, slot, 0, recv_bytes);
+      if (send_bytes) out->send(right, slot, offsets[send_block] * esize, send_bytes);
+      if (recv_bytes) {
+        in->waitRecv(options_.timeout);
+        std::byte* block = bytes + offsets[recv_block] * esize;
+        reduce(type, op, block, block, inbox_.data(), counts[recv_block]);
+      }
+      if (send_bytes) out->waitSend(options_.timeout);
+    }
   });
 }
 

@@ -98,6 +98,11 @@ class Communicator {
   void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
                  const std::vector<size_t>& recvBytes);
 
+  // Ring reduce-scatter, in place: data holds sum(counts) elements, block p (counts[p] elements, blocks
+  // consecutive in rank order) ends up reduced over every rank on rank p; other blocks are clobbered.
+  // Each rank sends and receives (n-1)/n of the data, half of what an allreduce moves. kAverage sums.
+  void reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op);
+
   void barrier();
 
   // Final barrier, then closes every pair (see the header comment). Idempotent. When the barrier fails
@@ -126,6 +131,7 @@ class Communicator {
   };
   static constexpr size_t kMaxSmallAlgorithms = 32;
   std::vector<std::byte> small_buffer_;         // kLegacyRingBytes, never reallocated
+  std::vector<std::byte> inbox_;                // reduceScatter's receive block, grown on demand
   std::list<SmallAlgorithm> small_algorithms_;  // most recently used first
 
   CommunicatorOptions options_;

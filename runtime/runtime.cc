@@ -708,17 +708,22 @@ void Runtime::Impl::executeOther(const Response& s) {
     case OpType::kReducescatter: {
       Entry* e = find(s.names[0]);
       HVD_INTERNAL_ASSERT(e, "reducescatter '", s.names[0], "' not submitted on rank ", me);
-      // Allreduce of the whole tensor in the scratch buffer, then this rank keeps its block of rows.
+      // Ring reduce-scatter of the whole tensor in the scratch buffer; this rank keeps its block of rows
+      // (the first rows % n ranks one more).
       const int64_t rows = s.counts[0];
       const size_t elements = static_cast<size_t>(rows) * static_cast<size_t>(s.row_elements);
       std::byte* buffer = scratch(elements * esize);
       if (elements) std::memcpy(buffer, e->request.input, elements * esize);
       gloo_backend::scale(s.dtype, buffer, elements, s.prescale);
+      const int64_t base = rows / n, extra = rows % n;
+      std::vector<size_t> block_elements(n);
+      for (int p = 0; p < n; ++p) {
+        block_elements[p] = static_cast<size_t>((base + (p < extra ? 1 : 0)) * s.row_elements);
+      }
       timeline_->activityStart(s.names, "GLOO_REDUCESCATTER");
-      global_->allreduce(buffer, elements, s.dtype, s.op);
+      global_->reduceScatter(buffer, block_elements, s.dtype, s.op);
       timeline_->activityEnd(s.names);
       const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
-      const int64_t base = rows / n, extra = rows % n;
       const int64_t mine = base + (me < extra ? 1 : 0);
       const int64_t first = me * base + std::min<int64_t>(me, extra);
       Work& w = *e->work;
