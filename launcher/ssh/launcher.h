@@ -39,7 +39,31 @@ inline constexpr size_t kMaxChannelsPerConnection = 8;
 // pending; a burst of 32 handshakes to one host would lose some. Stay well below the threshold.
 inline constexpr size_t kMaxConcurrentHandshakesPerHost = 4;
 
-std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options);
+// hvd-proxy (launcher/ssh/proxy.h): one remote process per host starts all of that host's ranks over ONE
+// exec channel, which also carries the reachability check. Without it, every rank has a channel of its
+// own (launcher/ssh/remote.h) and the check one more: on hosts whose login shell is slow to start
+// (~/.bashrc), a 32-rank job on 8 hosts pays 40 shell starts instead of 8.
+struct ProxyOptions {
+  // false: one channel per rank everywhere (HVD_SSH_PROXY=never).
+  bool enabled = true;
+  // Absolute path of hvd-proxy on the remote hosts; empty: next to the running executable (a shared
+  // file system or the same install prefix everywhere, as MPICH's hydra_pmi_proxy). A host where it is
+  // missing falls back to one channel per rank, with a one-line note on stderr.
+  std::string path;
+  // Where rank 0's forwarded stdin is read from (the job: hvdrun's stdin).
+  int stdin_fd = 0;
+
+  // HVD_SSH_PROXY=auto|never (default auto; anything else is a UsageError naming the value) and
+  // HVD_SSH_PROXY_PATH (default: empty, see `path`).
+  static ProxyOptions fromEnvironment();
+};
+
+// The remote program to start: `proxy.path`, or hvd-proxy next to /proc/self/exe.
+std::string proxyPath(const ProxyOptions& proxy);
+
+std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options);  // fromEnvironment()
+std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options,
+                                       const ProxyOptions& proxy);
 
 // Where `host` is reached and as whom, after ~/.ssh/config (SshOptions::config_file) and the flags.
 // Throws UsageError for a malformed config file (file:line).

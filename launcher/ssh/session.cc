@@ -487,7 +487,6 @@ size_t Session::openChannels() const {
 }
 
 void Session::rebind(asio::io_context& io) {
-  HVD_INTERNAL_ASSERT(openChannels() == 0, "rebinding a session with open channels to ", target_.describe());
   boost::system::error_code ec;
   const bool v6 = socket_.local_endpoint(ec).address().is_v6();
   const int fd = socket_.release();
@@ -497,6 +496,8 @@ void Session::rebind(asio::io_context& io) {
   alive_ = std::make_shared<bool>(true);
   read_armed_ = write_armed_ = heartbeat_armed_ = scheduled_ = false;
   heartbeat_timer_.reset();
+  // Whatever arrived meanwhile is read, and the waits and the heartbeat are armed, on the new loop.
+  if (!channels_.empty()) schedule();
 }
 
 std::shared_ptr<Channel> Session::exec(std::string command, std::string input, ChannelHandler* handler) {
@@ -736,7 +737,7 @@ void Session::armWaits() {
     });
   }
   bool want_heartbeat = false;
-  for (const auto& ch : channels_) want_heartbeat |= ch->heartbeat_ && ch->state_ == Channel::State::kRunning;
+  for (const auto& ch : channels_) want_heartbeat |= !ch->heartbeat_.empty() && ch->state_ == Channel::State::kRunning;
   if (want_heartbeat && !heartbeat_armed_) {
     if (!heartbeat_timer_) heartbeat_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
     heartbeat_armed_ = true;
@@ -752,7 +753,8 @@ void Session::armWaits() {
 
 void Session::onHeartbeat() {
   for (auto& ch : channels_) {
-    if (ch->heartbeat_ && ch->state_ == Channel::State::kRunning && !ch->close_stdin_) ch->out_ += "\n";
+    if (!ch->heartbeat_.empty() && ch->state_ == Channel::State::kRunning && !ch->close_stdin_)
+      ch->out_ += ch->heartbeat_;
   }
   service();
 }

@@ -87,8 +87,11 @@ class Channel {
   void write(std::string_view bytes);
   // Sends EOF on stdin once the queued bytes are out.
   void closeStdin();
-  // Writes an empty line every kHeartbeatInterval while the channel runs (the remote watchdog's pulse).
-  void enableHeartbeat() { heartbeat_ = true; }
+  // Writes `beat` every kHeartbeatInterval while the channel runs (the remote watchdog's pulse): an empty
+  // line for the bootstrap's watchdog, a heartbeat frame for hvd-proxy.
+  void enableHeartbeat(std::string beat = "\n") { heartbeat_ = std::move(beat); }
+  // stdin bytes queued and not yet accepted by libssh2 (for backpressure on forwarded stdin).
+  size_t queued() const { return out_.size(); }
   // Detaches the handler: no more events (used when the owner goes away first).
   void detach() { handler_ = nullptr; }
   bool ended() const { return state_ == State::kDone; }
@@ -104,7 +107,7 @@ class Channel {
   std::string out_;  // stdin bytes not yet accepted by libssh2
   bool close_stdin_ = false;
   bool stdin_closed_ = false;
-  bool heartbeat_ = false;
+  std::string heartbeat_;  // empty: no heartbeat
   bool stdout_eof_ = false;
 };
 
@@ -125,7 +128,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // `handler`. Never throws for remote failures: they arrive as onEnd with an error.
   std::shared_ptr<Channel> exec(std::string command, std::string input, ChannelHandler* handler);
 
-  // Moves the socket to another event loop. Only while no channel is open.
+  // Moves the socket to another event loop; open channels carry on there (hvd-proxy channels opened for
+  // the reachability check stay open for the job).
   void rebind(boost::asio::io_context& io);
 
   const Target& target() const { return target_; }

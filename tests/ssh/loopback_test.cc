@@ -10,10 +10,12 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "launcher/launcher.h"
@@ -95,7 +97,14 @@ bool waitGone(const std::string& needle, std::chrono::milliseconds limit) {
   return true;
 }
 
+std::string buildDir() {
+  const char* d = std::getenv("HVD_BUILD_DIR");
+  REQUIRE(d);
+  return d;
+}
+
 // One sshd on 127.0.0.1 and a private HOME; the test process never uses the user's ~/.ssh or agent.
+// Workers start through $HVD_BUILD_DIR/hvd-proxy unless setMode() says otherwise.
 struct Loopback {
   SshHome home;
   Sshd sshd{home.sshDir() + "/server", home.authorizedKeys(), "127.0.0.1", hvd::test::freeLoopbackPort()};
@@ -114,6 +123,22 @@ struct Loopback {
     o.force_ssh = true;
     return o;
   }
+  // "proxy": one hvd-proxy channel per host; "per-rank": HVD_SSH_PROXY=never; "fallback": the proxy
+  // path does not exist on the "remote" host, so the launcher falls back to per-rank channels.
+  void setMode(const std::string& mode) {
+    proxy = ssh::ProxyOptions{};
+    proxy.path = buildDir() + "/hvd-proxy";
+    if (mode == "per-rank") proxy.enabled = false;
+    if (mode == "fallback") proxy.path = "/nonexistent/hvd-proxy";
+  }
+  std::unique_ptr<Launcher> launcher(boost::asio::io_context& io) const {
+    return ssh::makeLauncher(io, options(), proxy);
+  }
+  ssh::ProxyOptions proxy = [] {
+    ssh::ProxyOptions p;
+    p.path = buildDir() + "/hvd-proxy";
+    return p;
+  }();
   std::string cwd() const { return home.home(); }
   LaunchSpec spec(int rank, std::vector<std::string> argv,
                   std::vector<std::pair<std::string, std::string>> env = {}) const {
@@ -143,8 +168,11 @@ std::string preflightError(Loopback& lb, const SshOptions& options, std::vector<
 
 TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment that survives intact") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = ssh::makeLauncher(io, lb.options());
+  auto launcher = lb.launcher(io);
   launcher->preflight({hostNamed("127.0.0.1")});
   Recorder rec;
   const std::vector<std::pair<std::string, std::string>> env = {
@@ -183,8 +211,11 @@ TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment 
 
 TEST_CASE("the rendezvous token never appears on a command line on the remote host") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = ssh::makeLauncher(io, lb.options());
+  auto launcher = lb.launcher(io);
   launcher->preflight({hostNamed("127.0.0.1")});
   const std::string token = uniqueTag("secret-token-");
   Recorder rec;
@@ -217,8 +248,11 @@ TEST_CASE("the rendezvous token never appears on a command line on the remote ho
 
 TEST_CASE("a missing remote directory is a clear error with exit code 126") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = ssh::makeLauncher(io, lb.options());
+  auto launcher = lb.launcher(io);
   Recorder rec;
   auto spec = lb.spec(4, {"true"});
   spec.cwd = "/nonexistent/hvd dir";
@@ -231,8 +265,11 @@ TEST_CASE("a missing remote directory is a clear error with exit code 126") {
 
 TEST_CASE("a remote worker killed by a signal is reported as that signal") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = ssh::makeLauncher(io, lb.options());
+  auto launcher = lb.launcher(io);
   Recorder rec;
   auto worker = launcher->start(lb.spec(1, {"bash", "-c", "kill -SEGV $$"}), rec);
   REQUIRE(runUntil(
@@ -244,8 +281,11 @@ TEST_CASE("a remote worker killed by a signal is reported as that signal") {
 
 TEST_CASE("signal() ends a remote worker and everything it started") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = ssh::makeLauncher(io, lb.options());
+  auto launcher = lb.launcher(io);
   launcher->preflight({hostNamed("127.0.0.1")});
   Recorder rec;
   const std::string mark = uniqueTag("hvdmark");
@@ -267,13 +307,16 @@ TEST_CASE("signal() ends a remote worker and everything it started") {
 
 TEST_CASE("remote workers end within 5 s when the launcher process is SIGKILLed") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   const std::string mark = uniqueTag("hvdorphan");
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     // The "hvdrun" that will be killed: starts two workers and runs its loop forever.
     boost::asio::io_context io;
-    auto launcher = ssh::makeLauncher(io, lb.options());
+    auto launcher = lb.launcher(io);
     Recorder rec;
     auto w1 = launcher->start(lb.spec(0, {"bash", "-c", "exec -a " + mark + " sleep 60"}), rec);
     auto w2 = launcher->start(lb.spec(1, {"bash", "-c", "trap '' TERM; exec -a " + mark + " sleep 60"}), rec);
@@ -300,8 +343,11 @@ TEST_CASE("remote workers end within 5 s when the launcher process is SIGKILLed"
 
 TEST_CASE("more workers on one host than one connection carries") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = ssh::makeLauncher(io, lb.options());
+  auto launcher = lb.launcher(io);
   launcher->preflight({hostNamed("127.0.0.1")});
   Recorder rec;
   std::vector<std::unique_ptr<Worker>> workers;
@@ -384,8 +430,11 @@ TEST_CASE("connection failures: one line each, naming the host and the cause") {
 
 TEST_CASE("every host must reach the rendezvous address") {
   Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = ssh::makeLauncher(io, lb.options());
+  auto launcher = lb.launcher(io);
   launcher->preflight({hostNamed("127.0.0.1")});
   boost::asio::ip::tcp::acceptor listening(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
   CHECK_NOTHROW(launcher->checkRendezvousReachable({hostNamed("127.0.0.1")}, "127.0.0.1",
@@ -402,4 +451,123 @@ TEST_CASE("every host must reach the rendezvous address") {
   REQUIRE(runUntil(
       io, [&] { return rec.exits.count(0) > 0; }, 20s));
   CHECK(rec.exits[0].success());
+}
+
+TEST_CASE("one hvd-proxy per host starts every rank; output and exit codes stay per rank") {
+  Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
+  boost::asio::io_context io;
+  auto launcher = lb.launcher(io);
+  launcher->preflight({hostNamed("127.0.0.1")});
+  Recorder rec;
+  const std::string go = lb.home.home() + "/go";
+  std::vector<std::unique_ptr<Worker>> workers;
+  const int n = 5;
+  // Each rank reports its parent, then waits for the test to look at that parent before it ends.
+  for (int r = 0; r < n; ++r) {
+    workers.push_back(launcher->start(
+        lb.spec(r, {"bash", "-c",
+                    "echo ppid=$PPID; while [ ! -e \"$1\" ]; do sleep 0.05; done; "
+                    "printf 'out %s\\nsecond line %s\\n' $0 $0; echo err $0 >&2; exit $0",
+                    std::to_string(r), go}),
+        rec));
+  }
+  REQUIRE(runUntil(
+      io,
+      [&] {
+        for (int r = 0; r < n; ++r) {
+          if (rec.out[r].find('\n') == std::string::npos) return false;
+        }
+        return true;
+      },
+      30s));
+  std::set<std::string> parents;
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(rec.out[r].rfind("ppid=", 0) == 0);
+    parents.insert(rec.out[r].substr(5, rec.out[r].find('\n') - 5));
+  }
+  if (mode == "proxy") {
+    // One remote process (one channel, one login shell) for all five ranks: the proxy.
+    REQUIRE(parents.size() == 1);
+    const auto cmdline = readCommandLine(std::stoi(*parents.begin()));
+    REQUIRE(cmdline);
+    CHECK(cmdline->rfind(lb.proxy.path, 0) == 0);
+  } else {
+    CHECK(parents.size() == static_cast<size_t>(n));  // a bootstrap shell, and a channel, per rank
+  }
+  std::ofstream(go).put('\n');
+  REQUIRE(runUntil(
+      io, [&] { return static_cast<int>(rec.exits.size()) == n; }, 30s));
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const std::string s = std::to_string(r);
+    CHECK(rec.out[r].substr(rec.out[r].find('\n') + 1) == "out " + s + "\nsecond line " + s + "\n");
+    CHECK(rec.err[r] == "err " + s + "\n");
+    CHECK(rec.exits[r].kind == ExitStatus::Kind::kExited);
+    CHECK(rec.exits[r].code == r);
+    CHECK(workers[r]->state() == (r == 0 ? WorkerState::kSucceeded : WorkerState::kFailed));
+  }
+}
+
+TEST_CASE("stdin reaches a remote rank 0 through hvd-proxy; other ranks read /dev/null") {
+  Loopback lb;
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  lb.proxy.stdin_fd = fds[0];
+  boost::asio::io_context io;
+  auto launcher = lb.launcher(io);
+  Recorder rec;
+  auto zero = lb.spec(0, {"bash", "-c", "cat; echo done"});
+  zero.forward_stdin = true;
+  auto w0 = launcher->start(zero, rec);
+  auto w1 = launcher->start(lb.spec(1, {"bash", "-c", "cat; echo done1"}), rec);
+  // Bytes of every value, a line without a newline at the end, then EOF.
+  using namespace std::string_literals;
+  const std::string input = "line one\n\x01\xff\0 ünï\nlast"s;
+  REQUIRE(::write(fds[1], input.data(), input.size()) == static_cast<ssize_t>(input.size()));
+  ::close(fds[1]);
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.size() == 2; }, 30s));
+  ::close(fds[0]);
+  CHECK(rec.out[0] == input + "done\n");
+  CHECK(rec.exits[0].success());
+  CHECK(rec.out[1] == "done1\n");
+  CHECK(rec.exits[1].success());
+}
+
+TEST_CASE("a command that cannot be executed ends with exit code 127 and says why") {
+  Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank");
+  INFO("mode " << mode);
+  lb.setMode(mode);
+  boost::asio::io_context io;
+  auto launcher = lb.launcher(io);
+  Recorder rec;
+  auto w = launcher->start(lb.spec(3, {"no-such-command-hvd"}), rec);
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(3) > 0; }, 20s));
+  CHECK(rec.exits[3].code == 127);
+  CHECK(rec.err[3].find("no-such-command-hvd") != std::string::npos);
+}
+
+TEST_CASE("HVD_SSH_PROXY and HVD_SSH_PROXY_PATH choose the mode; bad values are usage errors") {
+  ::unsetenv("HVD_SSH_PROXY");
+  ::unsetenv("HVD_SSH_PROXY_PATH");
+  CHECK(ssh::ProxyOptions::fromEnvironment().enabled);
+  CHECK(ssh::proxyPath(ssh::ProxyOptions::fromEnvironment()) ==
+        std::filesystem::read_symlink("/proc/self/exe").parent_path() / "hvd-proxy");
+  ::setenv("HVD_SSH_PROXY", "never", 1);
+  CHECK_FALSE(ssh::ProxyOptions::fromEnvironment().enabled);
+  ::setenv("HVD_SSH_PROXY", "sometimes", 1);
+  CHECK_THROWS_WITH(ssh::ProxyOptions::fromEnvironment(), "HVD_SSH_PROXY='sometimes' is not one of auto, never");
+  ::setenv("HVD_SSH_PROXY", "auto", 1);
+  ::setenv("HVD_SSH_PROXY_PATH", "relative/hvd-proxy", 1);
+  CHECK_THROWS_WITH(ssh::ProxyOptions::fromEnvironment(),
+                    "HVD_SSH_PROXY_PATH='relative/hvd-proxy' is not an absolute path");
+  ::setenv("HVD_SSH_PROXY_PATH", "/opt/hvd/bin/hvd-proxy", 1);
+  CHECK(ssh::proxyPath(ssh::ProxyOptions::fromEnvironment()) == "/opt/hvd/bin/hvd-proxy");
+  ::unsetenv("HVD_SSH_PROXY");
+  ::unsetenv("HVD_SSH_PROXY_PATH");
 }

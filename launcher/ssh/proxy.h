@@ -1,0 +1,31 @@
+// hvd-proxy: the one process hvdrun starts per remote host (as MPICH Hydra starts hydra_pmi_proxy). It
+// speaks the frames of launcher/ssh/proxy_protocol.h on its stdin/stdout (one ssh exec channel) and
+//   - answers reachability checks with a TCP connect from this host to the rendezvous address;
+//   - starts each rank it is sent: cd to its directory (missing: "hvdrun: remote directory D missing on
+//     H" on the rank's stderr, exit code 126), its environment over the proxy's own (the remote login's),
+//     its own session and process group (setsid), stdin /dev/null or, for a forwarded stdin, a pipe fed
+//     from kStdin frames; a command that cannot be executed ends with exit code 127 and
+//     "hvdrun: rank N: cannot execute 'cmd': <errno text>" on its stderr, as a local worker does;
+//   - forwards each rank's stdout and stderr as kOutput frames and its end as one kExit frame (a signal
+//     death as the signal), after the rank's pipes reached EOF or kProxyDrainTimeout after it ended;
+//     members of a rank's process group left behind when it ends get SIGTERM;
+//   - delivers kSignal frames to a rank's process group;
+//   - watchdog: on EOF of its stdin (hvdrun exited or was killed, the connection closed) or after
+//     kWatchdogTimeout without a byte from hvdrun (heartbeats come every kHeartbeatInterval: a silently
+//     dead network), SIGTERM to every rank's process group, SIGKILL kKillGrace later, then exit.
+// Its exit status says nothing about the ranks (theirs travel as kExit frames): 0 after a normal end,
+// 1 after a protocol error (reported on stderr, one line).
+// Threading: single-threaded, one poll() loop; no thread, no asio (a small, fast-starting process).
+#pragma once
+
+#include <chrono>
+
+namespace hvd::launcher::ssh {
+
+// After a rank ended, how long its pipes may stay open (a background grandchild) before its exit is sent.
+inline constexpr std::chrono::milliseconds kProxyDrainTimeout{1000};
+
+// main() of hvd-proxy: serves the protocol on fds 0 and 1 until the channel ends. Returns the exit status.
+int runProxy(int argc, char** argv);
+
+}  // namespace hvd::launcher::ssh
