@@ -8,9 +8,12 @@
 //   openssh_8x       8 of those at once, one per host: the floor for any ssh launcher here (all 8
 //                    "hosts" share this machine's CPUs)
 //   openssh_32x      32 of those at once, 4 per host: what horovodrun runs for 32 ranks
-//   hvdrun_np8_true  hvdrun -np 8, one /bin/true per host
+//   hvdrun_np8_true  hvdrun -np 8 with the same -H (4 slots each): 8 /bin/true on the first 2 hosts
+//   hvdrun_8x1_true  hvdrun -np 8, one /bin/true on each of the 8 hosts: the same remote work as openssh_8x
 //   hvdrun_true      hvdrun -np 32 over 8 hosts, workers /bin/true: preflight of 8 hosts, reachability
 //                    check, 32 remote starts, exits collected
+// hvdrun starts one hvd-proxy per host over one channel (docs/ssh.md); HVD_SSH_PROXY=never in the
+// environment measures the per-rank channels instead.
 //   hvdrun_joined    the same with examples/hello_cpp: every rank joins the rendezvous, builds its Gloo
 //                    context and does an allreduce: an upper bound of "all ranks joined"
 #include <fcntl.h>
@@ -75,8 +78,11 @@ int main(int argc, char** argv) {
 
   hvd::test::SshHome home;
   hvd::test::NetnsLab lab(8, home);
-  std::string hosts;
-  for (int i = 0; i < lab.hosts(); ++i) hosts += (hosts.empty() ? "" : ",") + lab.hostAddress(i) + ":4";
+  std::string hosts, hosts1;
+  for (int i = 0; i < lab.hosts(); ++i) {
+    hosts += (hosts.empty() ? "" : ",") + lab.hostAddress(i) + ":4";
+    hosts1 += (hosts1.empty() ? "" : ",") + lab.hostAddress(i) + ":1";
+  }
   const std::vector<std::string> in_ns = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace()};
   auto with = [&](std::vector<std::string> tail) {
     auto v = in_ns;
@@ -102,18 +108,20 @@ int main(int argc, char** argv) {
   const auto openssh32 = parallelSsh(32);
   const auto openssh8 = parallelSsh(8);
   const auto hv_true8 = with({hvdrun, "-np", "8", "-H", hosts, "--ssh-known-hosts", "strict", "/bin/true"});
+  const auto hv_8x1 = with({hvdrun, "-np", "8", "-H", hosts1, "--ssh-known-hosts", "strict", "/bin/true"});
   const auto hv_true = with({hvdrun, "-np", "32", "-H", hosts, "--ssh-known-hosts", "strict", "/bin/true"});
   const auto hv_join = with({hvdrun, "-np", "32", "-H", hosts, "--ssh-known-hosts", "strict", hello});
 
   // Warm-up (page cache, sshd's first re-exec), not measured.
   runSeconds(openssh, home.home());
   runSeconds(hv_true, home.home());
-  std::vector<double> a, a8, a32, b8, b, c;
+  std::vector<double> a, a8, a32, b8, b81, b, c;
   for (int r = 0; r < rounds; ++r) {
     a.push_back(runSeconds(openssh, home.home()));
     a8.push_back(runSeconds(openssh8, home.home()));
     a32.push_back(runSeconds(openssh32, home.home()));
     b8.push_back(runSeconds(hv_true8, home.home()));
+    b81.push_back(runSeconds(hv_8x1, home.home()));
     b.push_back(runSeconds(hv_true, home.home()));
     if (::access(hello.c_str(), X_OK) == 0) c.push_back(runSeconds(hv_join, home.home()));
   }
@@ -132,6 +140,7 @@ int main(int argc, char** argv) {
   print("openssh_8x", a8);
   print("openssh_32x", a32);
   print("hvdrun_np8_true", b8);
+  print("hvdrun_8x1_true", b81);
   print("hvdrun_true", b);
   print("hvdrun_joined", c);
   return 0;

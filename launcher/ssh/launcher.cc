@@ -281,8 +281,10 @@ class ProxyHost : public ChannelHandler, public std::enable_shared_from_this<Pro
 
   void attach(const std::shared_ptr<Session>& session) {
     if (state_ != State::kOpening) return;
-    channel_ = session->exec(proxyCommand(path_), "", this);
-    if (!channel_->ended()) channel_->enableHeartbeat(PayloadWriter().frame(FrameType::kHeartbeat));
+    auto channel = session->exec(proxyCommand(path_), "", this);
+    if (channel->ended()) return;  // a broken session: onEnd has already said why
+    channel_ = std::move(channel);
+    channel_->enableHeartbeat(PayloadWriter().frame(FrameType::kHeartbeat));
   }
   void failToOpen(const std::string& error) { fail(error); }
   // Sends EOF: the proxy ends (its ranks get SIGTERM if any still run).

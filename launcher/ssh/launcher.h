@@ -7,7 +7,8 @@
 //                                        // one line per failing host; nothing has started yet
 //   auto net = hvd::launcher::chooseNetwork(remote_hosts, interfaces);   // launcher/network.h; route to
 //                                        // resolveTarget(host, options.ssh).hostname (ssh config HostName)
-//   ssh->checkRendezvousReachable(remote_hosts, net.bind_address, port);   // a TCP connect from every host
+//   ssh->checkRendezvousReachable(remote_hosts, net.bind_address, port);   // a TCP connect from every host,
+//                                        // made by the host's hvd-proxy, whose channel then stays open
 //   for each remote rank: workers.push_back(ssh->start(spec, events));   // events on `io`
 //   io.run();
 //
@@ -15,9 +16,11 @@
 // SshOptions::force_ssh is set. preflight and checkRendezvousReachable block (they run their own private
 // event loop; call them before io.run(), not from a handler); start() never blocks.
 //
-// Connections: preflight's connections are kept and reused by start(). One connection carries up to
-// kMaxChannelsPerConnection workers (sshd's MaxSessions defaults to 10); more workers on one host open
-// more connections, at most kMaxConcurrentHandshakesPerHost at a time (sshd's MaxStartups).
+// Connections: preflight's connections are kept and reused by start(). Each host gets one channel that
+// runs hvd-proxy (ProxyOptions below), which starts all of that host's workers. Without a proxy, each
+// worker has its own channel; one connection carries up to kMaxChannelsPerConnection of them (sshd's
+// MaxSessions defaults to 10); more workers on one host open more connections, at most
+// kMaxConcurrentHandshakesPerHost at a time (sshd's MaxStartups).
 //
 // Per host, in this order: HostSpec::user, else ~/.ssh/config User, else the local user; SshOptions::port
 // (-p), else config Port, else 22; config HostName; keys: ssh-agent, SshOptions::identity_file (-i), config
@@ -61,7 +64,8 @@ struct ProxyOptions {
 // The remote program to start: `proxy.path`, or hvd-proxy next to /proc/self/exe.
 std::string proxyPath(const ProxyOptions& proxy);
 
-std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options);  // fromEnvironment()
+// With ProxyOptions::fromEnvironment() (throws UsageError for a bad HVD_SSH_PROXY*).
+std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options);
 std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options,
                                        const ProxyOptions& proxy);
 

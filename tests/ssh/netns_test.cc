@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -101,6 +102,55 @@ void requireLab() {
     hvd::test::skipTest("network namespaces unavailable here (" + why + "); multi-host ssh tests not run");
 }
 
+// Runs 6 ranks over the lab's 3 hosts, 2 each, and checks what every rank saw.
+void checkSixRanks(const NetnsLab& lab, const SshHome& home) {
+  const std::string log = home.home() + "/hvdrun.out";
+  Hvdrun run(lab, home,
+               {"-np", "6", "-H", hostList(lab, 2), "--ssh-known-hosts", "strict", "sh", "-c",
+                "echo R=$HOROVOD_RANK L=$HOROVOD_LOCAL_RANK C=$HOROVOD_CROSS_RANK S=$HOROVOD_SIZE "
+                "H=$HOROVOD_HOSTNAME I=$HOROVOD_GLOO_IFACE A=$(ip -4 -o addr show eth0 | awk '{print $4}')"},
+               log);
+  const int rc = run.wait(60s);
+  INFO(run.output());
+  REQUIRE(rc == 0);
+  std::map<int, std::string> lines;
+  std::istringstream in(run.output());
+  std::string line;
+  const std::regex re(R"(R=(\d+) (L=\d+ C=\d+ S=6 H=\S+ I=\S+ A=\S+))");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) lines[std::stoi(m[1])] = m[2];
+  }
+  REQUIRE(lines.size() == 6);
+  for (int r = 0; r < 6; ++r) {
+    const int host = r / 2;
+    const std::string addr = lab.hostAddress(host);
+    INFO("rank " << r);
+    // Host-major assignment as horovodrun's; each worker really ran in its host's namespace.
+    CHECK(lines[r] == "L=" + std::to_string(r % 2) + " C=" + std::to_string(host) + " S=6 H=" + addr +
+                          " I=eth0 A=" + addr + "/24");
+  }
+}
+
+// Sets an environment variable for the hvdruns this test starts (they inherit it), restored on exit.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 }  // namespace
 
 TEST_CASE("6 ranks over 3 ssh hosts: rank, local_rank, cross_rank, and an allreduce") {
@@ -108,33 +158,7 @@ TEST_CASE("6 ranks over 3 ssh hosts: rank, local_rank, cross_rank, and an allred
   SshHome home;
   NetnsLab lab(3, home);
   const std::string log = home.home() + "/hvdrun.out";
-  {
-    Hvdrun run(lab, home,
-               {"-np", "6", "-H", hostList(lab, 2), "--ssh-known-hosts", "strict", "sh", "-c",
-                "echo R=$HOROVOD_RANK L=$HOROVOD_LOCAL_RANK C=$HOROVOD_CROSS_RANK S=$HOROVOD_SIZE "
-                "H=$HOROVOD_HOSTNAME I=$HOROVOD_GLOO_IFACE A=$(ip -4 -o addr show eth0 | awk '{print $4}')"},
-               log);
-    const int rc = run.wait(60s);
-    INFO(run.output());
-    REQUIRE(rc == 0);
-    std::map<int, std::string> lines;
-    std::istringstream in(run.output());
-    std::string line;
-    const std::regex re(R"(R=(\d+) (L=\d+ C=\d+ S=6 H=\S+ I=\S+ A=\S+))");
-    while (std::getline(in, line)) {
-      std::smatch m;
-      if (std::regex_search(line, m, re)) lines[std::stoi(m[1])] = m[2];
-    }
-    REQUIRE(lines.size() == 6);
-    for (int r = 0; r < 6; ++r) {
-      const int host = r / 2;
-      const std::string addr = lab.hostAddress(host);
-      INFO("rank " << r);
-      // Host-major assignment as horovodrun's; each worker really ran in its host's namespace.
-      CHECK(lines[r] == "L=" + std::to_string(r % 2) + " C=" + std::to_string(host) + " S=6 H=" + addr +
-                            " I=eth0 A=" + addr + "/24");
-    }
-  }
+  checkSixRanks(lab, home);
   const std::string hello = buildDir() + "/examples/hello_cpp";
   if (::access(hello.c_str(), X_OK) == 0) {
     Hvdrun run(lab, home, {"-np", "6", "-H", hostList(lab, 2), hello}, log);
@@ -147,6 +171,14 @@ TEST_CASE("6 ranks over 3 ssh hosts: rank, local_rank, cross_rank, and an allred
   } else {
     WARN("no " << hello << ": allreduce over ssh hosts not checked in this build");
   }
+}
+
+TEST_CASE("without hvd-proxy (HVD_SSH_PROXY=never): one channel per rank, same result") {
+  requireLab();
+  SshHome home;
+  NetnsLab lab(3, home);
+  ScopedEnv never("HVD_SSH_PROXY", "never");
+  checkSixRanks(lab, home);
 }
 
 TEST_CASE("hvdrun SIGKILLed: no worker survives on any host after 5 s") {
@@ -170,6 +202,15 @@ TEST_CASE("hvdrun SIGKILLed: no worker survives on any host after 5 s") {
   while (!all(4) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
   INFO(run.output());
   REQUIRE(all(4));  // 2 workers + 2 children per host
+  // ONE remote process per host started them: its hvd-proxy (one exec channel, one login shell), and no
+  // per-rank bootstrap shell.
+  for (int i = 0; i < lab.hosts(); ++i) {
+    INFO("host " << lab.hostAddress(i));
+    CHECK(countMarked(lab, i, buildDir() + "/hvd-proxy") == 1);
+    int bootstraps = 0;
+    for (const auto& c : lab.commandLinesIn(i)) bootstraps += c.find("hvdrun-worker") != std::string::npos;
+    CHECK(bootstraps == 0);
+  }
   run.kill9();
   REQUIRE(run.wait(5s) == 128 + SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
