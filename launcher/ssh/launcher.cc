@@ -1,6 +1,8 @@
 #include "launcher/ssh/launcher.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -9,11 +11,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fcntl.h>
-#include <sys/stat.h>
 
-#include <csignal>
 #include <array>
+#include <csignal>
 #include <deque>
 #include <filesystem>
 #include <iostream>
@@ -305,7 +305,10 @@ class ProxyHost : public ChannelHandler, public std::enable_shared_from_this<Pro
   void requestCheck(const std::string& address, uint16_t port) {
     check_done_ = false;
     check_error_.clear();
-    check_ = PayloadWriter().bytes(address).u16(port).u32(static_cast<uint32_t>(kCheckTimeout.count()))
+    check_ = PayloadWriter()
+                 .bytes(address)
+                 .u16(port)
+                 .u32(static_cast<uint32_t>(kCheckTimeout.count()))
                  .frame(FrameType::kCheck);
     if (state_ == State::kReady) sendCheck();
     if (state_ == State::kFallback || state_ == State::kFailed) check_done_ = true;
@@ -341,7 +344,7 @@ class ProxyHost : public ChannelHandler, public std::enable_shared_from_this<Pro
   std::shared_ptr<Channel> channel_;
   std::string before_hello_;  // stdout before the magic (a chatty login script)
   FrameDecoder decoder_;
-  std::string stderr_tail_;        // an unfinished line of the proxy's diagnostics
+  std::string stderr_tail_;       // an unfinished line of the proxy's diagnostics
   std::string last_stderr_line_;  // the last complete one, for error messages
   std::string error_;
   std::string check_;  // a check frame waiting for the hello
@@ -461,17 +464,17 @@ class ProxyWorker : public Worker {
       });
       return;
     }
-    stdin_->async_read_some(asio::buffer(stdin_buffer_), [this, alive = alive_](
-                                                              const boost::system::error_code& ec, size_t n) {
-      if (!*alive || !stdin_) return;
-      if (n > 0) sendStdin(std::string_view(stdin_buffer_.data(), n), false);
-      if (ec) {
-        sendStdin("", true);
-        stopStdin();
-        return;
-      }
-      readStdin();
-    });
+    stdin_->async_read_some(asio::buffer(stdin_buffer_),
+                            [this, alive = alive_](const boost::system::error_code& ec, size_t n) {
+                              if (!*alive || !stdin_) return;
+                              if (n > 0) sendStdin(std::string_view(stdin_buffer_.data(), n), false);
+                              if (ec) {
+                                sendStdin("", true);
+                                stopStdin();
+                                return;
+                              }
+                              readStdin();
+                            });
   }
 
   void sendStdin(std::string_view bytes, bool eof) {
@@ -555,7 +558,8 @@ void ProxyHost::onData(Stream stream, std::string_view bytes) {
     before_hello_ += bytes;
     const auto at = before_hello_.find(kProxyHelloMagic);
     if (at == std::string::npos) {
-      if (before_hello_.size() > 65536) before_hello_.erase(0, before_hello_.size() - kProxyHelloMagic.size());
+      if (before_hello_.size() > 65536)
+        before_hello_.erase(0, before_hello_.size() - kProxyHelloMagic.size());
       return;
     }
     decoder_.feed(std::string_view(before_hello_).substr(at + kProxyHelloMagic.size()));
@@ -887,10 +891,10 @@ void SshLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts, c
   std::string message;
   for (size_t i = 0; i < targets.size(); ++i) {
     if (errors[i].empty()) continue;
-    message += (message.empty() ? "" : "\n") + ("host " + targets[i].describe() +
-                                                " cannot reach the rendezvous server at " + address + ":" +
-                                                std::to_string(port) + " (" + errors[i] +
-                                                "); choose a reachable address with --network-interface");
+    message +=
+        (message.empty() ? "" : "\n") +
+        ("host " + targets[i].describe() + " cannot reach the rendezvous server at " + address + ":" +
+         std::to_string(port) + " (" + errors[i] + "); choose a reachable address with --network-interface");
   }
   if (!message.empty()) throw LaunchError(message);
 }
@@ -1005,7 +1009,8 @@ ProxyOptions ProxyOptions::fromEnvironment() {
       throw UsageError("HVD_SSH_PROXY='" + m + "' is not one of auto, never");
   }
   if (const char* path = std::getenv("HVD_SSH_PROXY_PATH"); path && *path) {
-    if (path[0] != '/') throw UsageError(std::string("HVD_SSH_PROXY_PATH='") + path + "' is not an absolute path");
+    if (path[0] != '/')
+      throw UsageError(std::string("HVD_SSH_PROXY_PATH='") + path + "' is not an absolute path");
     o.path = path;
   }
   return o;

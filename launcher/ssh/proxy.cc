@@ -139,7 +139,8 @@ class Proxy {
     }
     for (const auto& c : checks_) deadline = std::min(deadline, c.deadline);
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait_ms + 1, 0, 60000)));
+    const int n =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait_ms + 1, 0, 60000)));
     if (n < 0 && errno != EINTR) {
       error_ = true;
       die("poll failed: " + errnoText(errno));
@@ -211,7 +212,8 @@ class Proxy {
   }
 
   void flushBestEffort() {
-    if (!out_.empty()) [[maybe_unused]] const ssize_t n = ::write(kOut, out_.data(), out_.size());
+    if (!out_.empty()) [[maybe_unused]]
+      const ssize_t n = ::write(kOut, out_.data(), out_.size());
   }
 
   void readChannel() {
@@ -281,8 +283,8 @@ class Proxy {
         return;
       }
       default:
-        throw LaunchError(detail::concat("unexpected proxy ", PayloadReader::typeName(frame.type),
-                                         " frame from hvdrun"));
+        throw LaunchError(
+            detail::concat("unexpected proxy ", PayloadReader::typeName(frame.type), " frame from hvdrun"));
     }
   }
 
@@ -322,7 +324,8 @@ class Proxy {
     if (err == 0 && !timed_out) {
       sendCheck(true, "");
     } else if (err == 0) {
-      sendCheck(false, detail::concat("timed out after ", std::chrono::duration<double>(c.timeout).count(), "s"));
+      sendCheck(false,
+                detail::concat("timed out after ", std::chrono::duration<double>(c.timeout).count(), "s"));
     } else {
       sendCheck(false, std::strerror(err));  // the text bash printed in per-rank mode: "Connection refused"
     }
@@ -367,7 +370,8 @@ class Proxy {
     std::vector<char*> argv;
     for (auto& s : argv_strings) argv.push_back(s.data());
     argv.push_back(nullptr);
-    const std::string exec_error = detail::concat("hvdrun: rank ", req.rank, ": cannot execute '", req.argv.front(), "': ");
+    const std::string exec_error =
+        detail::concat("hvdrun: rank ", req.rank, ": cannot execute '", req.argv.front(), "': ");
 
     int out[2], err[2], in[2] = {-1, -1};
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
@@ -384,7 +388,8 @@ class Proxy {
       // The proxy is the rank's only tie to hvdrun: if it dies unexpectedly, so does the rank.
       if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
       const int stdin_fd = req.forward_stdin ? in[0] : ::open("/dev/null", O_RDONLY);
-      if (stdin_fd < 0 || ::dup2(stdin_fd, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0) ::_exit(127);
+      if (stdin_fd < 0 || ::dup2(stdin_fd, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0)
+        ::_exit(127);
       ::close_range(3, ~0U, 0);
       for (int sig = 1; sig < NSIG; ++sig) {
         if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
@@ -438,7 +443,10 @@ class Proxy {
       r.fds[stream] = -1;
       return;
     }
-    send(PayloadWriter().i32(r.rank).u8(static_cast<uint8_t>(stream)).bytes(std::string_view(buf, size_t(n)))
+    send(PayloadWriter()
+             .i32(r.rank)
+             .u8(static_cast<uint8_t>(stream))
+             .bytes(std::string_view(buf, size_t(n)))
              .frame(FrameType::kOutput));
   }
 

@@ -36,8 +36,8 @@ PayloadWriter& PayloadWriter::u32(uint32_t v) {
 
 PayloadWriter& PayloadWriter::bytes(std::string_view v) {
   if (v.size() > kMaxProxyFrame)
-    throw LaunchError(detail::concat("proxy frame field of ", v.size(), " bytes exceeds the limit of ",
-                                     kMaxProxyFrame));
+    throw LaunchError(
+        detail::concat("proxy frame field of ", v.size(), " bytes exceeds the limit of ", kMaxProxyFrame));
   u32(static_cast<uint32_t>(v.size()));
   out_.append(v);
   return *this;
@@ -83,8 +83,8 @@ const char* PayloadReader::typeName(FrameType type) {
 
 void PayloadReader::need(size_t n) const {
   if (data_.size() - pos_ < n)
-    throw LaunchError(detail::concat("truncated proxy ", what_, " frame: ", n, " more bytes needed at offset ",
-                                     pos_, " of ", data_.size()));
+    throw LaunchError(detail::concat("truncated proxy ", what_, " frame: ", n,
+                                     " more bytes needed at offset ", pos_, " of ", data_.size()));
 }
 
 uint8_t PayloadReader::u8() {
@@ -125,8 +125,8 @@ std::optional<Frame> FrameDecoder::next() {
   const uint32_t length = readU32(buffer_, pos_);
   const uint8_t type = static_cast<uint8_t>(buffer_[pos_ + 4]);
   if (length > kMaxProxyFrame) {
-    throw LaunchError(detail::concat("proxy frame of ", length, " bytes exceeds the limit of ", kMaxProxyFrame,
-                                     " (garbage on the channel?)"));
+    throw LaunchError(detail::concat("proxy frame of ", length, " bytes exceeds the limit of ",
+                                     kMaxProxyFrame, " (garbage on the channel?)"));
   }
   if (!knownType(type)) throw LaunchError(detail::concat("unknown proxy frame type ", int(type)));
   if (pending() < 5 + size_t(length)) return std::nullopt;
@@ -166,7 +166,8 @@ SpawnRequest decodeSpawn(const Frame& frame) {
   }
   r.forward_stdin = in.u8() != 0;
   in.end();
-  if (r.argv.empty()) throw LaunchError(detail::concat("proxy spawn frame for rank ", r.rank, " has an empty command"));
+  if (r.argv.empty())
+    throw LaunchError(detail::concat("proxy spawn frame for rank ", r.rank, " has an empty command"));
   return r;
 }
 

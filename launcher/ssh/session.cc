@@ -737,7 +737,8 @@ void Session::armWaits() {
     });
   }
   bool want_heartbeat = false;
-  for (const auto& ch : channels_) want_heartbeat |= !ch->heartbeat_.empty() && ch->state_ == Channel::State::kRunning;
+  for (const auto& ch : channels_)
+    want_heartbeat |= !ch->heartbeat_.empty() && ch->state_ == Channel::State::kRunning;
   if (want_heartbeat && !heartbeat_armed_) {
     if (!heartbeat_timer_) heartbeat_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
     heartbeat_armed_ = true;

@@ -467,12 +467,12 @@ TEST_CASE("one hvd-proxy per host starts every rank; output and exit codes stay 
   const int n = 5;
   // Each rank reports its parent, then waits for the test to look at that parent before it ends.
   for (int r = 0; r < n; ++r) {
-    workers.push_back(launcher->start(
-        lb.spec(r, {"bash", "-c",
-                    "echo ppid=$PPID; while [ ! -e \"$1\" ]; do sleep 0.05; done; "
-                    "printf 'out %s\\nsecond line %s\\n' $0 $0; echo err $0 >&2; exit $0",
-                    std::to_string(r), go}),
-        rec));
+    workers.push_back(
+        launcher->start(lb.spec(r, {"bash", "-c",
+                                    "echo ppid=$PPID; while [ ! -e \"$1\" ]; do sleep 0.05; done; "
+                                    "printf 'out %s\\nsecond line %s\\n' $0 $0; echo err $0 >&2; exit $0",
+                                    std::to_string(r), go}),
+                        rec));
   }
   REQUIRE(runUntil(
       io,
@@ -561,7 +561,8 @@ TEST_CASE("HVD_SSH_PROXY and HVD_SSH_PROXY_PATH choose the mode; bad values are 
   ::setenv("HVD_SSH_PROXY", "never", 1);
   CHECK_FALSE(ssh::ProxyOptions::fromEnvironment().enabled);
   ::setenv("HVD_SSH_PROXY", "sometimes", 1);
-  CHECK_THROWS_WITH(ssh::ProxyOptions::fromEnvironment(), "HVD_SSH_PROXY='sometimes' is not one of auto, never");
+  CHECK_THROWS_WITH(ssh::ProxyOptions::fromEnvironment(),
+                    "HVD_SSH_PROXY='sometimes' is not one of auto, never");
   ::setenv("HVD_SSH_PROXY", "auto", 1);
   ::setenv("HVD_SSH_PROXY_PATH", "relative/hvd-proxy", 1);
   CHECK_THROWS_WITH(ssh::ProxyOptions::fromEnvironment(),

@@ -106,10 +106,10 @@ void requireLab() {
 void checkSixRanks(const NetnsLab& lab, const SshHome& home) {
   const std::string log = home.home() + "/hvdrun.out";
   Hvdrun run(lab, home,
-               {"-np", "6", "-H", hostList(lab, 2), "--ssh-known-hosts", "strict", "sh", "-c",
-                "echo R=$HOROVOD_RANK L=$HOROVOD_LOCAL_RANK C=$HOROVOD_CROSS_RANK S=$HOROVOD_SIZE "
-                "H=$HOROVOD_HOSTNAME I=$HOROVOD_GLOO_IFACE A=$(ip -4 -o addr show eth0 | awk '{print $4}')"},
-               log);
+             {"-np", "6", "-H", hostList(lab, 2), "--ssh-known-hosts", "strict", "sh", "-c",
+              "echo R=$HOROVOD_RANK L=$HOROVOD_LOCAL_RANK C=$HOROVOD_CROSS_RANK S=$HOROVOD_SIZE "
+              "H=$HOROVOD_HOSTNAME I=$HOROVOD_GLOO_IFACE A=$(ip -4 -o addr show eth0 | awk '{print $4}')"},
+             log);
   const int rc = run.wait(60s);
   INFO(run.output());
   REQUIRE(rc == 0);

@@ -55,8 +55,9 @@ TEST_CASE("bad frames are clear errors, never a crash") {
   FrameDecoder d;
   SECTION("oversized length") {
     d.feed(u32(kMaxProxyFrame + 1) + "\x01"s);
-    CHECK_THROWS_WITH(d.next(), "proxy frame of 16777217 bytes exceeds the limit of 16777216 (garbage on the "
-                                "channel?)");
+    CHECK_THROWS_WITH(d.next(),
+                      "proxy frame of 16777217 bytes exceeds the limit of 16777216 (garbage on the "
+                      "channel?)");
   }
   SECTION("unknown type") {
     d.feed(u32(0) + "\x09"s);
@@ -89,8 +90,9 @@ TEST_CASE("bad frames are clear errors, never a crash") {
     CHECK_THROWS_WITH(in.end(), "malformed proxy signal frame: 1 unexpected bytes after offset 8");
   }
   SECTION("an empty command") {
-    Frame f{FrameType::kSpawn, PayloadWriter().i32(2).bytes("").bytes("/").u32(0).u32(0).u8(0)
-                                   .frame(FrameType::kSpawn).substr(5)};
+    Frame f{
+        FrameType::kSpawn,
+        PayloadWriter().i32(2).bytes("").bytes("/").u32(0).u32(0).u8(0).frame(FrameType::kSpawn).substr(5)};
     CHECK_THROWS_WITH(decodeSpawn(f), "proxy spawn frame for rank 2 has an empty command");
   }
 }
