@@ -226,7 +226,7 @@ TEST_CASE("allgather with a different first dimension on every rank (including 0
       for (int64_t i = 0; i < (p % 3) * width; ++i) want.push_back(p * 100 + static_cast<int32_t>(i));
     }
     REQUIRE(w->result_rows * width == static_cast<int64_t>(want.size()));
-    REQUIRE(std::memcmp(w->result.data(), want.data(), want.size() * 4) == 0);
+    REQUIRE((want.empty() || std::memcmp(w->result.data(), want.data(), want.size() * 4) == 0));
   });
 }
 
@@ -257,7 +257,7 @@ TEST_CASE("alltoall with explicit and even splits", "[inprocess]") {
       for (int64_t k = 0; k < ((r + p) % 3) * 2; ++k) want.push_back(1000.0f * p + r);
     }
     REQUIRE(w->result.size() == want.size() * 4);
-    REQUIRE(std::memcmp(w->result.data(), want.data(), want.size() * 4) == 0);
+    REQUIRE((want.empty() || std::memcmp(w->result.data(), want.data(), want.size() * 4) == 0));
 
     // Even: n rows, one to each rank.
     std::vector<int64_t> even(n);
