@@ -547,7 +547,8 @@ void ProxyHost::onData(Stream stream, std::string_view bytes) {
     while ((nl = stderr_tail_.find('\n')) != std::string::npos) {
       const std::string line = stderr_tail_.substr(0, nl);
       stderr_tail_.erase(0, nl + 1);
-      if (!line.empty()) std::cerr << "hvdrun: ssh " << target_.describe() << ": " << line << "\n";
+      // One write per line: the job's output forwarder writes whole lines to the same stderr.
+      if (!line.empty()) std::cerr << ("hvdrun: ssh " + target_.describe() + ": " + line + "\n");
       last_stderr_line_ = line.empty() ? last_stderr_line_ : line;
     }
     if (stderr_tail_.size() > 4096) stderr_tail_.erase(0, stderr_tail_.size() - 4096);
@@ -647,8 +648,8 @@ void ProxyHost::becomeReady() {
 
 void ProxyHost::fallBack(const std::string& why) {
   state_ = State::kFallback;
-  std::cerr << "hvdrun: ssh " << target_.describe() << ": " << why
-            << "; starting its workers with one ssh channel each\n";
+  std::cerr << ("hvdrun: ssh " + target_.describe() + ": " + why +
+                "; starting its workers with one ssh channel each\n");
   check_done_ = true;
   auto workers = std::exchange(workers_, {});
   for (auto& [rank, w] : workers) w->useFallback();
