@@ -296,8 +296,6 @@ class ProxyHost : public ChannelHandler, public std::enable_shared_from_this<Pro
   }
 
   State state() const { return state_; }
-  const std::string& error() const { return error_; }
-  const Target& target() const { return target_; }
   size_t queued() const { return channel_ ? channel_->queued() : 0; }
 
   // Asks the proxy to connect to address:port; checkDone() turns true with checkError() set on failure
@@ -1021,7 +1019,11 @@ std::string proxyPath(const ProxyOptions& proxy) {
   if (!proxy.path.empty()) return proxy.path;
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return (ec ? std::filesystem::path("/usr/local/bin") : self.parent_path()) / "hvd-proxy";
+  if (ec) {
+    throw LaunchError("cannot read /proc/self/exe to find hvd-proxy next to this program: " + ec.message() +
+                      " (set HVD_SSH_PROXY_PATH)");
+  }
+  return self.parent_path() / "hvd-proxy";
 }
 
 std::unique_ptr<Launcher> makeLauncher(asio::io_context& io, const SshOptions& options) {
