@@ -102,8 +102,8 @@ void requireLab() {
     hvd::test::skipTest("network namespaces unavailable here (" + why + "); multi-host ssh tests not run");
 }
 
-// Runs 6 ranks over the lab's 3 hosts, 2 each, and checks what every rank saw.
-void checkSixRanks(const NetnsLab& lab, const SshHome& home) {
+// Runs 6 ranks over the lab's 3 hosts, 2 each, checks what every rank saw; returns hvdrun's output.
+std::string checkSixRanks(const NetnsLab& lab, const SshHome& home) {
   const std::string log = home.home() + "/hvdrun.out";
   Hvdrun run(lab, home,
              {"-np", "6", "-H", hostList(lab, 2), "--ssh-known-hosts", "strict", "sh", "-c",
@@ -116,10 +116,11 @@ void checkSixRanks(const NetnsLab& lab, const SshHome& home) {
   std::map<int, std::string> lines;
   std::istringstream in(run.output());
   std::string line;
-  const std::regex re(R"(R=(\d+) (L=\d+ C=\d+ S=6 H=\S+ I=\S+ A=\S+))");
+  // Every line comes through hvdrun's forwarder, tagged with the rank that printed it.
+  const std::regex re(R"(^\[(\d+)\]<stdout>:R=(\d+) (L=\d+ C=\d+ S=6 H=\S+ I=\S+ A=\S+)$)");
   while (std::getline(in, line)) {
     std::smatch m;
-    if (std::regex_search(line, m, re)) lines[std::stoi(m[1])] = m[2];
+    if (std::regex_search(line, m, re) && m[1] == m[2]) lines[std::stoi(m[2])] = m[3];
   }
   REQUIRE(lines.size() == 6);
   for (int r = 0; r < 6; ++r) {
@@ -130,6 +131,7 @@ void checkSixRanks(const NetnsLab& lab, const SshHome& home) {
     CHECK(lines[r] == "L=" + std::to_string(r % 2) + " C=" + std::to_string(host) + " S=6 H=" + addr +
                           " I=eth0 A=" + addr + "/24");
   }
+  return run.output();
 }
 
 // Sets an environment variable for the hvdruns this test starts (they inherit it), restored on exit.
@@ -179,6 +181,20 @@ TEST_CASE("without hvd-proxy (HVD_SSH_PROXY=never): one channel per rank, same r
   NetnsLab lab(3, home);
   ScopedEnv never("HVD_SSH_PROXY", "never");
   checkSixRanks(lab, home);
+}
+
+TEST_CASE("hvd-proxy missing on the hosts: each host falls back to per-rank channels, with a note") {
+  requireLab();
+  SshHome home;
+  NetnsLab lab(3, home);
+  ScopedEnv missing("HVD_SSH_PROXY_PATH", "/nonexistent/hvd-proxy");
+  const std::string out = checkSixRanks(lab, home);
+  for (int i = 0; i < lab.hosts(); ++i) {
+    INFO("host " << lab.hostAddress(i));
+    CHECK(out.find("hvdrun: ssh root@" + lab.hostAddress(i) +
+                   ":22: no hvd-proxy at /nonexistent/hvd-proxy there (exit code 127); starting its workers "
+                   "with one ssh channel each\n") != std::string::npos);
+  }
 }
 
 TEST_CASE("hvdrun SIGKILLed: no worker survives on any host after 5 s") {
