@@ -140,7 +140,10 @@ po::options_description makeDescription() {
       ("ssh-identity-file,i", value()->value_name("FILE"), "ssh private key")
       ("ssh-known-hosts", value()->value_name("POLICY"), "host key policy: strict, accept-new (default), off")
       ("ssh-connect-timeout", value()->value_name("SECONDS"), "ssh connection timeout (default 10)")
-      ("ssh-force", "start even local hosts through ssh");
+      ("ssh-force", "start even local hosts through ssh")
+      ("ssh-proxy", value()->value_name("MODE"),
+       "auto (default): one hvd-proxy per remote host starts its ranks over one channel, falling back per "
+       "host when hvd-proxy is not there; never: one ssh channel per rank");
 
   po::options_description tuning("Tuning and diagnostics (become worker environment variables)");
   tuning.add_options()
@@ -612,6 +615,12 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     o.ssh.connect_timeout = toSeconds(desc, "ssh-connect-timeout", last["ssh-connect-timeout"], false);
   }
   o.ssh.force_ssh = given("ssh-force");
+  if (given("ssh-proxy")) {
+    const std::string& mode = last["ssh-proxy"];
+    usageCheck(mode == "auto" || mode == "never", "argument --ssh-proxy: invalid choice: '", mode,
+               "' (choose from 'auto', 'never')");
+    o.ssh.proxy = mode == "auto";
+  }
 
   // Timeouts: flag > HOROVOD_START_TIMEOUT > default.
   if (given("start-timeout")) {

@@ -30,6 +30,9 @@ struct SshOptions {
   std::optional<std::string> config_file;                       // unset: ~/.ssh/config
   // Start even hosts that are this machine through ssh (tests run a real sshd on loopback).
   bool force_ssh = false;                                              // --ssh-force
+  // --ssh-proxy=auto|never: one hvd-proxy per host (launcher/ssh/proxy.h) or one channel per rank.
+  // Unset: HVD_SSH_PROXY, then auto.
+  std::optional<bool> proxy;
   std::chrono::milliseconds connect_timeout = kDefaultConnectTimeout;  // --ssh-connect-timeout SECONDS
 };
 

@@ -1027,7 +1027,9 @@ std::string proxyPath(const ProxyOptions& proxy) {
 }
 
 std::unique_ptr<Launcher> makeLauncher(asio::io_context& io, const SshOptions& options) {
-  return makeLauncher(io, options, ProxyOptions::fromEnvironment());
+  ProxyOptions proxy = ProxyOptions::fromEnvironment();
+  if (options.proxy) proxy.enabled = *options.proxy;  // --ssh-proxy > HVD_SSH_PROXY > auto
+  return makeLauncher(io, options, proxy);
 }
 
 std::unique_ptr<Launcher> makeLauncher(asio::io_context& io, const SshOptions& options,

@@ -64,7 +64,8 @@ struct ProxyOptions {
 // The remote program to start: `proxy.path`, or hvd-proxy next to /proc/self/exe.
 std::string proxyPath(const ProxyOptions& proxy);
 
-// With ProxyOptions::fromEnvironment() (throws UsageError for a bad HVD_SSH_PROXY*).
+// With ProxyOptions::fromEnvironment(), overridden by SshOptions::proxy (--ssh-proxy); throws UsageError for
+// a bad HVD_SSH_PROXY*.
 std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options);
 std::unique_ptr<Launcher> makeLauncher(boost::asio::io_context& io, const SshOptions& options,
                                        const ProxyOptions& proxy);

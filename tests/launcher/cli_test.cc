@@ -80,6 +80,9 @@ TEST_CASE("host, ssh and output flags", "[cli]") {
   CHECK(ssh.ssh.known_hosts == KnownHostsPolicy::kStrict);
   CHECK(ssh.ssh.force_ssh);
   CHECK(ssh.ssh.connect_timeout == std::chrono::seconds(3));
+  CHECK_FALSE(ssh.ssh.proxy.has_value());  // unset: HVD_SSH_PROXY, then auto (launcher/ssh)
+  CHECK(*parse({"-np", "2", "--ssh-proxy", "auto", "t"}).ssh.proxy);
+  CHECK_FALSE(*parse({"-np", "2", "--ssh-proxy=never", "t"}).ssh.proxy);
 }
 
 TEST_CASE("start timeout: flag > HOROVOD_START_TIMEOUT > default", "[cli]") {
@@ -285,6 +288,8 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
        {"HOROVOD_START_TIMEOUT=soon"}},
       {{"-np", "1", "--ssh-known-hosts", "maybe", "true"},
        "argument --ssh-known-hosts: invalid choice: 'maybe'"},
+      {{"-np", "1", "--ssh-proxy", "sometimes", "true"},
+       "argument --ssh-proxy: invalid choice: 'sometimes' (choose from 'auto', 'never')"},
       {{"-np", "1", "--output-filename=", "true"}, "argument --output-filename: empty directory name"},
       {{"-np", "1", "--network-interface", "nonexistent0", "true"}, "no interface \"nonexistent0\""},
       {{"-np", "1", "--config-file", bad_yaml, "true"}, "config file " + bad_yaml + ":"},

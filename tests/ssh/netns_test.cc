@@ -103,13 +103,14 @@ void requireLab() {
 }
 
 // Runs 6 ranks over the lab's 3 hosts, 2 each, checks what every rank saw; returns hvdrun's output.
-std::string checkSixRanks(const NetnsLab& lab, const SshHome& home) {
+std::string checkSixRanks(const NetnsLab& lab, const SshHome& home, std::vector<std::string> flags = {}) {
   const std::string log = home.home() + "/hvdrun.out";
-  Hvdrun run(lab, home,
-             {"-np", "6", "-H", hostList(lab, 2), "--ssh-known-hosts", "strict", "sh", "-c",
-              "echo R=$HOROVOD_RANK L=$HOROVOD_LOCAL_RANK C=$HOROVOD_CROSS_RANK S=$HOROVOD_SIZE "
-              "H=$HOROVOD_HOSTNAME I=$HOROVOD_GLOO_IFACE A=$(ip -4 -o addr show eth0 | awk '{print $4}')"},
-             log);
+  std::vector<std::string> args = {"-np", "6", "-H", hostList(lab, 2), "--ssh-known-hosts", "strict"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), {"sh", "-c",
+                           "echo R=$HOROVOD_RANK L=$HOROVOD_LOCAL_RANK C=$HOROVOD_CROSS_RANK S=$HOROVOD_SIZE "
+                           "H=$HOROVOD_HOSTNAME I=$HOROVOD_GLOO_IFACE A=$(ip -4 -o addr show eth0 | awk '{print $4}')"});
+  Hvdrun run(lab, home, args, log);
   const int rc = run.wait(60s);
   INFO(run.output());
   REQUIRE(rc == 0);
@@ -179,8 +180,16 @@ TEST_CASE("without hvd-proxy (HVD_SSH_PROXY=never): one channel per rank, same r
   requireLab();
   SshHome home;
   NetnsLab lab(3, home);
-  ScopedEnv never("HVD_SSH_PROXY", "never");
-  checkSixRanks(lab, home);
+  {
+    ScopedEnv never("HVD_SSH_PROXY", "never");
+    checkSixRanks(lab, home);
+  }
+  // --ssh-proxy never beats HVD_SSH_PROXY=auto: with the proxy path pointing nowhere, auto would print
+  // the fallback note for every host; never does not even look for hvd-proxy.
+  ScopedEnv env_auto("HVD_SSH_PROXY", "auto");
+  ScopedEnv missing("HVD_SSH_PROXY_PATH", "/nonexistent/hvd-proxy");
+  const std::string out = checkSixRanks(lab, home, {"--ssh-proxy", "never"});
+  CHECK(out.find("no hvd-proxy at") == std::string::npos);
 }
 
 TEST_CASE("hvd-proxy missing on the hosts: each host falls back to per-rank channels, with a note") {
