@@ -8,7 +8,7 @@ work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in bin/hvdrun bin/hvd-rendezvous lib/libhvd.so include/hvd/hvd.h include/hvd/hvd.hpp include/hvd/config.h \
+for f in bin/hvdrun bin/hvd-rendezvous bin/hvd-proxy lib/libhvd.so include/hvd/hvd.h include/hvd/hvd.hpp include/hvd/config.h \
          lib/cmake/hvd/hvdConfig.cmake lib/pkgconfig/hvd.pc; do
   [[ -e "$prefix/$f" ]] || { echo "install_test: $prefix/$f was not installed" >&2; exit 1; }
 done
