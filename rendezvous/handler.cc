@@ -161,15 +161,27 @@ std::vector<KvState::Waiter> KvState::takeWaiters(const std::string& full_key) {
 
 void KvState::put(const std::string& scope, const std::string& key, std::string value) {
   std::vector<Waiter> wake;
+  AllJoinedObserver all_joined;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     scopes_[scope].data[key] = std::move(value);
-    if (sizes_.count(scope)) {
-      if (auto rank = rankOfKey(key)) ever_joined_[scope].insert(*rank);
+    if (auto size = sizes_.find(scope); size != sizes_.end()) {
+      if (auto rank = rankOfKey(key)) {
+        auto& joined = ever_joined_[scope];
+        if (joined.insert(*rank).second && static_cast<int>(joined.size()) == size->second) {
+          all_joined = all_joined_;
+        }
+      }
     }
     if (!waiters_.empty()) wake = takeWaiters(fullKey(scope, key));
   }
   for (auto& waiter : wake) waiter();
+  if (all_joined) all_joined(scope);
+}
+
+void KvState::onAllJoined(AllJoinedObserver observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  all_joined_ = std::move(observer);
 }
 
 std::optional<std::string> KvState::get(const std::string& scope, const std::string& key) const {

@@ -82,6 +82,11 @@ class KvState {
   std::map<std::string, ScopeStatus> scopes() const;
   nlohmann::json status() const;
 
+  // Called once per sized scope, from the thread that stored the key and with no lock held, when the
+  // last of its ranks joins for the first time since setScopeSizes() (hvdrun's "all ranks joined").
+  using AllJoinedObserver = std::function<void(const std::string& scope)>;
+  void onAllJoined(AllJoinedObserver observer);
+
   // Connection and request counters, shown in status().
   void connectionOpened() { ++connections_; }
   void connectionClosed() { --connections_; }
@@ -101,6 +106,7 @@ class KvState {
   std::map<std::string, int> sizes_;
   // Ranks that have joined each sized scope since setScopeSizes(); survives the scope's completion.
   std::map<std::string, std::set<int>> ever_joined_;
+  AllJoinedObserver all_joined_;
   uint64_t next_waiter_ = 1;
   std::multimap<std::string, std::pair<uint64_t, Waiter>> waiters_;  // "scope/key" -> waiters
   std::map<uint64_t, std::string> waiter_keys_;                       // id -> "scope/key"

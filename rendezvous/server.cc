@@ -352,6 +352,9 @@ const std::string& Server::address() const { return impl_->address; }
 void Server::setScopeSizes(const std::map<std::string, int>& sizes) { impl_->state.setScopeSizes(sizes); }
 std::map<std::string, ScopeStatus> Server::scopes() const { return impl_->state.scopes(); }
 nlohmann::json Server::status() const { return impl_->state.status(); }
+void Server::onAllJoined(std::function<void(const std::string& scope)> observer) {
+  impl_->state.onAllJoined(std::move(observer));
+}
 void Server::stop() { impl_->stop(); }
 
 }  // namespace hvd::rendezvous

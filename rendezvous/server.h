@@ -71,6 +71,9 @@ class Server {
   std::map<std::string, ScopeStatus> scopes() const;
   nlohmann::json status() const;
 
+  // See KvState::onAllJoined: runs on a thread of the server's io_context.
+  void onAllJoined(std::function<void(const std::string& scope)> observer);
+
   // Stops accepting, closes every connection. Idempotent. Safe to call from any thread.
   void stop();
 

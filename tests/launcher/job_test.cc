@@ -311,6 +311,17 @@ TEST_CASE("--start-timeout names the ranks that did not join the rendezvous", "[
   CHECK(ok.err.empty());
 }
 
+TEST_CASE("--verbose reports when every rank has joined the rendezvous, once", "[job][rendezvous]") {
+  const auto all = hvdrun({"--verbose", "-np", "3", joinWorker()});
+  CHECK(all.exit_code == 0);
+  const std::regex line(R"(hvdrun: all 3 ranks joined the rendezvous \d+ ms after hvdrun started\n)");
+  CHECK(std::distance(std::sregex_iterator(all.out.begin(), all.out.end(), line), std::sregex_iterator()) == 1);
+  // Rank 1 never joins: no such line.
+  const auto partial = hvdrun({"--verbose", "-np", "3", joinWorker()}, {"HVD_TEST_NO_JOIN=1"});
+  CHECK(partial.exit_code == 0);
+  CHECK_THAT(partial.out, !Catch::Contains("ranks joined the rendezvous"));
+}
+
 TEST_CASE("a remote host that cannot be reached fails the job before anything starts", "[job]") {
   const std::string dir = makeTempDir();
   const auto r = hvdrun(

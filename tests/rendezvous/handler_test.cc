@@ -178,6 +178,26 @@ TEST_CASE("handler: ever_joined_ranks outlives a completed scope; setScopeSizes 
   CHECK(state.scopes().at("global").ever_joined_ranks.empty());
 }
 
+TEST_CASE("handler: onAllJoined fires once per sized scope, when its last rank first joins", "[handler]") {
+  KvState state({});
+  std::vector<std::string> fired;
+  state.onAllJoined([&](const std::string& scope) { fired.push_back(scope); });
+  state.setScopeSizes({{"global", 3}, {"local_a", 1}});
+  CHECK(status(state, http::verb::put, "/global/0", "addr") == 200);
+  CHECK(status(state, http::verb::put, "/global/0", "again") == 200);  // the same rank twice: still 1 of 3
+  CHECK(status(state, http::verb::put, "/global/rank_2", "host") == 200);
+  CHECK(fired.empty());
+  CHECK(status(state, http::verb::put, "/adhoc/1", "x") == 200);  // no size: never reported
+  CHECK(status(state, http::verb::put, "/global/1", "addr") == 200);
+  CHECK(fired == std::vector<std::string>{"global"});
+  CHECK(status(state, http::verb::put, "/global/2", "addr") == 200);  // already complete: not again
+  CHECK(status(state, http::verb::put, "/local_a/0", "addr") == 200);
+  CHECK(fired == std::vector<std::string>{"global", "local_a"});
+  state.setScopeSizes({{"global", 1}});  // a new job: reported afresh
+  CHECK(status(state, http::verb::put, "/global/0", "addr") == 200);
+  CHECK(fired == std::vector<std::string>{"global", "local_a", "global"});
+}
+
 TEST_CASE("handler: setScopeSizes clears all data", "[handler]") {
   KvState state({});
   CHECK(status(state, http::verb::put, "/global/0", "x") == 200);
