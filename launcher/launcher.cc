@@ -1,10 +1,12 @@
-// Shared parts of the Launcher interface: state names, exit status text, and local-host detection.
+// Shared parts of the Launcher interface: state names, exit status text, local-host detection, and the
+// signal reset of a child before exec.
 #include "launcher/launcher.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +17,15 @@
 #include "rendezvous/error.h"
 
 namespace hvd::launcher {
+
+void resetSignalsForExec() noexcept {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
 
 const char* toString(WorkerState state) {
   switch (state) {

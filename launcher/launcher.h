@@ -72,6 +72,11 @@ enum class WorkerState {
 
 const char* toString(WorkerState state);
 
+// For a child between fork() and exec (async-signal-safe): every signal back to its default disposition,
+// then an empty signal mask, so the program starts as from a shell, without the parent's handlers,
+// ignored signals or blocked set. Call it only once nothing of the parent's may run any more.
+void resetSignalsForExec() noexcept;
+
 // How a worker ended.
 struct ExitStatus {
   enum class Kind {

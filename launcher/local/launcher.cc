@@ -113,13 +113,8 @@ void writeError(const std::string& prefix, const char* what) {
   // hvdrun's descriptors (sockets of the rendezvous server, other workers' pipes) stay with hvdrun.
   ::close_range(3, ~0U, 0);
   // exec keeps ignored signals ignored and the signal mask: give the worker a clean slate. Signals are
-  // blocked since before fork(); unblock them only once no handler of hvdrun's is left.
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-  }
-  sigset_t none;
-  ::sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // blocked since before fork(); unblocked only once no handler of hvdrun's is left.
+  resetSignalsForExec();
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
     writeError(image.exec_error_prefix,
                (std::string("cannot change to directory ") + spec.cwd + ": " + std::strerror(errno)).c_str());

@@ -108,6 +108,14 @@ std::string lastLine(std::string text) {
   return nl == std::string::npos ? text : text.substr(nl + 1);
 }
 
+// The state a remote worker (per-rank channel or hvd-proxy rank) ends in.
+WorkerState endState(const ExitStatus& status, bool stop_requested) {
+  if (status.success()) return WorkerState::kSucceeded;
+  if (stop_requested) return WorkerState::kStopped;
+  if (status.kind == ExitStatus::Kind::kLost) return WorkerState::kUnknown;
+  return WorkerState::kFailed;
+}
+
 class SshWorker;
 class ProxyHost;
 
@@ -228,14 +236,7 @@ class SshWorker : public Worker, public ChannelHandler {
     } else {
       status.code = end.exit_code.value_or(255);
     }
-    if (status.success())
-      state_ = WorkerState::kSucceeded;
-    else if (stop_requested_)
-      state_ = WorkerState::kStopped;
-    else if (status.kind == ExitStatus::Kind::kLost)
-      state_ = WorkerState::kUnknown;
-    else
-      state_ = WorkerState::kFailed;
+    state_ = endState(status, stop_requested_);
     events_.onStreamClosed(rank_, Stream::kStdout);
     events_.onStreamClosed(rank_, Stream::kStderr);
     events_.onExit(rank_, status);
@@ -402,14 +403,7 @@ class ProxyWorker : public Worker {
     if (ended_) return;
     ended_ = true;
     stopStdin();
-    if (status.success())
-      state_ = WorkerState::kSucceeded;
-    else if (stop_requested_)
-      state_ = WorkerState::kStopped;
-    else if (status.kind == ExitStatus::Kind::kLost)
-      state_ = WorkerState::kUnknown;
-    else
-      state_ = WorkerState::kFailed;
+    state_ = endState(status, stop_requested_);
     events_.onStreamClosed(spec_.rank, Stream::kStdout);
     events_.onStreamClosed(spec_.rank, Stream::kStderr);
     events_.onExit(spec_.rank, status);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/launcher.h"
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
 #include "rendezvous/error.h"
@@ -391,12 +392,7 @@ class Proxy {
       if (stdin_fd < 0 || ::dup2(stdin_fd, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0)
         ::_exit(127);
       ::close_range(3, ~0U, 0);
-      for (int sig = 1; sig < NSIG; ++sig) {
-        if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-      }
-      sigset_t none;
-      ::sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      resetSignalsForExec();
       if (::chdir(req.cwd.c_str()) != 0) {
         const std::string line = "hvdrun: remote directory " + req.cwd + " missing on " + req.host + "\n";
         [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
