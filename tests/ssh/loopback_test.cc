@@ -363,6 +363,46 @@ TEST_CASE("more workers on one host than one connection carries") {
   }
 }
 
+TEST_CASE("ssh-agent: a key only the agent holds authenticates") {
+  Loopback lb;
+  // A key at no default path, known to sshd, held by a real ssh-agent; the default key moved away, so
+  // only the agent can succeed.
+  const std::string agent_key = lb.home.makeOtherKey("agent_only_key");
+  std::ofstream(lb.home.authorizedKeys(), std::ios::app) << hvd::test::sh("cat " + agent_key + ".pub");
+  std::filesystem::rename(lb.home.userKey(), lb.home.userKey() + ".moved");
+  auto o = lb.options();
+  o.identity_file.reset();
+  const std::string without = preflightError(lb, o, {hostNamed("127.0.0.1")});
+  CHECK_THAT(without, Catch::Contains("authentication failed for user root (tried: ssh-agent (not running)"));
+
+  const std::string sock = lb.home.home() + "/agent.sock";
+  const std::string started = hvd::test::sh("ssh-agent -a " + sock);
+  const auto at = started.find("SSH_AGENT_PID=");
+  REQUIRE(at != std::string::npos);
+  const pid_t agent = static_cast<pid_t>(std::stol(started.substr(at + 14)));
+  struct StopAgent {
+    pid_t pid;
+    ~StopAgent() {
+      ::kill(pid, SIGTERM);
+      ::unsetenv("SSH_AUTH_SOCK");
+    }
+  } stop{agent};
+  hvd::test::sh("SSH_AUTH_SOCK=" + sock + " ssh-add -q " + agent_key);
+  ::setenv("SSH_AUTH_SOCK", sock.c_str(), 1);
+  CHECK(preflightError(lb, o, {hostNamed("127.0.0.1")}).empty());
+
+  // And a worker really runs through the agent-authenticated connection.
+  boost::asio::io_context io;
+  auto launcher = ssh::makeLauncher(io, o, lb.proxy);
+  launcher->preflight({hostNamed("127.0.0.1")});
+  Recorder rec;
+  auto worker = launcher->start(lb.spec(0, {"echo", "via agent"}), rec);
+  REQUIRE(runUntil(
+      io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  CHECK(rec.exits[0].success());
+  CHECK(rec.out[0] == "via agent\n");
+}
+
 TEST_CASE("connection failures: one line each, naming the host and the cause") {
   Loopback lb;
   const std::string tried_prefix = "ssh root@127.0.0.1:" + std::to_string(lb.sshd.port()) + ": ";
