@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
+#include <glob.h>
 #include <sstream>
 
 #include "rendezvous/error.h"
@@ -114,9 +116,17 @@ std::string expandTokens(const std::string& value, const std::string& where_keyw
 
 bool matchPattern(std::string_view pattern, std::string_view host) { return matchHere(pattern, host); }
 
-SshConfig SshConfig::parse(std::string_view text, const std::string& origin) {
+SshConfig SshConfig::parse(std::string_view text, const std::string& origin, const std::string& ssh_dir) {
   SshConfig cfg;
-  cfg.blocks_.push_back(Block{});  // lines before the first Host
+  cfg.parseInto(text, origin, ssh_dir, Block{}, 0);
+  return cfg;
+}
+
+// Appends the blocks of `text`. `outer` is the block an Include appeared in (its conditions and Match-ness
+// carry over to everything included); at the top level it is the empty, unconditional block.
+void SshConfig::parseInto(std::string_view text, const std::string& origin, const std::string& ssh_dir,
+                          const Block& outer, int depth) {
+  blocks_.push_back(Block{outer.conditions, outer.is_match, {}});  // lines before the first Host
   size_t line_no = 0;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -140,9 +150,39 @@ SshConfig SshConfig::parse(std::string_view text, const std::string& origin) {
     const std::vector<std::string> args = words(line.substr(k), where);
     if (args.empty()) throw UsageError(where + ": keyword '" + keyword + "' needs a value");
     if (keyword == "host") {
-      cfg.blocks_.push_back(Block{args, false, {}});
+      Block block{outer.conditions, outer.is_match, {}};
+      block.conditions.push_back(args);
+      blocks_.push_back(std::move(block));
     } else if (keyword == "match") {
-      cfg.blocks_.push_back(Block{{}, true, {}});
+      blocks_.push_back(Block{outer.conditions, true, {}});
+    } else if (keyword == "include") {
+      if (depth + 1 > kMaxIncludeDepth) {
+        throw UsageError(where + ": Include nested more than " + std::to_string(kMaxIncludeDepth) +
+                         " deep at '" + args[0] + "'");
+      }
+      const Block enclosing = blocks_.back();  // the Host (or Match) block the Include sits in
+      for (const auto& arg : args) {
+        std::string pattern = arg;
+        if (pattern.rfind("~/", 0) == 0) {
+          const char* home = std::getenv("HOME");
+          pattern = std::string(home ? home : "") + pattern.substr(1);
+        } else if (pattern[0] != '/') {
+          pattern = ssh_dir + "/" + pattern;
+        }
+        glob_t found{};
+        if (::glob(pattern.c_str(), 0, nullptr, &found) == 0) {
+          for (size_t f = 0; f < found.gl_pathc; ++f) {
+            std::ifstream in(found.gl_pathv[f]);
+            if (!in) continue;
+            std::stringstream buf;
+            buf << in.rdbuf();
+            parseInto(buf.str(), found.gl_pathv[f], ssh_dir, enclosing, depth + 1);
+          }
+        }
+        ::globfree(&found);
+      }
+      // Lines after the Include still belong to the block it sat in.
+      blocks_.push_back(Block{enclosing.conditions, enclosing.is_match, {}});
     } else if (keyword == "hostname" || keyword == "user" || keyword == "port" || keyword == "identityfile") {
       if (keyword == "port") {
         unsigned value = 0;
@@ -152,20 +192,19 @@ SshConfig SshConfig::parse(std::string_view text, const std::string& origin) {
           throw UsageError(where + ": bad Port '" + a + "' (expected 1-65535)");
         }
       }
-      cfg.blocks_.back().entries.push_back(Entry{keyword, args[0]});
+      blocks_.back().entries.push_back(Entry{keyword, args[0]});
     }
     // Every other keyword is ignored: hvdrun implements only the ones above.
     if (end == text.size()) break;
   }
-  return cfg;
 }
 
-SshConfig SshConfig::load(const std::string& path) {
+SshConfig SshConfig::load(const std::string& path, const std::string& ssh_dir) {
   std::ifstream in(path);
   if (!in) return SshConfig{};
   std::stringstream buf;
   buf << in.rdbuf();
-  return parse(buf.str(), path);
+  return parse(buf.str(), path, ssh_dir);
 }
 
 HostConfig SshConfig::lookup(const std::string& alias, const std::string& local_user,
@@ -173,10 +212,12 @@ HostConfig SshConfig::lookup(const std::string& alias, const std::string& local_
   std::optional<std::string> hostname;
   HostConfig out;
   std::vector<std::string> raw_identities;
-  for (size_t b = 0; b < blocks_.size(); ++b) {
-    const Block& block = blocks_[b];
+  for (const Block& block : blocks_) {
     if (block.is_match) continue;
-    if (b > 0 && !blockMatches(block.patterns, alias)) continue;
+    if (!std::all_of(block.conditions.begin(), block.conditions.end(),
+                     [&](const auto& patterns) { return blockMatches(patterns, alias); })) {
+      continue;
+    }
     for (const Entry& e : block.entries) {
       if (e.keyword == "hostname" && !hostname)
         hostname = e.value;

@@ -5,8 +5,11 @@
 // case-insensitive, `Keyword value` and `Keyword=value` both work, values may be double-quoted. As in
 // OpenSSH the FIRST value found for a keyword wins (so specific Host blocks go before `Host *`), except
 // IdentityFile, whose values accumulate in order. Lines before the first Host apply to every host.
-// Not supported (ignored, documented in docs/ssh.md): Match blocks (their lines are skipped), Include,
-// and every other keyword.
+// Include (as OpenSSH): each argument is a glob(3) pattern, relative ones relative to ~/.ssh; the matching
+// files are read in place, in lexical order, at most kMaxIncludeDepth deep; no match is not an error. An
+// Include inside a Host block is conditional: what it brings applies only where that block matches.
+// Not supported (ignored, documented in docs/ssh.md): Match blocks (their lines, and what they include,
+// are skipped), and every other keyword.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +34,14 @@ bool matchPattern(std::string_view pattern, std::string_view host);
 
 class SshConfig {
  public:
-  // Parses config text. `origin` names it in errors ("/root/.ssh/config"). Throws UsageError
-  // "<origin>:<line>: <what> '<token>'" for a keyword without a value or a bad Port.
-  static SshConfig parse(std::string_view text, const std::string& origin);
+  static constexpr int kMaxIncludeDepth = 16;  // OpenSSH's READCONF_MAX_DEPTH
+
+  // Parses config text. `origin` names it in errors ("/root/.ssh/config"); relative Include paths are
+  // taken from `ssh_dir` (~/.ssh). Throws UsageError "<origin>:<line>: <what> '<token>'" for a keyword
+  // without a value, a bad Port, or Includes nested deeper than kMaxIncludeDepth.
+  static SshConfig parse(std::string_view text, const std::string& origin, const std::string& ssh_dir = "");
   // Reads and parses `path`; a file that does not exist is an empty config.
-  static SshConfig load(const std::string& path);
+  static SshConfig load(const std::string& path, const std::string& ssh_dir = "");
 
   // Resolves an alias. `local_user` and `home` expand %u and %d / ~ in IdentityFile.
   HostConfig lookup(const std::string& alias, const std::string& local_user, const std::string& home) const;
@@ -46,10 +52,14 @@ class SshConfig {
     std::string value;
   };
   struct Block {
-    std::vector<std::string> patterns;  // empty: applies to all (lines before the first Host)
-    bool is_match = false;              // a Match block: never applies
+    // Every list must match the alias: the block's own Host patterns, after those of the Host blocks
+    // that Included it. None: applies to all (lines before the first Host).
+    std::vector<std::vector<std::string>> conditions;
+    bool is_match = false;  // a Match block, or included from one: never applies
     std::vector<Entry> entries;
   };
+  void parseInto(std::string_view text, const std::string& origin, const std::string& ssh_dir,
+                 const Block& outer, int depth);
   std::vector<Block> blocks_;
 };
 

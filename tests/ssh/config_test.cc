@@ -1,6 +1,10 @@
 // Table tests for the ~/.ssh/config reader and the remote shell quoting (no network).
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include "launcher/ssh/config.h"
 #include "launcher/ssh/remote.h"
 #include "rendezvous/error.h"
@@ -102,6 +106,47 @@ TEST_CASE("ssh config: bad lines name file, line and token") {
     CHECK_THROWS_WITH(SshConfig::parse(r.text, "cfg"), Catch::Contains(r.message));
     CHECK_THROWS_AS(SshConfig::parse(r.text, "cfg"), hvd::UsageError);
   }
+}
+
+TEST_CASE("ssh config: Include reads globbed files in place, relative to ~/.ssh, conditionally inside Host") {
+  char dir_template[] = "/tmp/hvd-sshcfg-XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  std::filesystem::create_directories(dir + "/config.d");
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir + "/" + name) << text; };
+  // Read in lexical order: 10-gpu before 20-all; the first value found wins.
+  write("config.d/20-all.conf", "Host *\n  User fallback\n  Port 2200\n");
+  write("config.d/10-gpu.conf", "Host gpu*\n  HostName %h.cluster\n  User gpuuser\n");
+  // Included from inside `Host db`: applies to db only, even though the file itself says Host *.
+  write("db.conf", "Host *\n  Port 5432\n  IdentityFile ~/.ssh/db_key\n");
+  write("loop.conf", "Include loop.conf\n");
+  // First value wins, in file order: db's block comes before the general includes.
+  const std::string main = "User early-wins-for-all\n"
+                           "Host db\n"
+                           "  Include " + dir + "/db.conf\n"
+                           "  HostName db.internal\n"
+                           "Host *\n"
+                           "  Include config.d/*.conf nothing-matches-*.conf\n";
+  const auto cfg = SshConfig::parse(main, dir + "/config", dir);
+  const auto gpu = cfg.lookup("gpu3", "me", "/home/me");
+  CHECK(gpu.hostname == "gpu3.cluster");
+  CHECK(*gpu.user == "early-wins-for-all");  // before any Include: it came first
+  CHECK(*gpu.port == 2200);
+  const auto db = cfg.lookup("db", "me", "/home/me");
+  CHECK(db.hostname == "db.internal");  // the line after the Include is still in Host db
+  CHECK(*db.port == 5432);
+  CHECK(db.identity_files == std::vector<std::string>{"/home/me/.ssh/db_key"});
+  const auto web = cfg.lookup("web", "me", "/home/me");
+  CHECK(web.hostname == "web");
+  CHECK(*web.port == 2200);  // db.conf's Host * did not leak out of Host db
+  CHECK(web.identity_files.empty());
+  // Inside a Match block (unsupported, never applies) an Include brings nothing either.
+  const auto in_match = SshConfig::parse("Match user x\n  Include " + dir + "/db.conf\n", "cfg", dir);
+  CHECK_FALSE(in_match.lookup("db", "me", "/home/me").port.has_value());
+  // A file including itself stops at the depth limit with file:line.
+  CHECK_THROWS_WITH(SshConfig::parse("Include loop.conf\n", "cfg", dir),
+                    Catch::Contains(dir + "/loop.conf:1: Include nested more than 16 deep at 'loop.conf'"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("shell quoting round-trips through /bin/sh") {
