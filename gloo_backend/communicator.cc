@@ -59,29 +59,30 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
     transport->setTimeout(options.timeout);
     // Our pairs' addresses in peer order (every rank but ours), all of one size.
     rendezvous::Bytes mine;
-    std::vector<std::string> peers;
+    std::vector<std::string> keys;  // the peers' ranks, every rank but ours
     for (int i = 0; i < options.size; ++i) {
       if (i == options.rank) continue;
       const auto bytes = transport->createPair(i)->address().bytes();
       mine.insert(mine.end(), bytes.begin(), bytes.end());
-      peers.push_back(std::to_string(i));
+      keys.push_back(std::to_string(i));
     }
     scoped->set(std::to_string(options.rank), mine);
-    scoped->wait(peers, options.timeout);
-    std::vector<std::vector<char>> addresses;
-    for (const auto& key : peers) {
+    scoped->wait(keys, options.timeout);
+    std::vector<std::pair<int, std::vector<char>>> addresses;  // peer rank, its pair's address for us
+    for (int peer = 0; peer < options.size; ++peer) {
+      if (peer == options.rank) continue;
+      const std::string key = std::to_string(peer);
       const auto theirs = scoped->get(key, options.timeout);
       const size_t each = theirs.size() / (options.size - 1);
       HVD_CHECK(each > 0 && theirs.size() % (options.size - 1) == 0, StoreError, "malformed Gloo address list (",
                 theirs.size(), " bytes for ", options.size - 1, " peers) in ", scoped->describe(), " key ", key);
       // Their list skips their own rank, so our slot in it moves down by one past theirs.
-      const int peer = std::stoi(key);
       const size_t slot = static_cast<size_t>(options.rank > peer ? options.rank - 1 : options.rank);
-      addresses.emplace_back(theirs.begin() + slot * each, theirs.begin() + (slot + 1) * each);
+      addresses.emplace_back(peer, std::vector<char>(theirs.begin() + slot * each, theirs.begin() + (slot + 1) * each));
     }
     {
       auto ticking = device->keepTicking();
-      for (size_t k = 0; k < peers.size(); ++k) transport->getPair(std::stoi(peers[k]))->connect(addresses[k]);
+      for (const auto& [peer, address] : addresses) transport->getPair(peer)->connect(address);
     }
     context->attach(device->gloo(), std::move(transport));
     // "Don't finalize the store until all clients have had a chance to connect." (Horovod)
@@ -169,14 +170,14 @@ bool Communicator::allreduceSmall(void* data, size_t count, DataType type, Reduc
   const bool floating = type == DataType::kFloat32 || type == DataType::kFloat64;
   const bool order_free = op == ReduceOp::kMin || op == ReduceOp::kMax;
   if (floating && !order_free && size() > 2) return false;
-  if (small_buffer_.empty()) small_buffer_.resize(kLegacyRingBytes);
-  const bool staged = data == small_buffer_.data();  // packed there by the caller (stagingBuffer())
+  std::byte* staging = stagingBuffer(bytes);
+  const bool staged = data == staging;  // packed there by the caller
   auto it = small_algorithms_.begin();
   while (it != small_algorithms_.end() && !(it->count == count && it->type == type && it->op == op)) ++it;
   if (it == small_algorithms_.end()) {
     if (small_algorithms_.size() == kMaxSmallAlgorithms) small_algorithms_.pop_back();
     SmallAlgorithm a{count, type, op, nullptr};
-    void* buffer = small_buffer_.data();
+    void* buffer = staging;
     switch (type) {
       case DataType::kFloat32: a.algorithm = makeRing<float>(context_, buffer, count, op); break;
       case DataType::kFloat64: a.algorithm = makeRing<double>(context_, buffer, count, op); break;
@@ -187,9 +188,9 @@ bool Communicator::allreduceSmall(void* data, size_t count, DataType type, Reduc
   } else if (it != small_algorithms_.begin()) {
     small_algorithms_.splice(small_algorithms_.begin(), small_algorithms_, it);
   }
-  if (!staged) std::memcpy(small_buffer_.data(), data, bytes);
+  if (!staged) std::memcpy(staging, data, bytes);
   small_algorithms_.front().algorithm->run();
-  if (!staged) std::memcpy(data, small_buffer_.data(), bytes);
+  if (!staged) std::memcpy(data, staging, bytes);
   return true;
 }
 

@@ -2,7 +2,6 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -54,7 +53,7 @@ Device::Device(std::shared_ptr<gloo::transport::Device> gloo) : gloo_(std::move(
   if (!tcp) return;
   auto ticker = std::make_unique<Ticker>();
   ticker->fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  HVD_CHECK(ticker->fd >= 0, NetworkError, "timerfd_create failed: ", std::strerror(errno));
+  HVD_CHECK(ticker->fd >= 0, NetworkError, "timerfd_create failed: ", errnoText(errno));
   try {
     tcp->registerDescriptor(ticker->fd, EPOLLIN, ticker.get());
   } catch (const std::exception& e) {

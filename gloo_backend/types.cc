@@ -1,8 +1,8 @@
 #include "gloo_backend/types.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "rendezvous/error.h"
 
@@ -39,14 +39,11 @@ float toFloat(Half h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 Half toHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
+  const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) {  // inf or nan
@@ -54,15 +51,9 @@ Half toHalf(float f) {
   }
   if (absx >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};  // overflow to inf
   if (absx < 0x38800000u) {  // subnormal half or zero: round to nearest even via float addition
-    float magic;
     const uint32_t magicBits = 0x3f000000u;  // 0.5f: aligns the half subnormal ulp with float's
-    std::memcpy(&magic, &magicBits, sizeof magic);
-    float a;
-    std::memcpy(&a, &absx, sizeof a);
-    a += magic;
-    uint32_t r;
-    std::memcpy(&r, &a, sizeof r);
-    return {static_cast<uint16_t>(sign | (r - magicBits))};
+    const float a = std::bit_cast<float>(absx) + std::bit_cast<float>(magicBits);
+    return {static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(a) - magicBits))};
   }
   // normal: rebias and round to nearest even
   const uint32_t mantOdd = (absx >> 13) & 1u;
@@ -71,15 +62,11 @@ Half toHalf(float f) {
 }
 
 float toFloat(BFloat16 b) {
-  const uint32_t bits = static_cast<uint32_t>(b.bits) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
+  return std::bit_cast<float>(static_cast<uint32_t>(b.bits) << 16);
 }
 
 BFloat16 toBFloat16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
+  uint32_t x = std::bit_cast<uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((x >> 16) | 0x40u)};  // quiet nan
   x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even
   return {static_cast<uint16_t>(x >> 16)};

@@ -27,6 +27,10 @@ void resetSignalsForExec() noexcept {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
+std::string cannotExecutePrefix(int rank, const std::string& program) {
+  return detail::concat("hvdrun: rank ", rank, ": cannot execute '", program, "': ");
+}
+
 const char* toString(WorkerState state) {
   switch (state) {
     case WorkerState::kInit:

@@ -77,6 +77,10 @@ const char* toString(WorkerState state);
 // ignored signals or blocked set. Call it only once nothing of the parent's may run any more.
 void resetSignalsForExec() noexcept;
 
+// "hvdrun: rank R: cannot execute 'PROGRAM': " -- the start of the line a worker that could not be exec'd
+// prints (errno text follows), the same for local workers and hvd-proxy ranks.
+std::string cannotExecutePrefix(int rank, const std::string& program);
+
 // How a worker ended.
 struct ExitStatus {
   enum class Kind {

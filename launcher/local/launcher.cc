@@ -46,8 +46,7 @@ struct ExecImage {
     argv.push_back(nullptr);
     for (size_t i = spec.argv.size(); i < strings.size(); ++i) envp.push_back(strings[i].data());
     envp.push_back(nullptr);
-    exec_error_prefix =
-        detail::concat("hvdrun: rank ", spec.rank, ": cannot execute '", spec.argv.front(), "': ");
+    exec_error_prefix = cannotExecutePrefix(spec.rank, spec.argv.front());
     const std::string& program = spec.argv.front();
     if (program.find('/') != std::string::npos) {
       candidates.push_back(program);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <cstdlib>
 #include <fstream>
 #include <glob.h>
 #include <sstream>
@@ -116,15 +115,15 @@ std::string expandTokens(const std::string& value, const std::string& where_keyw
 
 bool matchPattern(std::string_view pattern, std::string_view host) { return matchHere(pattern, host); }
 
-SshConfig SshConfig::parse(std::string_view text, const std::string& origin, const std::string& ssh_dir) {
+SshConfig SshConfig::parse(std::string_view text, const std::string& origin, const std::string& home) {
   SshConfig cfg;
-  cfg.parseInto(text, origin, ssh_dir, Block{}, 0);
+  cfg.parseInto(text, origin, home, Block{}, 0);
   return cfg;
 }
 
 // Appends the blocks of `text`. `outer` is the block an Include appeared in (its conditions and Match-ness
 // carry over to everything included); at the top level it is the empty, unconditional block.
-void SshConfig::parseInto(std::string_view text, const std::string& origin, const std::string& ssh_dir,
+void SshConfig::parseInto(std::string_view text, const std::string& origin, const std::string& home,
                           const Block& outer, int depth) {
   blocks_.push_back(Block{outer.conditions, outer.is_match, {}});  // lines before the first Host
   size_t line_no = 0;
@@ -164,10 +163,9 @@ void SshConfig::parseInto(std::string_view text, const std::string& origin, cons
       for (const auto& arg : args) {
         std::string pattern = arg;
         if (pattern.rfind("~/", 0) == 0) {
-          const char* home = std::getenv("HOME");
-          pattern = std::string(home ? home : "") + pattern.substr(1);
+          pattern = home + pattern.substr(1);
         } else if (pattern[0] != '/') {
-          pattern = ssh_dir + "/" + pattern;
+          pattern = home + "/.ssh/" + pattern;
         }
         glob_t found{};
         if (::glob(pattern.c_str(), 0, nullptr, &found) == 0) {
@@ -176,7 +174,7 @@ void SshConfig::parseInto(std::string_view text, const std::string& origin, cons
             if (!in) continue;
             std::stringstream buf;
             buf << in.rdbuf();
-            parseInto(buf.str(), found.gl_pathv[f], ssh_dir, enclosing, depth + 1);
+            parseInto(buf.str(), found.gl_pathv[f], home, enclosing, depth + 1);
           }
         }
         ::globfree(&found);
@@ -199,12 +197,12 @@ void SshConfig::parseInto(std::string_view text, const std::string& origin, cons
   }
 }
 
-SshConfig SshConfig::load(const std::string& path, const std::string& ssh_dir) {
+SshConfig SshConfig::load(const std::string& path, const std::string& home) {
   std::ifstream in(path);
   if (!in) return SshConfig{};
   std::stringstream buf;
   buf << in.rdbuf();
-  return parse(buf.str(), path, ssh_dir);
+  return parse(buf.str(), path, home);
 }
 
 HostConfig SshConfig::lookup(const std::string& alias, const std::string& local_user,

@@ -5,7 +5,8 @@
 // case-insensitive, `Keyword value` and `Keyword=value` both work, values may be double-quoted. As in
 // OpenSSH the FIRST value found for a keyword wins (so specific Host blocks go before `Host *`), except
 // IdentityFile, whose values accumulate in order. Lines before the first Host apply to every host.
-// Include (as OpenSSH): each argument is a glob(3) pattern, relative ones relative to ~/.ssh; the matching
+// Include (as OpenSSH): each argument is a glob(3) pattern, `~/` the home directory, relative ones
+// relative to ~/.ssh; the matching
 // files are read in place, in lexical order, at most kMaxIncludeDepth deep; no match is not an error. An
 // Include inside a Host block is conditional: what it brings applies only where that block matches.
 // Not supported (ignored, documented in docs/ssh.md): Match blocks (their lines, and what they include,
@@ -36,12 +37,13 @@ class SshConfig {
  public:
   static constexpr int kMaxIncludeDepth = 16;  // OpenSSH's READCONF_MAX_DEPTH
 
-  // Parses config text. `origin` names it in errors ("/root/.ssh/config"); relative Include paths are
-  // taken from `ssh_dir` (~/.ssh). Throws UsageError "<origin>:<line>: <what> '<token>'" for a keyword
-  // without a value, a bad Port, or Includes nested deeper than kMaxIncludeDepth.
-  static SshConfig parse(std::string_view text, const std::string& origin, const std::string& ssh_dir = "");
+  // Parses config text. `origin` names it in errors ("/root/.ssh/config"); `home` is the directory
+  // Include paths start from (`~/`, and `home`/.ssh for relative ones), the same home lookup() expands
+  // IdentityFile with. Throws UsageError "<origin>:<line>: <what> '<token>'" for a keyword without a
+  // value, a bad Port, or Includes nested deeper than kMaxIncludeDepth.
+  static SshConfig parse(std::string_view text, const std::string& origin, const std::string& home = "");
   // Reads and parses `path`; a file that does not exist is an empty config.
-  static SshConfig load(const std::string& path, const std::string& ssh_dir = "");
+  static SshConfig load(const std::string& path, const std::string& home = "");
 
   // Resolves an alias. `local_user` and `home` expand %u and %d / ~ in IdentityFile.
   HostConfig lookup(const std::string& alias, const std::string& local_user, const std::string& home) const;
@@ -58,7 +60,7 @@ class SshConfig {
     bool is_match = false;  // a Match block, or included from one: never applies
     std::vector<Entry> entries;
   };
-  void parseInto(std::string_view text, const std::string& origin, const std::string& ssh_dir,
+  void parseInto(std::string_view text, const std::string& origin, const std::string& home,
                  const Block& outer, int depth);
   std::vector<Block> blocks_;
 };

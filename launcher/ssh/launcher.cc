@@ -980,7 +980,7 @@ SshLauncher::~SshLauncher() {
 Target resolveTarget(const HostSpec& host, const SshOptions& options) {
   const std::string home = homeDir();
   const std::string user = localUser();
-  const SshConfig config = SshConfig::load(options.config_file.value_or(home + "/.ssh/config"), home + "/.ssh");
+  const SshConfig config = SshConfig::load(options.config_file.value_or(home + "/.ssh/config"), home);
   const HostConfig hc = config.lookup(host.name, user, home);
   Target t;
   t.alias = host.name;

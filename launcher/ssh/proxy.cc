@@ -349,9 +349,10 @@ class Proxy {
   void spawn(const SpawnRequest& req) {
     if (teardown_) return;
     if (ranks_.count(req.rank)) throw LaunchError(detail::concat("rank ", req.rank, " sent twice"));
+    const std::string missing_dir = missingDirectoryMessage(req.cwd, req.host) + "\n";
     struct stat st {};
     if (::stat(req.cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      rankMessage(req.rank, "hvdrun: remote directory " + req.cwd + " missing on " + req.host + "\n");
+      rankMessage(req.rank, missing_dir);
       sendExit(req.rank, 0, 126);
       return;
     }
@@ -371,8 +372,7 @@ class Proxy {
     std::vector<char*> argv;
     for (auto& s : argv_strings) argv.push_back(s.data());
     argv.push_back(nullptr);
-    const std::string exec_error =
-        detail::concat("hvdrun: rank ", req.rank, ": cannot execute '", req.argv.front(), "': ");
+    const std::string exec_error = cannotExecutePrefix(req.rank, req.argv.front());
 
     int out[2], err[2], in[2] = {-1, -1};
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
@@ -394,8 +394,7 @@ class Proxy {
       ::close_range(3, ~0U, 0);
       resetSignalsForExec();
       if (::chdir(req.cwd.c_str()) != 0) {
-        const std::string line = "hvdrun: remote directory " + req.cwd + " missing on " + req.host + "\n";
-        [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
+        [[maybe_unused]] const ssize_t n = ::write(2, missing_dir.data(), missing_dir.size());
         ::_exit(126);
       }
       // PATH lookup with the rank's PATH, as the bootstrap's `env` did.

@@ -36,7 +36,7 @@ const std::string& bootstrapCommand() {
 std::string bootstrapInput(const RemoteWorker& worker) {
   HVD_CHECK(!worker.argv.empty(), LaunchError, "empty command for host ", worker.host);
   std::string s;
-  const std::string missing = "hvdrun: remote directory " + worker.cwd + " missing on " + worker.host;
+  const std::string missing = missingDirectoryMessage(worker.cwd, worker.host);
   s += "cd -- " + shellQuote(worker.cwd) + " 2>/dev/null || { printf '%s\\n' " + shellQuote(missing) +
        " >&2; exit 126; }\n";
   std::string odd_names;  // NAME=value words for `env`, for names bash cannot export
@@ -75,6 +75,10 @@ std::string bootstrapInput(const RemoteWorker& worker) {
        "fi\n";
   s += "exit \"$s\"\n";
   return std::to_string(s.size()) + "\n" + s;
+}
+
+std::string missingDirectoryMessage(const std::string& cwd, const std::string& host) {
+  return "hvdrun: remote directory " + cwd + " missing on " + host;
 }
 
 std::string signalLine(int signo) { return "S" + std::to_string(signo) + "\n"; }

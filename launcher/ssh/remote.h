@@ -53,6 +53,10 @@ const std::string& bootstrapCommand();
 // "<length>\n<script>": what the launcher writes first on the channel's stdin.
 std::string bootstrapInput(const RemoteWorker& worker);
 
+// "hvdrun: remote directory DIR missing on HOST" (no newline): what a rank whose working directory is
+// missing prints, from the per-rank bootstrap and from hvd-proxy alike.
+std::string missingDirectoryMessage(const std::string& cwd, const std::string& host);
+
 // The line that asks the watchdog to deliver signal `signo` to the worker's process group.
 std::string signalLine(int signo);
 

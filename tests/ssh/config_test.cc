@@ -111,7 +111,8 @@ TEST_CASE("ssh config: bad lines name file, line and token") {
 TEST_CASE("ssh config: Include reads globbed files in place, relative to ~/.ssh, conditionally inside Host") {
   char dir_template[] = "/tmp/hvd-sshcfg-XXXXXX";
   REQUIRE(::mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
+  const std::string home = dir_template;
+  const std::string dir = home + "/.ssh";  // where relative Includes start
   std::filesystem::create_directories(dir + "/config.d");
   auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir + "/" + name) << text; };
   // Read in lexical order: 10-gpu before 20-all; the first value found wins.
@@ -127,7 +128,7 @@ TEST_CASE("ssh config: Include reads globbed files in place, relative to ~/.ssh,
                            "  HostName db.internal\n"
                            "Host *\n"
                            "  Include config.d/*.conf nothing-matches-*.conf\n";
-  const auto cfg = SshConfig::parse(main, dir + "/config", dir);
+  const auto cfg = SshConfig::parse(main, dir + "/config", home);
   const auto gpu = cfg.lookup("gpu3", "me", "/home/me");
   CHECK(gpu.hostname == "gpu3.cluster");
   CHECK(*gpu.user == "early-wins-for-all");  // before any Include: it came first
@@ -141,12 +142,15 @@ TEST_CASE("ssh config: Include reads globbed files in place, relative to ~/.ssh,
   CHECK(*web.port == 2200);  // db.conf's Host * did not leak out of Host db
   CHECK(web.identity_files.empty());
   // Inside a Match block (unsupported, never applies) an Include brings nothing either.
-  const auto in_match = SshConfig::parse("Match user x\n  Include " + dir + "/db.conf\n", "cfg", dir);
+  // `~/` is the given home, as for IdentityFile; inside Match the same file brings nothing.
+  const auto tilde = SshConfig::parse("Host tilde\n  Include ~/.ssh/db.conf\n", "cfg", home);
+  CHECK(*tilde.lookup("tilde", "me", "/home/me").port == 5432);
+  const auto in_match = SshConfig::parse("Match user x\n  Include ~/.ssh/db.conf\n", "cfg", home);
   CHECK_FALSE(in_match.lookup("db", "me", "/home/me").port.has_value());
   // A file including itself stops at the depth limit with file:line.
-  CHECK_THROWS_WITH(SshConfig::parse("Include loop.conf\n", "cfg", dir),
+  CHECK_THROWS_WITH(SshConfig::parse("Include loop.conf\n", "cfg", home),
                     Catch::Contains(dir + "/loop.conf:1: Include nested more than 16 deep at 'loop.conf'"));
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(home);
 }
 
 TEST_CASE("shell quoting round-trips through /bin/sh") {
