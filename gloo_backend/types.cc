@@ -169,6 +169,7 @@ size_t elementSize(DataType type) {
     case DataType::kInt8:
     case DataType::kBool:
       return 1;
+    case DataType::kInt16:
     case DataType::kFloat16:
     case DataType::kBFloat16:
       return 2;
@@ -186,6 +187,7 @@ const char* name(DataType type) {
   switch (type) {
     case DataType::kUInt8: return "uint8";
     case DataType::kInt8: return "int8";
+    case DataType::kInt16: return "int16";
     case DataType::kInt32: return "int32";
     case DataType::kInt64: return "int64";
     case DataType::kFloat16: return "float16";
@@ -208,7 +210,7 @@ const char* name(ReduceOp op) {
   return "invalid";
 }
 
-bool isValid(DataType type) { return static_cast<int>(type) >= 0 && static_cast<int>(type) <= 8; }
+bool isValid(DataType type) { return static_cast<int>(type) >= 0 && static_cast<int>(type) <= 9; }
 
 bool isValid(ReduceOp op) {
   const int v = static_cast<int>(op);
@@ -219,6 +221,7 @@ void reduce(DataType type, ReduceOp op, void* out, const void* a, const void* b,
   switch (type) {
     case DataType::kUInt8: return reduceTyped<uint8_t>(op, out, a, b, n);
     case DataType::kInt8: return reduceTyped<int8_t>(op, out, a, b, n);
+    case DataType::kInt16: return reduceTyped<int16_t>(op, out, a, b, n);
     case DataType::kInt32: return reduceTyped<int32_t>(op, out, a, b, n);
     case DataType::kInt64: return reduceTyped<int64_t>(op, out, a, b, n);
     case DataType::kFloat16: return reduce16<Half>(op, out, a, b, n);
@@ -240,6 +243,7 @@ void scale(DataType type, void* data, size_t n, double factor) {
   switch (type) {
     case DataType::kUInt8: return scaleTyped<uint8_t>(data, n, factor);
     case DataType::kInt8: return scaleTyped<int8_t>(data, n, factor);
+    case DataType::kInt16: return scaleTyped<int16_t>(data, n, factor);
     case DataType::kInt32: return scaleTyped<int32_t>(data, n, factor);
     case DataType::kInt64: return scaleTyped<int64_t>(data, n, factor);
     case DataType::kFloat16: return scale16<Half>(data, n, factor);

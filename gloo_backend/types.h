@@ -20,6 +20,7 @@ enum class DataType : int {
   kFloat32 = 6,
   kFloat64 = 7,
   kBool = 8,
+  kInt16 = 9,
 };
 
 enum class ReduceOp : int {

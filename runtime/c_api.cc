@@ -1,6 +1,9 @@
 // The C API (hvd/hvd.h): one global Runtime, int handles, exceptions turned into hvd_status codes and
 // a per-thread error text. This is the only place where exceptions become status codes.
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <vector>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +21,8 @@ using hvd::runtime::Work;
 static_assert(HVD_UINT8 == static_cast<int>(hvd::gloo_backend::DataType::kUInt8));
 static_assert(HVD_FLOAT16 == static_cast<int>(hvd::gloo_backend::DataType::kFloat16));
 static_assert(HVD_BOOL == static_cast<int>(hvd::gloo_backend::DataType::kBool));
+static_assert(HVD_INT16 == static_cast<int>(hvd::gloo_backend::DataType::kInt16));
+static_assert(HVD_OP_JOIN == static_cast<int>(OpType::kJoin));
 static_assert(HVD_AVERAGE == static_cast<int>(hvd::gloo_backend::ReduceOp::kAverage));
 static_assert(HVD_PRODUCT == static_cast<int>(hvd::gloo_backend::ReduceOp::kProduct));
 
@@ -32,7 +37,7 @@ struct Handle {
   bool keeps_result = false;
 };
 std::map<int, Handle> handles;
-int next_handle = 0;
+int next_handle = 1;  // Horovod's handles start at 1 too
 
 std::shared_ptr<Runtime> current() {
   std::lock_guard lock(state_mutex);
@@ -63,16 +68,64 @@ int statusOf(std::exception_ptr error) {
   }
 }
 
+constexpr const char* kNotInitialized = "libhvd has not been initialized; call hvd_init() first";
+
+// Operations whose result lives in the Work (read with hvd_result*, freed by hvd_release).
+bool keepsResult(OpType type) {
+  return type == OpType::kAllgather || type == OpType::kAlltoall || type == OpType::kReducescatter ||
+         type == OpType::kJoin;
+}
+
+int addHandle(std::shared_ptr<Work> work, bool keeps_result) {  // requires state_mutex
+  const int id = next_handle;
+  next_handle = next_handle == INT32_MAX ? 1 : next_handle + 1;
+  handles[id] = {std::move(work), keeps_result};
+  return id;
+}
+
 int submit(Request request, bool keeps_result) {
   auto rt = current();
-  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, "libhvd has not been initialized; call hvd_init() first");
+  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
   try {
     auto work = rt->enqueue(std::move(request));
     std::lock_guard lock(state_mutex);
-    const int id = next_handle;
-    next_handle = next_handle == INT32_MAX ? 0 : next_handle + 1;
-    handles[id] = {std::move(work), keeps_result};
-    return id;
+    return addHandle(std::move(work), keeps_result);
+  } catch (...) {
+    return statusOf(std::current_exception());
+  }
+}
+
+// The runtime Request for a C request. Throws UsageError for an unknown operation.
+Request toRequest(const hvd_request& c, int set_size) {
+  HVD_CHECK(c.op >= HVD_OP_ALLREDUCE && c.op <= HVD_OP_JOIN, hvd::UsageError, "invalid operation ",
+            static_cast<int>(c.op));
+  Request r;
+  r.type = static_cast<OpType>(c.op);
+  r.name = c.name ? std::string(c.name) : std::string();
+  r.input = c.input;
+  r.output = c.output;
+  r.rows = static_cast<int64_t>(c.rows);
+  r.row_elements = static_cast<int64_t>(c.row_elements);
+  r.dtype = static_cast<hvd::runtime::DataType>(c.dtype);
+  r.op = static_cast<hvd::runtime::ReduceOp>(c.reduce_op);
+  r.prescale = c.prescale;
+  r.postscale = c.postscale;
+  r.root = c.root_rank;
+  r.process_set = c.process_set;
+  if (r.type == OpType::kBroadcast) r.input = r.output;
+  if (r.type == OpType::kAllreduce || r.type == OpType::kBroadcast) {
+    HVD_CHECK(c.row_elements == 1 || c.rows == 0, hvd::UsageError, hvd::runtime::name(r.type), " '", r.name,
+              "' takes an element count in rows, with row_elements 1 (got ", c.rows, "x", c.row_elements, ")");
+  }
+  if (r.type == OpType::kAlltoall && c.splits && set_size > 0) r.splits.assign(c.splits, c.splits + set_size);
+  return r;
+}
+
+// Runs a blocking process-set registration; returns the set's id or a status.
+int waitForSet(std::shared_ptr<Work> work) {
+  try {
+    work->wait();
+    return static_cast<int>(work->result_int);
   } catch (...) {
     return statusOf(std::current_exception());
   }
@@ -122,6 +175,36 @@ int hvd_init(void) {
   } catch (const std::exception& e) {
     return fail(HVD_ERR_INIT, std::string("hvd_init failed: ") + e.what());
   }
+}
+
+int hvd_init_process_sets(const int* ranks, const int* sizes, int count) {
+  if (count < 0 || (count > 0 && (!ranks || !sizes))) {
+    return fail(HVD_ERR_INVALID_ARGUMENT, "hvd_init_process_sets: " + std::to_string(count) +
+                                              " process sets with a null ranks or sizes array");
+  }
+  if (hvd_is_initialized()) {
+    return fail(HVD_ERR_INVALID_ARGUMENT, "hvd_init_process_sets: libhvd is already initialized (static process "
+                                          "sets are registered by the call that initializes it)");
+  }
+  if (int status = hvd_init(); status != HVD_SUCCESS) return status;
+  auto rt = current();
+  int offset = 0;
+  for (int i = 0; i < count; ++i) {
+    int id = HVD_ERR_INVALID_ARGUMENT;
+    try {
+      HVD_CHECK(sizes[i] > 0, hvd::UsageError, "static process set ", i, " is empty");
+      id = waitForSet(rt->addProcessSet(std::vector<int>(ranks + offset, ranks + offset + sizes[i]), true));
+    } catch (...) {
+      id = statusOf(std::current_exception());
+    }
+    if (id < 0) {
+      const std::string text = "static process set " + std::to_string(i) + ": " + hvd_error_text();
+      hvd_shutdown();
+      return fail(id, text);
+    }
+    offset += sizes[i];
+  }
+  return HVD_SUCCESS;
 }
 
 void hvd_shutdown(void) {
@@ -221,6 +304,111 @@ int hvd_join_async(void) {
   Request r;
   r.type = OpType::kJoin;
   return submit(std::move(r), true);
+}
+
+int hvd_add_process_set(const int* ranks, int count) {
+  auto rt = current();
+  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
+  if (count <= 0 || !ranks) {
+    return fail(HVD_ERR_INVALID_ARGUMENT, "a process set needs at least one rank (got " + std::to_string(count) + ")");
+  }
+  try {
+    return waitForSet(rt->addProcessSet(std::vector<int>(ranks, ranks + count)));
+  } catch (...) {
+    return statusOf(std::current_exception());
+  }
+}
+
+int hvd_remove_process_set(int process_set) {
+  auto rt = current();
+  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
+  try {
+    const int id = waitForSet(rt->removeProcessSet(process_set));
+    return id < 0 ? id : HVD_SUCCESS;
+  } catch (...) {
+    return statusOf(std::current_exception());
+  }
+}
+
+namespace {
+// The ranks of a registered set, or nullopt with the error text set.
+std::optional<std::vector<int>> setRanks(int process_set, int* status) {
+  auto rt = current();
+  if (!rt) {
+    *status = fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
+    return std::nullopt;
+  }
+  auto ranks = rt->processSetRanks(process_set);
+  if (!ranks) *status = fail(HVD_ERR_INVALID_ARGUMENT, "process set " + std::to_string(process_set) + " is not registered");
+  return ranks;
+}
+}  // namespace
+
+int hvd_process_set_size(int process_set) {
+  int status = HVD_SUCCESS;
+  auto ranks = setRanks(process_set, &status);
+  return ranks ? static_cast<int>(ranks->size()) : status;
+}
+
+int hvd_process_set_rank(int process_set) {
+  int status = HVD_SUCCESS;
+  auto ranks = setRanks(process_set, &status);
+  if (!ranks) return status;
+  const auto it = std::lower_bound(ranks->begin(), ranks->end(), hvd_rank());
+  return it != ranks->end() && *it == hvd_rank() ? static_cast<int>(it - ranks->begin()) : -1;
+}
+
+int hvd_process_set_ranks(int process_set, int* out, int capacity) {
+  int status = HVD_SUCCESS;
+  auto ranks = setRanks(process_set, &status);
+  if (!ranks) return status;
+  for (int i = 0; i < capacity && i < static_cast<int>(ranks->size()); ++i) out[i] = (*ranks)[i];
+  return static_cast<int>(ranks->size());
+}
+
+int hvd_process_set_ids(int* ids, int capacity) {
+  auto rt = current();
+  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
+  const auto all = rt->processSetIds();
+  for (int i = 0; i < capacity && i < static_cast<int>(all.size()); ++i) ids[i] = all[i];
+  return static_cast<int>(all.size());
+}
+
+int hvd_enqueue(const hvd_request* request) {
+  if (!request) return fail(HVD_ERR_INVALID_ARGUMENT, "hvd_enqueue: null request");
+  auto rt = current();
+  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
+  try {
+    const int set_size = request->op == HVD_OP_ALLTOALL ? hvd_process_set_size(request->process_set) : 0;
+    Request r = toRequest(*request, set_size);
+    const bool keeps = keepsResult(r.type);
+    return submit(std::move(r), keeps);
+  } catch (...) {
+    return statusOf(std::current_exception());
+  }
+}
+
+int hvd_enqueue_group(const hvd_request* requests, int count, int* out) {
+  if (count <= 0 || !requests || !out) {
+    return fail(HVD_ERR_INVALID_ARGUMENT, "hvd_enqueue_group: a group of " + std::to_string(count) +
+                                              " operations (needs at least one, and non-null arrays)");
+  }
+  auto rt = current();
+  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
+  try {
+    std::vector<Request> batch;
+    for (int i = 0; i < count; ++i) {
+      const int set_size = requests[i].op == HVD_OP_ALLTOALL ? hvd_process_set_size(requests[i].process_set) : 0;
+      batch.push_back(toRequest(requests[i], set_size));
+    }
+    const bool keeps = keepsResult(batch[0].type);
+    auto works = rt->enqueueGroup(std::move(batch));
+    std::lock_guard lock(state_mutex);
+    for (size_t i = 0; i < works.size(); ++i) out[i] = addHandle(std::move(works[i]), keeps);
+    return HVD_SUCCESS;
+  } catch (...) {
+    return statusOf(std::current_exception());
+  }
 }
 
 int hvd_poll(int handle) {

@@ -23,7 +23,22 @@ std::string formatRanks(const std::vector<int>& ranks) {
   return out + "]";
 }
 
-Coordinator::Coordinator(CoordinatorOptions options) : options_(options) {}
+Coordinator::Coordinator(CoordinatorOptions options) : options_(options) {
+  std::vector<int> all(static_cast<size_t>(options_.size));
+  std::iota(all.begin(), all.end(), 0);
+  sets_[0] = std::move(all);
+}
+
+void Coordinator::addStaticSet(int32_t id, std::vector<int> ranks) {
+  sets_[id] = std::move(ranks);
+  next_set_id_ = std::max(next_set_id_, id + 1);
+}
+
+const std::vector<int>& Coordinator::members(int32_t id) const {
+  static const std::vector<int> kNone;
+  auto it = sets_.find(id);
+  return it == sets_.end() ? kNone : it->second;
+}
 
 void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
   HVD_INTERNAL_ASSERT(rank >= 0 && rank < options_.size, "request from rank ", rank);
@@ -32,14 +47,15 @@ void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
     joined_.insert(rank);
     last_joined_ = rank;
     // Names waiting only for this rank are ready now.
-    for (auto& [name, p] : pending_) markReadyIfComplete(name, p);
+    for (auto& [key, p] : pending_) markReadyIfComplete(key, p);
     if (static_cast<int>(joined_.size()) == options_.size) {
       if (ready_.empty()) ready_since_ = now;
-      ready_.push_back("");  // "" = the join itself
+      ready_.push_back({0, ""});  // "" = the join itself
     }
     return;
   }
-  auto [it, inserted] = pending_.try_emplace(request.name);
+  const Key key{request.process_set, request.name};
+  auto [it, inserted] = pending_.try_emplace(key);
   Pending& p = it->second;
   if (inserted) {
     p.by_rank.resize(options_.size);
@@ -50,7 +66,7 @@ void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
   p.by_rank[rank]->input = nullptr;
   p.by_rank[rank]->output = nullptr;
   ++p.reported;
-  markReadyIfComplete(request.name, p);
+  markReadyIfComplete(key, p);
 }
 
 const Request& Coordinator::cachedRequest(uint32_t id) const {
@@ -59,14 +75,36 @@ const Request& Coordinator::cachedRequest(uint32_t id) const {
   return cache_[id - 1];
 }
 
-void Coordinator::markReadyIfComplete(const std::string& name, Pending& p) {
+void Coordinator::markReadyIfComplete(const Key& key, Pending& p) {
   if (p.queued) return;
-  for (int r = 0; r < options_.size; ++r) {
-    if (!p.by_rank[r] && !joined_.count(r)) return;
+  const auto& ranks = members(key.first);
+  // An unknown set is ready as soon as one rank asked: validate() answers with the error.
+  if (!ranks.empty()) {
+    for (int r : ranks) {
+      if (!p.by_rank[r] && (key.first != 0 || !joined_.count(r))) return;
+    }
   }
   p.queued = true;
+  const Request* first = nullptr;
+  for (const auto& q : p.by_rank) {
+    if (q) {
+      first = &*q;
+      break;
+    }
+  }
+  if (first && !first->group.empty() && first->group_size > 1) {
+    // A group member: the group becomes ready when its last member does.
+    Group& g = groups_[{key.first, first->group}];
+    g.size = first->group_size;
+    g.complete.push_back(key);
+    if (static_cast<int32_t>(g.complete.size()) < g.size) return;
+    if (ready_.empty()) ready_since_ = last_add_;
+    for (auto& k : g.complete) ready_.push_back(std::move(k));
+    groups_.erase({key.first, first->group});
+    return;
+  }
   if (ready_.empty()) ready_since_ = last_add_;
-  ready_.push_back(name);
+  ready_.push_back(key);
 }
 
 std::optional<Coordinator::Clock::time_point> Coordinator::holdUntil(Clock::time_point now,
@@ -74,7 +112,7 @@ std::optional<Coordinator::Clock::time_point> Coordinator::holdUntil(Clock::time
   if (ready_.empty() || shutdown_reason_ || window.count() <= 0) return std::nullopt;
   const auto until = ready_since_ + window;
   if (now >= until) return std::nullopt;
-  for (const auto& [name, p] : pending_) {
+  for (const auto& [key, p] : pending_) {
     if (!p.queued && !p.warned) return until;  // still arriving (a stalled name does not hold anything)
   }
   return std::nullopt;
@@ -111,7 +149,14 @@ std::string str(double v) {
 
 }  // namespace
 
-std::optional<std::string> Coordinator::validate(const std::string& name, const Pending& p) const {
+std::optional<std::string> Coordinator::validate(const Key& key, const Pending& p) const {
+  const std::string& name = key.second;
+  const auto& ranks = members(key.first);
+  if (ranks.empty()) {
+    return detail::concat("process set ", key.first, " of tensor '", name,
+                          "' is not registered (removed, or never added)");
+  }
+  const int set_size = static_cast<int>(ranks.size());
   const Request* first = nullptr;
   for (const auto& q : p.by_rank) {
     if (q) {
@@ -132,7 +177,7 @@ std::optional<std::string> Coordinator::validate(const std::string& name, const 
       break;
     }
   }
-  if (uniform && joined_.empty() && first->type != OpType::kAlltoall) return std::nullopt;
+  if (uniform && (joined_.empty() || key.first != 0) && first->type != OpType::kAlltoall) return std::nullopt;
 
   auto mismatch = [&](const char* what, const std::string& detail) {
     return detail::concat("Mismatched ", what, " for tensor '", name, "': ", detail);
@@ -176,29 +221,39 @@ std::optional<std::string> Coordinator::validate(const std::string& name, const 
       return mismatch(detail::concat(op, " postscale factors").c_str(), *d);
     }
   }
+  if (first->type == OpType::kProcessSet) {
+    if (auto d = differing(v, [](const Request& q) {
+          std::vector<int> r(q.members.begin(), q.members.end());
+          return q.members.empty() ? detail::concat("remove ", q.root) : "add " + formatRanks(r);
+        })) {
+      return mismatch("process set registrations", *d);
+    }
+  }
   if (first->type == OpType::kBroadcast) {
     if (auto d = differing(v, [](const Request& q) { return detail::concat("root ", q.root); })) {
       return mismatch("broadcast root ranks", *d);
     }
   }
-  if (!joined_.empty() && first->type != OpType::kAllreduce) {
+  if (key.first == 0 && !joined_.empty() && first->type != OpType::kAllreduce) {
     std::vector<int> joined(joined_.begin(), joined_.end());
     return detail::concat(op, " of tensor '", name, "' cannot run while ranks ", formatRanks(joined),
                           " have joined (join supports allreduce only)");
   }
   if (first->type == OpType::kAlltoall) {
-    for (size_t r = 0; r < v.size(); ++r) {
+    for (int r : ranks) {
       const auto& q = *v[r];
-      if (q.splits.empty() && q.rows % options_.size != 0) {
+      if (q.splits.empty() && q.rows % set_size != 0) {
         return detail::concat("alltoall of tensor '", name, "': rank ", r, " gave no splits and its ", q.rows,
-                              " rows are not a multiple of the ", options_.size, " ranks");
+                              " rows are not a multiple of the ", set_size, " ranks");
       }
     }
   }
   return std::nullopt;
 }
 
-Response Coordinator::build(const std::string& name, const Pending& p) const {
+Response Coordinator::build(const Key& key, const Pending& p) const {
+  const std::string& name = key.second;
+  const auto& ranks = members(key.first);
   const Request* first = nullptr;
   for (const auto& q : p.by_rank) {
     if (q) {
@@ -215,7 +270,8 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
   s.postscale = first->postscale;
   s.root = first->root;
   s.row_elements = first->row_elements;
-  s.joined_ranks.assign(joined_.begin(), joined_.end());
+  s.process_set = key.first;
+  if (key.first == 0) s.joined_ranks.assign(joined_.begin(), joined_.end());
   switch (first->type) {
     case OpType::kAllreduce:
     case OpType::kBroadcast:
@@ -225,13 +281,13 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
       s.counts = {first->rows};
       break;
     case OpType::kAllgather:
-      for (const auto& q : p.by_rank) s.counts.push_back(q->rows);
+      for (int r : ranks) s.counts.push_back(p.by_rank[r]->rows);
       break;
     case OpType::kAlltoall: {
-      const int n = options_.size;
+      const int n = static_cast<int>(ranks.size());
       s.splits.resize(static_cast<size_t>(n) * n);
       for (int from = 0; from < n; ++from) {
-        const auto& q = *p.by_rank[from];
+        const auto& q = *p.by_rank[ranks[from]];
         for (int to = 0; to < n; ++to) {
           s.splits[from * n + to] = q.splits.empty() ? q.rows / n : q.splits[to];
         }
@@ -244,6 +300,41 @@ Response Coordinator::build(const std::string& name, const Pending& p) const {
   return s;
 }
 
+Response Coordinator::processSet(const Key& key, const Pending& p) {
+  const Request& q = *p.by_rank[0];
+  Response s;
+  s.type = OpType::kProcessSet;
+  s.names = {key.second};
+  auto invalid = [&](std::string error) {
+    s.kind = Response::Kind::kError;
+    s.error_class = Response::ErrorClass::kInvalid;
+    s.error = std::move(error);
+    return s;
+  };
+  if (q.members.empty()) {  // remove set q.root
+    const int32_t id = q.root;
+    if (id == 0 || !sets_.count(id)) {
+      return invalid(detail::concat("cannot remove process set ", id,
+                                    id == 0 ? ": it is the global process set" : ": no such process set"));
+    }
+    sets_.erase(id);
+    s.root = id;
+    return s;
+  }
+  std::vector<int> ranks(q.members.begin(), q.members.end());
+  for (const auto& [id, existing] : sets_) {
+    if (existing == ranks) {
+      return invalid(detail::concat("Attempted to add a duplicate process set: ranks ", formatRanks(ranks),
+                                    " are already process set ", id));
+    }
+  }
+  const int32_t id = next_set_id_++;
+  sets_[id] = ranks;
+  s.root = id;
+  s.counts.assign(ranks.begin(), ranks.end());
+  return s;
+}
+
 ResponseList Coordinator::next() {
   ResponseList list;
   // Fusion: allreduces with the same dtype, op and scale factors share a buffer up to the threshold.
@@ -252,7 +343,8 @@ ResponseList Coordinator::next() {
     size_t bytes;
   };
   std::vector<Group> open;
-  for (const auto& name : ready_) {
+  for (const auto& key : ready_) {
+    const std::string& name = key.second;
     if (name.empty()) {  // every rank joined
       Response s;
       s.type = OpType::kJoin;
@@ -261,24 +353,39 @@ ResponseList Coordinator::next() {
       joined_.clear();
       continue;
     }
-    auto it = pending_.find(name);
+    auto it = pending_.find(key);
     const Pending& p = it->second;
-    if (auto error = validate(name, p)) {
+    std::optional<std::string> error = validate(key, p);
+    if (error) {
       Response s;
       s.kind = Response::Kind::kError;
       s.type = OpType::kAllreduce;
+      s.process_set = key.first;
       s.names = {name};
       s.error = *error;
+      s.error_class = members(key.first).empty() ? Response::ErrorClass::kInvalid : Response::ErrorClass::kMismatch;
       list.responses.push_back(std::move(s));
       pending_.erase(it);
       continue;
     }
-    Response s = build(name, p);
+    const Request* first_request = nullptr;
+    for (const auto& q : p.by_rank) {
+      if (q) {
+        first_request = &*q;
+        break;
+      }
+    }
+    if (first_request->type == OpType::kProcessSet) {
+      list.responses.push_back(processSet(key, p));
+      pending_.erase(it);
+      continue;
+    }
+    Response s = build(key, p);
     // Cache names whose descriptor is the same on every rank (not allgather/alltoall: their row counts
     // differ by rank; not while ranks have joined).
     uint32_t cache_id = 0;
     if (s.type != OpType::kAllgather && s.type != OpType::kAlltoall && joined_.empty()) {
-      if (auto c = cache_ids_.find(name); c != cache_ids_.end()) {
+      if (auto c = cache_ids_.find(key); c != cache_ids_.end()) {
         cache_id = c->second;
       } else if (cache_.size() < options_.cache_capacity) {
         for (const auto& q : p.by_rank) {
@@ -288,7 +395,7 @@ ResponseList Coordinator::next() {
           }
         }
         cache_id = static_cast<uint32_t>(cache_.size());
-        cache_ids_[name] = cache_id;
+        cache_ids_[key] = cache_id;
       }
       // A changed descriptor under a cached name: the ranks resubmitted it in full, and validation passed,
       // so the cached copy is refreshed (the id stays).
@@ -308,8 +415,8 @@ ResponseList Coordinator::next() {
       bool fused = false;
       for (auto& g : open) {
         auto& f = list.responses[g.index];
-        if (f.dtype == s.dtype && f.op == s.op && f.prescale == s.prescale && f.postscale == s.postscale &&
-            g.bytes + bytes <= options_.fusion_threshold) {
+        if (f.process_set == s.process_set && f.dtype == s.dtype && f.op == s.op && f.prescale == s.prescale &&
+            f.postscale == s.postscale && g.bytes + bytes <= options_.fusion_threshold) {
           f.names.push_back(name);
           f.cache_ids.push_back(s.cache_ids[0]);
           f.counts.push_back(s.counts[0]);
@@ -328,10 +435,11 @@ ResponseList Coordinator::next() {
   if (shutdown_reason_) {
     list.shutdown = true;
     list.shutdown_reason = *shutdown_reason_;
-    for (const auto& name : stalled_names_) {
+    for (const auto& [set, name] : stalled_names_) {
       Response s;
       s.kind = Response::Kind::kError;
       s.error_class = Response::ErrorClass::kStalled;
+      s.process_set = set;
       s.names = {name};
       s.error = *shutdown_reason_;
       list.responses.push_back(std::move(s));
@@ -344,22 +452,25 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
   if (!options_.stall_check || shutdown_reason_) return "";
   std::string report;
   std::string first_shut;  // the stalled name that reached the shutdown time
-  for (auto& [name, p] : pending_) {
+  for (auto& [key, p] : pending_) {
+    const std::string& name = key.second;
     if (p.queued) continue;
     const auto age = now - p.first_seen;
     if (age < options_.stall_warning_time) continue;
     std::vector<int> missing, present;
-    for (int r = 0; r < options_.size; ++r) {
+    for (int r : members(key.first)) {
       if (p.by_rank[r]) {
         present.push_back(r);
-      } else if (!joined_.count(r)) {
+      } else if (key.first != 0 || !joined_.count(r)) {
         missing.push_back(r);
       }
     }
+    if (present.empty()) continue;
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(age).count();
-    const std::string line = detail::concat("'", name, "' (", runtime::name(p.by_rank[present[0]]->type),
-                                            ") submitted by ranks ", formatRanks(present), " ", seconds,
-                                            " s ago, missing on ranks ", formatRanks(missing));
+    const std::string line = detail::concat(
+        "'", name, "' (", runtime::name(p.by_rank[present[0]]->type),
+        key.first ? detail::concat(", process set ", key.first) : std::string(), ") submitted by ranks ",
+        formatRanks(present), " ", seconds, " s ago, missing on ranks ", formatRanks(missing));
     if (!p.warned) {
       report += (report.empty() ? "" : "; ") + line;
       p.warned = true;
@@ -372,8 +483,8 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
     // Horovod's stall shutdown ends the job; every stalled operation reports why.
     shutdown_reason_ = detail::concat("stall shutdown (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=",
                                       options_.stall_shutdown_time.count() / 1000.0, "): ", first_shut);
-    for (const auto& [name, p] : pending_) {
-      if (p.warned && !p.queued) stalled_names_.push_back(name);
+    for (const auto& [key, p] : pending_) {
+      if (p.warned && !p.queued) stalled_names_.push_back(key);
     }
   }
   if (report.empty()) return report;
@@ -385,7 +496,7 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
 std::optional<Coordinator::Clock::time_point> Coordinator::nextStallCheck() const {
   if (!options_.stall_check) return std::nullopt;
   std::optional<Clock::time_point> next;
-  for (const auto& [name, p] : pending_) {
+  for (const auto& [key, p] : pending_) {
     if (p.queued) continue;
     auto t = p.first_seen + (p.warned ? options_.stall_shutdown_time : options_.stall_warning_time);
     if (p.warned && options_.stall_shutdown_time.count() == 0) continue;

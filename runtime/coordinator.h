@@ -1,12 +1,17 @@
 // The coordinator's bookkeeping (runs on rank 0's background thread; pure logic, no I/O).
 //
-// Every rank reports the requests it submitted; a name becomes ready when every rank that has not
-// joined reported it. next() turns the ready names, in the order they became ready, into the
+// Every rank reports the requests it submitted; a name becomes ready when every member of its process
+// set reported it (for the global set: every rank that has not joined). Names are scoped per process
+// set. The members of a group (hvd_enqueue_group) become ready together. next() turns the ready names, in the order they became ready, into the
 // ResponseList every rank executes in the same order: compatible allreduces fused up to the fusion
 // threshold, mismatches (operation, dtype, shape, reduce op, scale factors, root) turned into one
 // error response naming the tensor, the values and the ranks that sent each value.
 //
-// Stall inspection (fixes Horovod's Q1: its Gloo controller never reports missing ranks):
+// Process sets are registered here first (kProcessSet requests, collective over the global set): the
+// coordinator checks that every rank asked for the same set and that it is not a duplicate, and gives
+// it the next id. Every rank then learns the id from the response.
+//
+// Stall inspection (Horovod's Gloo controller never reports which ranks are missing):
 // checkStalls() names the tensors some ranks have submitted for longer than the warning time and the
 // ranks still missing; past the shutdown time (when set) it makes next() shut the job down.
 #pragma once
@@ -40,6 +45,8 @@ class Coordinator {
 
   // Records rank's request (its descriptor fields). A join marks the rank as joined.
   void add(int rank, const Request& request, Clock::time_point now);
+  // Registers a static process set (every rank registers the same ones at init, before any request).
+  void addStaticSet(int32_t id, std::vector<int> ranks);
   // The request a response cache hit stands for (the name cached under id, with its descriptor).
   // Throws BackendError for an id that was never assigned.
   const Request& cachedRequest(uint32_t id) const;
@@ -64,31 +71,44 @@ class Coordinator {
   std::optional<Clock::time_point> holdUntil(Clock::time_point now, std::chrono::microseconds window) const;
 
  private:
+  // A name within its process set.
+  using Key = std::pair<int32_t, std::string>;
   struct Pending {
-    std::vector<std::optional<Request>> by_rank;
+    std::vector<std::optional<Request>> by_rank;  // by global rank
     int reported = 0;
     Clock::time_point first_seen;
     bool warned = false;
-    bool queued = false;  // in ready_
+    bool queued = false;  // complete: in ready_, or in its group's list
+  };
+  struct Group {
+    int32_t size = 0;
+    std::vector<Key> complete;  // members complete so far, in completion order
   };
 
-  void markReadyIfComplete(const std::string& name, Pending& p);
-  std::optional<std::string> validate(const std::string& name, const Pending& p) const;
-  Response build(const std::string& name, const Pending& p) const;
+  void markReadyIfComplete(const Key& key, Pending& p);
+  // The ranks of set id (empty when unknown).
+  const std::vector<int>& members(int32_t id) const;
+  std::optional<std::string> validate(const Key& key, const Pending& p) const;
+  Response build(const Key& key, const Pending& p) const;
+  // Registers or removes a set: the response every rank executes, or an error response.
+  Response processSet(const Key& key, const Pending& p);
 
   CoordinatorOptions options_;
-  std::map<std::string, Pending> pending_;
-  std::vector<std::string> ready_;  // in the order names became ready
+  std::map<Key, Pending> pending_;
+  std::map<Key, Group> groups_;     // by (process set, group name)
+  std::vector<Key> ready_;          // in the order names became ready; an empty name: every rank joined
+  std::map<int32_t, std::vector<int>> sets_;  // process set id -> sorted global ranks (0: all)
+  int32_t next_set_id_ = 1;
   Clock::time_point ready_since_;   // when ready_ became non-empty
   Clock::time_point last_add_;
   std::set<int> joined_;
   int last_joined_ = -1;
   std::optional<std::string> shutdown_reason_;
-  std::vector<std::string> stalled_names_;  // to fail with the stall shutdown
+  std::vector<Key> stalled_names_;  // to fail with the stall shutdown
   // Response cache: names whose descriptor was identical on every rank, by id - 1. Ids are never
   // reused or evicted (when full, new names are simply not cached), so every rank's copy stays valid.
   std::vector<Request> cache_;
-  std::map<std::string, uint32_t> cache_ids_;
+  std::map<Key, uint32_t> cache_ids_;
 };
 
 // "[0, 2-5, 7]"

@@ -94,6 +94,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.stall_shutdown_time = std::chrono::milliseconds(
       static_cast<long long>(readDouble(getenv, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, 0.0) * 1000.0));
 
+  o.dynamic_process_sets = readBool(getenv, "HOROVOD_DYNAMIC_PROCESS_SETS", false);
   o.log_level = parseLogLevel(read(getenv, "HOROVOD_LOG_LEVEL"));
   o.gpu_pinning = !readBool(getenv, "HVD_DISABLE_GPU_PINNING", false);
   o.validate();

@@ -1,4 +1,4 @@
-// RuntimeOptions: everything libhvd reads from the environment, parsed once at init (runtime_spec §4).
+// RuntimeOptions: everything libhvd reads from the environment, parsed once at init.
 //
 // Variables read (all optional; defaults as Horovod's):
 //   HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE   identity (0,1,0,1,0,1)
@@ -14,6 +14,7 @@
 //   HOROVOD_STALL_CHECK_DISABLE, HOROVOD_STALL_CHECK_TIME_SECONDS (60),
 //   HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
 //   HOROVOD_LOG_LEVEL                     trace|debug|info|warning|error|fatal (warning)
+//   HOROVOD_DYNAMIC_PROCESS_SETS          1: process sets may be added and removed after init
 //   HVD_DISABLE_GPU_PINNING               1: do not select a CUDA device at init
 //   CUDA_VISIBLE_DEVICES                  honoured by the CUDA runtime when pinning
 // Invalid values (not a number, out of range, inconsistent identity) throw UsageError naming the
@@ -59,12 +60,14 @@ struct RuntimeOptions {
   std::chrono::milliseconds stall_warning_time{std::chrono::seconds(60)};
   std::chrono::milliseconds stall_shutdown_time{0};  // 0: never
 
+  bool dynamic_process_sets = false;
+
   LogLevel log_level = LogLevel::kWarning;
   bool gpu_pinning = true;
 
   // Reads the variables above through getenv (injectable for tests) and validates them. SIZE > 1
   // without a rendezvous server is a UsageError (Horovod silently runs every rank as a single process
-  // then: runtime_spec §8 item 10).
+  // then).
   static RuntimeOptions fromEnvironment(const std::function<const char*(const char*)>& getenv);
   static RuntimeOptions fromEnvironment();
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <poll.h>
 #include <random>
@@ -48,7 +49,27 @@ class Runtime::Impl {
   ~Impl();
 
   std::shared_ptr<Work> enqueue(Request request);
+  std::vector<std::shared_ptr<Work>> enqueueGroup(std::vector<Request> requests);
+  std::shared_ptr<Work> changeProcessSet(Request request, bool is_static);
   void shutdown();
+
+  // A registered process set as user threads see it (guarded by sets_mutex_).
+  struct SetInfo {
+    std::vector<int> ranks;  // sorted global ranks
+    bool is_static = false;
+  };
+  std::optional<SetInfo> processSet(int32_t id) const {
+    std::lock_guard lock(sets_mutex_);
+    auto it = set_info_.find(id);
+    if (it == set_info_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::vector<int32_t> processSetIds() const {
+    std::lock_guard lock(sets_mutex_);
+    std::vector<int32_t> ids;
+    for (const auto& [id, info] : set_info_) ids.push_back(id);
+    return ids;
+  }
   bool stopped() const {
     std::lock_guard lock(mutex_);
     return stopped_;
@@ -62,7 +83,15 @@ class Runtime::Impl {
     Request request;
     std::shared_ptr<Work> work;
     Clock::time_point enqueued;
+    bool static_set = false;  // kProcessSet: registered by init
   };
+  // A name within its process set (names are scoped per set, as Horovod scopes them).
+  using Key = std::pair<int32_t, std::string>;
+  static Key keyOf(const Request& r) { return {r.process_set, r.name}; }
+
+  // Checks r against this rank's view of the job; names an unnamed r. Requires mutex_.
+  void check(Request& r);
+  std::shared_ptr<Work> push(Request r, bool static_set = false);  // requires mutex_
 
   void connectControlPlane();
   void wake();
@@ -82,10 +111,11 @@ class Runtime::Impl {
   void broadcastToWorkers(const ResponseList& list);
   bool execute(const ResponseList& list);  // false: leave the loop
   void execute(const Response& response);
-  void executeAllreduce(const Response& s);
-  void executeOther(const Response& s);
-  Entry* find(const std::string& name);
-  void complete(const std::string& name, std::exception_ptr error = nullptr);
+  void executeAllreduce(const Response& s, Communicator& comm);
+  void executeOther(const Response& s, Communicator& comm, int set_rank);
+  void executeProcessSet(const Response& s);
+  Entry* find(int32_t set, const std::string& name);
+  void complete(int32_t set, const std::string& name, std::exception_ptr error = nullptr);
   void failAll(const std::string& reason);
   std::byte* scratch(size_t bytes);
   void log(LogLevel level, const std::string& message) const {
@@ -97,6 +127,11 @@ class Runtime::Impl {
   // local_ and cross_ are global_ itself where their members are the same ranks in the same order (one
   // host; one rank per host): Gloo would otherwise connect and close a second identical mesh.
   std::shared_ptr<Communicator> global_, local_, cross_;
+  // Background thread only: the Gloo context of every process set this rank is a member of (0: global_).
+  std::map<int32_t, std::shared_ptr<Communicator>> set_comms_;
+  // Every registered set, members or not (user threads read it through processSet()).
+  mutable std::mutex sets_mutex_;
+  std::map<int32_t, SetInfo> set_info_;
 
   // Control plane.
   int wake_fd_ = -1;
@@ -107,20 +142,21 @@ class Runtime::Impl {
   // Submission queue: user threads -> background thread.
   mutable std::mutex mutex_;
   std::deque<Entry> queue_;
-  std::set<std::string> names_in_flight_;
+  std::set<Key> names_in_flight_;
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   std::string stop_reason_;
   uint64_t unnamed_ = 0;
+  uint64_t set_changes_ = 0;  // names of process-set registrations, counted alike on every rank
 
   // Background thread only.
-  std::unordered_map<std::string, Entry> table_;
+  std::map<Key, Entry> table_;
   std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
   std::unique_ptr<Timeline> timeline_;  // writes only on rank 0 with HOROVOD_TIMELINE
   bool shutdown_sent_ = false;
   std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
   // Workers: name -> (cache id, the descriptor this rank submitted when the id was given).
-  std::unordered_map<std::string, std::pair<uint32_t, Request>> response_cache_;
+  std::map<Key, std::pair<uint32_t, Request>> response_cache_;
   bool abort_ = false;
   std::string reason_;
 
@@ -182,6 +218,14 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     if (wake_fd_ >= 0) ::close(wake_fd_);
     wake_fd_ = -1;
     throw;
+  }
+  {
+    SetInfo global;
+    global.ranks.resize(static_cast<size_t>(options_.size));
+    for (int r = 0; r < options_.size; ++r) global.ranks[r] = r;
+    global.is_static = true;
+    set_info_[0] = std::move(global);
+    set_comms_[0] = global_;
   }
   if (options_.rank == 0) {
     CoordinatorOptions c;
@@ -259,11 +303,18 @@ void Runtime::Impl::wake() {
   [[maybe_unused]] auto rv = ::write(wake_fd_, &one, sizeof one);
 }
 
-std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
+void Runtime::Impl::check(Request& r) {
   using gloo_backend::isValid;
   HVD_CHECK(isValid(r.dtype), UsageError, "invalid data type ", static_cast<int>(r.dtype));
   HVD_CHECK(r.rows >= 0 && r.row_elements >= 0, UsageError, "negative shape ", r.rows, "x", r.row_elements,
             " for '", r.name, "'");
+  auto set = set_info_.find(r.process_set);
+  HVD_CHECK(set != set_info_.end(), UsageError, "process set ", r.process_set, " is not registered (",
+            r.name.empty() ? std::string(runtime::name(r.type)) : "'" + r.name + "'", ")");
+  const std::vector<int>& ranks = set->second.ranks;
+  const int set_size = static_cast<int>(ranks.size());
+  HVD_CHECK(std::binary_search(ranks.begin(), ranks.end(), options_.rank), UsageError, "rank ", options_.rank,
+            " is not a member of the provided process set ", r.process_set, " (ranks ", formatRanks(ranks), ")");
   switch (r.type) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
@@ -280,12 +331,14 @@ std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
     case OpType::kBroadcast:
       HVD_CHECK(r.root >= 0 && r.root < options_.size, UsageError, "broadcast received invalid root rank ", r.root,
                 " for '", r.name, "' (size ", options_.size, ")");
+      HVD_CHECK(std::binary_search(ranks.begin(), ranks.end(), r.root), UsageError, "broadcast root rank ", r.root,
+                " of '", r.name, "' is not a member of process set ", r.process_set, " (ranks ", formatRanks(ranks),
+                ")");
       break;
     case OpType::kAlltoall:
       if (!r.splits.empty()) {
-        HVD_CHECK(static_cast<int>(r.splits.size()) == options_.size, UsageError,
-                  "Number of entries in splits (", r.splits.size(), ") does not equal number of workers (",
-                  options_.size, ") for '", r.name, "'");
+        HVD_CHECK(static_cast<int>(r.splits.size()) == set_size, UsageError, "Number of entries in splits (",
+                  r.splits.size(), ") does not equal number of workers (", set_size, ") for '", r.name, "'");
         int64_t sum = 0;
         for (auto s : r.splits) {
           HVD_CHECK(s >= 0, UsageError, "negative split ", s, " for '", r.name, "'");
@@ -294,29 +347,123 @@ std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
         HVD_CHECK(sum <= r.rows, UsageError, "Sum of splits entries (", sum,
                   ") is greater than the first dimension of tensor '", r.name, "' (", r.rows, ")");
       } else {
-        HVD_CHECK(r.rows % options_.size == 0, UsageError,
-                  "splits not provided, but first dimension of tensor '", r.name, "' (", r.rows,
-                  ") is not an even multiple of the number of workers (", options_.size, ")");
+        HVD_CHECK(r.rows % set_size == 0, UsageError, "splits not provided, but first dimension of tensor '", r.name,
+                  "' (", r.rows, ") is not an even multiple of the number of workers (", set_size, ")");
       }
+      break;
+    case OpType::kJoin:
+      HVD_CHECK(r.process_set == 0, UsageError, "join runs on the global process set only (got process set ",
+                r.process_set, ")");
       break;
     default:
       break;
   }
+  if (r.name.empty()) r.name = detail::concat(runtime::name(r.type), ".noname.", unnamed_++);
+}
+
+std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
+  HVD_CHECK(!names_in_flight_.count(keyOf(r)), UsageError, "Requested to ", runtime::name(r.type),
+            " a tensor with the same name as another tensor that is currently being processed: '", r.name,
+            "'. If you want to request another tensor, use a different tensor name.");
+  names_in_flight_.insert(keyOf(r));
+  auto work = std::make_shared<Work>(r.name);
+  queue_.push_back({std::move(r), work, Clock::now(), static_set});
+  return work;
+}
+
+std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
+  HVD_CHECK(r.type != OpType::kProcessSet, UsageError, "process sets are added with addProcessSet()");
   std::shared_ptr<Work> work;
   bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
     if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
-    if (r.name.empty()) r.name = detail::concat(runtime::name(r.type), ".noname.", unnamed_++);
-    HVD_CHECK(!names_in_flight_.count(r.name), UsageError, "Requested to ", runtime::name(r.type),
-              " a tensor with the same name as another tensor that is currently being processed: '", r.name,
-              "'. If you want to request another tensor, use a different tensor name.");
-    names_in_flight_.insert(r.name);
-    work = std::make_shared<Work>(r.name);
+    {
+      std::lock_guard sets(sets_mutex_);
+      check(r);
+    }
     was_empty = queue_.empty();
-    queue_.push_back({std::move(r), work, Clock::now()});
+    work = push(std::move(r));
   }
   // The background thread drains the whole queue per wake-up: one eventfd write per burst, not per op.
+  if (was_empty) wake();
+  return work;
+}
+
+std::vector<std::shared_ptr<Work>> Runtime::Impl::enqueueGroup(std::vector<Request> requests) {
+  HVD_CHECK(!requests.empty(), UsageError, "a group needs at least one operation");
+  std::vector<std::shared_ptr<Work>> works;
+  bool was_empty = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
+    {
+      std::lock_guard sets(sets_mutex_);
+      for (auto& r : requests) {
+        HVD_CHECK(r.type == requests[0].type && r.process_set == requests[0].process_set, UsageError,
+                  "a group's operations must all be ", runtime::name(requests[0].type), " on process set ",
+                  requests[0].process_set, "; '", r.name, "' is ", runtime::name(r.type), " on process set ",
+                  r.process_set);
+        HVD_CHECK(r.type != OpType::kJoin && r.type != OpType::kProcessSet && r.type != OpType::kBarrier,
+                  UsageError, runtime::name(r.type), " cannot be grouped");
+        check(r);
+      }
+    }
+    std::set<Key> names;
+    for (const auto& r : requests) {
+      HVD_CHECK(names.insert(keyOf(r)).second && !names_in_flight_.count(keyOf(r)), UsageError,
+                "Requested to ", runtime::name(r.type),
+                " a tensor with the same name as another tensor that is currently being processed: '", r.name,
+                "'. If you want to request another tensor, use a different tensor name.");
+    }
+    const std::string group = requests[0].name;
+    was_empty = queue_.empty();
+    for (auto& r : requests) {
+      r.group = group;
+      r.group_size = static_cast<int32_t>(requests.size());
+      works.push_back(push(std::move(r)));
+    }
+  }
+  if (was_empty) wake();
+  return works;
+}
+
+std::shared_ptr<Work> Runtime::Impl::changeProcessSet(Request r, bool is_static) {
+  r.type = OpType::kProcessSet;
+  std::shared_ptr<Work> work;
+  bool was_empty = false;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
+    HVD_CHECK(is_static || options_.dynamic_process_sets, UsageError,
+              "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to add or remove process sets after initialization (",
+              r.members.empty() ? detail::concat("removing process set ", r.process_set)
+                                : std::string("adding a process set"),
+              ")");
+    if (r.members.empty()) {
+      std::lock_guard sets(sets_mutex_);
+      auto it = set_info_.find(r.process_set);
+      HVD_CHECK(it != set_info_.end(), UsageError, "cannot remove process set ", r.process_set,
+                ": no such process set");
+      HVD_CHECK(!it->second.is_static, UsageError, "cannot remove process set ", r.process_set,
+                r.process_set == 0 ? ": it is the global process set" : ": it was registered at init");
+    } else {
+      std::sort(r.members.begin(), r.members.end());
+      for (size_t i = 0; i < r.members.size(); ++i) {
+        HVD_CHECK(r.members[i] >= 0 && r.members[i] < options_.size, UsageError, "process set rank ", r.members[i],
+                  " is out of range for a job of size ", options_.size);
+        HVD_CHECK(i == 0 || r.members[i] != r.members[i - 1], UsageError, "rank ", r.members[i],
+                  " appears twice in the process set");
+      }
+    }
+    // Registration is negotiated on the global set; the name counts registrations, alike on every rank.
+    r.name = detail::concat("process_set.", set_changes_++);
+    const int32_t target = r.process_set;
+    r.process_set = 0;
+    if (r.members.empty()) r.root = target;
+    was_empty = queue_.empty();
+    work = push(std::move(r), is_static);
+  }
   if (was_empty) wake();
   return work;
 }
@@ -351,6 +498,8 @@ void Runtime::Impl::run() {
   global_->close(!abort_);
   local_->close(!abort_);
   cross_->close(!abort_);
+  // Process sets in id order, the same on every member.
+  for (auto& [id, comm] : set_comms_) comm->close(!abort_);
   coordinator_channel_.reset();
   worker_channels_.clear();
   timeline_.reset();  // closes the JSON array
@@ -367,7 +516,7 @@ void Runtime::Impl::takeQueue(std::vector<Request>& fresh, bool& shutdown_reques
   for (auto& e : taken) {
     timeline_->queued(e.request.name, e.enqueued, now);
     fresh.push_back(e.request);
-    table_.emplace(e.request.name, std::move(e));
+    table_.emplace(keyOf(e.request), std::move(e));
   }
 }
 
@@ -455,7 +604,7 @@ void Runtime::Impl::loop() {
     if (!fresh.empty() || (shutdown_requested && !shutdown_sent_)) {
       RequestBatch batch;
       for (auto& q : fresh) {
-        auto hit = response_cache_.find(q.name);
+        auto hit = response_cache_.find(keyOf(q));
         if (hit != response_cache_.end() && sameDescriptor(hit->second.second, q)) {
           batch.cached.push_back(hit->second.first);
         } else {
@@ -503,20 +652,20 @@ bool Runtime::Impl::execute(const ResponseList& list) {
   return false;
 }
 
-Runtime::Impl::Entry* Runtime::Impl::find(const std::string& name) {
-  auto it = table_.find(name);
+Runtime::Impl::Entry* Runtime::Impl::find(int32_t set, const std::string& name) {
+  auto it = table_.find(Key{set, name});
   return it == table_.end() ? nullptr : &it->second;
 }
 
-void Runtime::Impl::complete(const std::string& key, std::exception_ptr error) {
-  auto it = table_.find(key);
+void Runtime::Impl::complete(int32_t set, const std::string& name, std::exception_ptr error) {
+  auto it = table_.find(Key{set, name});
   if (it == table_.end()) return;
-  const std::string name = key;  // key may live in the node erased below
+  const Key key = it->first;  // name may live in the node erased below
   auto work = std::move(it->second.work);
   table_.erase(it);
   {
     std::lock_guard lock(mutex_);
-    names_in_flight_.erase(name);
+    names_in_flight_.erase(key);
   }
   work->finish(std::move(error));
 }
@@ -527,9 +676,12 @@ void Runtime::Impl::failAll(const std::string& reason) {
     std::lock_guard lock(mutex_);
     queued.swap(queue_);
   }
-  for (auto& e : queued) table_.emplace(e.request.name, std::move(e));
+  for (auto& e : queued) table_.emplace(keyOf(e.request), std::move(e));
   const auto error = std::make_exception_ptr(ShutDownError(shutDownMessage(reason)));
-  while (!table_.empty()) complete(table_.begin()->first, error);
+  while (!table_.empty()) {
+    const Key key = table_.begin()->first;
+    complete(key.first, key.second, error);
+  }
 }
 
 std::byte* Runtime::Impl::scratch(size_t bytes) {
@@ -542,37 +694,74 @@ void Runtime::Impl::execute(const Response& s) {
     std::exception_ptr error;
     if (s.error_class == Response::ErrorClass::kStalled) {
       error = std::make_exception_ptr(StalledError(s.error));
+    } else if (s.error_class == Response::ErrorClass::kInvalid) {
+      error = std::make_exception_ptr(UsageError(s.error));
     } else {
       error = std::make_exception_ptr(MismatchError(s.error));
     }
-    for (const auto& name : s.names) complete(name, error);
+    for (const auto& name : s.names) complete(s.process_set, name, error);
     return;
   }
+  if (s.type == OpType::kProcessSet) return executeProcessSet(s);
+  auto comm = set_comms_.find(s.process_set);
+  if (comm == set_comms_.end()) return;  // a set this rank is not a member of
   if (!coordinator_) {
     for (size_t i = 0; i < s.cache_ids.size() && i < s.names.size(); ++i) {
       if (!s.cache_ids[i]) continue;
-      if (Entry* e = find(s.names[i])) {
+      if (Entry* e = find(s.process_set, s.names[i])) {
         Request descriptor = e->request;
         descriptor.input = nullptr;
         descriptor.output = nullptr;
-        response_cache_[s.names[i]] = {s.cache_ids[i], std::move(descriptor)};
+        response_cache_[{s.process_set, s.names[i]}] = {s.cache_ids[i], std::move(descriptor)};
       }
     }
   }
   try {
     timelineStart(s);
     if (s.type == OpType::kAllreduce) {
-      executeAllreduce(s);
+      executeAllreduce(s, *comm->second);
     } else {
-      executeOther(s);
+      executeOther(s, *comm->second, comm->second->rank());
     }
     timelineEnd(s);
   } catch (const std::exception& e) {
     // The context is dead after a failed collective: fail these works with the cause, then stop.
     const auto error = std::current_exception();
-    for (const auto& name : s.names) complete(name, error);
+    for (const auto& name : s.names) complete(s.process_set, name, error);
     throw;
   }
+}
+
+void Runtime::Impl::executeProcessSet(const Response& s) {
+  const int32_t id = s.root;
+  Entry* e = find(0, s.names[0]);
+  const bool is_static = e && e->static_set;
+  if (s.counts.empty()) {  // removed
+    if (auto comm = set_comms_.find(id); comm != set_comms_.end()) {
+      comm->second->close(true);  // every member removes it at this point of the same order
+      set_comms_.erase(comm);
+    }
+    std::lock_guard lock(sets_mutex_);
+    set_info_.erase(id);
+  } else {
+    SetInfo info;
+    info.ranks.assign(s.counts.begin(), s.counts.end());
+    info.is_static = is_static;
+    const auto me = std::lower_bound(info.ranks.begin(), info.ranks.end(), options_.rank);
+    if (me != info.ranks.end() && *me == options_.rank) {
+      CommunicatorOptions o;
+      o.scope = detail::concat("process_set_", id);
+      o.rank = static_cast<int>(me - info.ranks.begin());
+      o.size = static_cast<int>(info.ranks.size());
+      o.timeout = options_.gloo_timeout;
+      log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", o.rank, ", size=", o.size));
+      set_comms_[id] = std::shared_ptr<Communicator>(Communicator::connect(store_, gloo_device_, o));
+    }
+    std::lock_guard lock(sets_mutex_);
+    set_info_[id] = std::move(info);
+  }
+  if (e) e->work->result_int = id;
+  complete(0, s.names[0]);
 }
 
 void Runtime::Impl::timelineStart(const Response& s) {
@@ -595,10 +784,10 @@ void Runtime::Impl::timelineEnd(const Response& s) {
   }
 }
 
-void Runtime::Impl::executeAllreduce(const Response& s) {
+void Runtime::Impl::executeAllreduce(const Response& s, Communicator& comm) {
   const size_t esize = gloo_backend::elementSize(s.dtype);
-  const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / options_.size : 1.0);
-  Entry* single = s.names.size() == 1 ? find(s.names[0]) : nullptr;
+  const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / comm.size() : 1.0);
+  Entry* single = s.names.size() == 1 ? find(s.process_set, s.names[0]) : nullptr;
   if (single) {
     // Unfused: reduce in the caller's output buffer.
     const Request& q = single->request;
@@ -606,23 +795,23 @@ void Runtime::Impl::executeAllreduce(const Response& s) {
     if (n && q.input != q.output) std::memcpy(q.output, q.input, n * esize);
     gloo_backend::scale(s.dtype, q.output, n, s.prescale);
     timeline_->activityStart(s.names, "GLOO_ALLREDUCE");
-    global_->allreduce(q.output, n, s.dtype, s.op);
+    comm.allreduce(q.output, n, s.dtype, s.op);
     timeline_->activityEnd(s.names);
     gloo_backend::scale(s.dtype, q.output, n, post);
-    complete(s.names[0]);
+    complete(s.process_set, s.names[0]);
     return;
   }
   // Fused (or this rank joined and contributes zeros): pack into the reused fusion buffer.
   size_t total = 0;
   for (auto c : s.counts) total += static_cast<size_t>(c);
   // Up to 1 MiB the fusion buffer is the communicator's staging buffer: no second copy in and out.
-  std::byte* buffer = global_->stagingBuffer(total * esize);
+  std::byte* buffer = comm.stagingBuffer(total * esize);
   if (!buffer) buffer = scratch(total * esize);
   timeline_->activityStart(s.names, "MEMCPY_IN_FUSION_BUFFER");
   size_t offset = 0;
   for (size_t i = 0; i < s.names.size(); ++i) {
     const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
-    if (Entry* e = find(s.names[i])) {
+    if (Entry* e = find(s.process_set, s.names[i])) {
       if (bytes) std::memcpy(buffer + offset, e->request.input, bytes);
     } else {
       std::memset(buffer + offset, 0, bytes);
@@ -632,43 +821,46 @@ void Runtime::Impl::executeAllreduce(const Response& s) {
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, s.prescale);
   timeline_->activityStart(s.names, "GLOO_ALLREDUCE");
-  global_->allreduce(buffer, total, s.dtype, s.op);
+  comm.allreduce(buffer, total, s.dtype, s.op);
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, post);
   timeline_->activityStart(s.names, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (size_t i = 0; i < s.names.size(); ++i) {
     const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
-    if (Entry* e = find(s.names[i])) {
+    if (Entry* e = find(s.process_set, s.names[i])) {
       if (bytes) std::memcpy(e->request.output, buffer + offset, bytes);
-      complete(s.names[i]);
+      complete(s.process_set, s.names[i]);
     }
     offset += bytes;
   }
 }
 
-void Runtime::Impl::executeOther(const Response& s) {
+void Runtime::Impl::executeOther(const Response& s, Communicator& comm, int set_rank) {
   const size_t esize = gloo_backend::elementSize(s.dtype);
   const size_t row_bytes = static_cast<size_t>(s.row_elements) * esize;
-  const int n = options_.size;
-  const int me = options_.rank;
+  const int n = comm.size();
+  const int me = set_rank;
+  Entry* e = s.names.empty() ? nullptr : find(s.process_set, s.names[0]);  // join has no name
+  HVD_INTERNAL_ASSERT(e || s.type == OpType::kJoin, runtime::name(s.type), " '",
+                      s.names.empty() ? "" : s.names[0], "' not submitted on rank ", options_.rank);
   switch (s.type) {
     case OpType::kBroadcast: {
-      Entry* e = find(s.names[0]);
-      HVD_INTERNAL_ASSERT(e, "broadcast '", s.names[0], "' not submitted on rank ", me);
       const size_t bytes = static_cast<size_t>(s.counts[0]) * esize;
       if (bytes && e->request.input && e->request.input != e->request.output) {
         std::memcpy(e->request.output, e->request.input, bytes);
       }
       timeline_->activityStart(s.names, "GLOO_BCAST");
-      global_->broadcast(e->request.output, bytes, s.root);
+      // The root is a global rank; the set's context numbers its members by set rank.
+      // set_info_ changes only on this thread, so reading it here needs no lock.
+      const auto& ranks = set_info_.at(s.process_set).ranks;
+      const int root = static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), s.root) - ranks.begin());
+      comm.broadcast(e->request.output, bytes, root);
       timeline_->activityEnd(s.names);
-      complete(s.names[0]);
+      complete(s.process_set, s.names[0]);
       return;
     }
     case OpType::kAllgather: {
-      Entry* e = find(s.names[0]);
-      HVD_INTERNAL_ASSERT(e, "allgather '", s.names[0], "' not submitted on rank ", me);
       std::vector<size_t> bytes(n);
       int64_t rows = 0;
       for (int r = 0; r < n; ++r) {
@@ -679,14 +871,12 @@ void Runtime::Impl::executeOther(const Response& s) {
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
       timeline_->activityStart(s.names, "GLOO_ALLGATHER");
-      global_->allgatherv(e->request.input, w.result.data(), bytes);
+      comm.allgatherv(e->request.input, w.result.data(), bytes);
       timeline_->activityEnd(s.names);
-      complete(s.names[0]);
+      complete(s.process_set, s.names[0]);
       return;
     }
     case OpType::kAlltoall: {
-      Entry* e = find(s.names[0]);
-      HVD_INTERNAL_ASSERT(e, "alltoall '", s.names[0], "' not submitted on rank ", me);
       std::vector<size_t> send(n), recv(n);
       Work& w = *e->work;
       w.received_splits.assign(n, 0);
@@ -700,14 +890,12 @@ void Runtime::Impl::executeOther(const Response& s) {
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
       timeline_->activityStart(s.names, "GLOO_ALLTOALL");
-      global_->alltoallv(e->request.input, send, w.result.data(), recv);
+      comm.alltoallv(e->request.input, send, w.result.data(), recv);
       timeline_->activityEnd(s.names);
-      complete(s.names[0]);
+      complete(s.process_set, s.names[0]);
       return;
     }
     case OpType::kReducescatter: {
-      Entry* e = find(s.names[0]);
-      HVD_INTERNAL_ASSERT(e, "reducescatter '", s.names[0], "' not submitted on rank ", me);
       // Ring reduce-scatter of the whole tensor in the scratch buffer; this rank keeps its block of rows
       // (the first rows % n ranks one more).
       const int64_t rows = s.counts[0];
@@ -721,7 +909,7 @@ void Runtime::Impl::executeOther(const Response& s) {
         block_elements[p] = static_cast<size_t>((base + (p < extra ? 1 : 0)) * s.row_elements);
       }
       timeline_->activityStart(s.names, "GLOO_REDUCESCATTER");
-      global_->reduceScatter(buffer, block_elements, s.dtype, s.op);
+      comm.reduceScatter(buffer, block_elements, s.dtype, s.op);
       timeline_->activityEnd(s.names);
       const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
       const int64_t mine = base + (me < extra ? 1 : 0);
@@ -731,26 +919,28 @@ void Runtime::Impl::executeOther(const Response& s) {
       w.result_rows = mine;
       if (mine) std::memcpy(w.result.data(), buffer + first * row_bytes, w.result.size());
       gloo_backend::scale(s.dtype, w.result.data(), static_cast<size_t>(mine * s.row_elements), post);
-      complete(s.names[0]);
+      complete(s.process_set, s.names[0]);
       return;
     }
     case OpType::kBarrier:
-timeline_->activityStart(s.names, "GLOO_BARRIER");
-      global_->barrier();
-timeline_->activityEnd(s.names);
-      complete(s.names[0]);
+      timeline_->activityStart(s.names, "GLOO_BARRIER");
+      comm.barrier();
+      timeline_->activityEnd(s.names);
+      complete(s.process_set, s.names[0]);
       return;
     case OpType::kJoin: {
-      for (auto& [name, entry] : table_) {
+      for (auto& [key, entry] : table_) {
         if (entry.request.type == OpType::kJoin) {
           entry.work->result_int = s.last_joined_rank;
-          complete(name);
+          const Key done = key;
+          complete(done.first, done.second);
           break;
         }
       }
       return;
     }
     case OpType::kAllreduce:
+    case OpType::kProcessSet:
       break;
   }
   HVD_INTERNAL_ASSERT(false, "unexpected response type ", static_cast<int>(s.type));
@@ -774,6 +964,26 @@ std::shared_ptr<rendezvous::Store> Runtime::makeStore(const RuntimeOptions& opti
 const RuntimeOptions& Runtime::options() const { return impl_->options_; }
 int Runtime::device() const { return impl_->device_; }
 std::shared_ptr<Work> Runtime::enqueue(Request request) { return impl_->enqueue(std::move(request)); }
+std::vector<std::shared_ptr<Work>> Runtime::enqueueGroup(std::vector<Request> requests) {
+  return impl_->enqueueGroup(std::move(requests));
+}
+std::shared_ptr<Work> Runtime::addProcessSet(std::vector<int> ranks, bool is_static) {
+  Request r;
+  r.members.assign(ranks.begin(), ranks.end());
+  HVD_CHECK(!r.members.empty(), UsageError, "a process set needs at least one rank");
+  return impl_->changeProcessSet(std::move(r), is_static);
+}
+std::shared_ptr<Work> Runtime::removeProcessSet(int32_t id) {
+  Request r;
+  r.process_set = id;
+  return impl_->changeProcessSet(std::move(r), false);
+}
+std::optional<std::vector<int>> Runtime::processSetRanks(int32_t id) const {
+  auto info = impl_->processSet(id);
+  if (!info) return std::nullopt;
+  return info->ranks;
+}
+std::vector<int32_t> Runtime::processSetIds() const { return impl_->processSetIds(); }
 void Runtime::shutdown() { impl_->shutdown(); }
 bool Runtime::stopped() const { return impl_->stopped(); }
 

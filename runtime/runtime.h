@@ -13,7 +13,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "rendezvous/store.h"
 #include "runtime/options.h"
@@ -46,10 +48,26 @@ class Runtime {
   // CUDA device pinned at init, -1: CPU.
   int device() const;
 
-  // Queues a collective. Rejects bad arguments and a name already in flight on this rank with
-  // UsageError, and anything after shutdown with ShutDownError. An empty name gets
+  // Queues a collective. Rejects bad arguments (including a process set that is unknown or does not
+  // include this rank) and a name already in flight in its process set on this rank with UsageError, and anything after shutdown with ShutDownError. An empty name gets
   // "<op>.noname.<n>" (n counts this rank's unnamed submissions, as Horovod names them).
   std::shared_ptr<Work> enqueue(Request request);
+
+  // Queues requests as one group (negotiated as a unit: the members run together, allreduces fused where
+  // the threshold allows). All of one operation type and process set. All queued, or none (UsageError).
+  std::vector<std::shared_ptr<Work>> enqueueGroup(std::vector<Request> requests);
+
+  // Process sets. Registration is collective over the whole job (every rank adds or removes the same
+  // set, in the same order) and negotiated like a collective; the Work finishes once the set is usable
+  // here, with its id in Work::result_int. Needs options().dynamic_process_sets unless is_static (sets
+  // registered at init, which cannot be removed). UsageError at once for ranks out of range or repeated;
+  // through the Work for a duplicate of an existing set (UsageError) or ranks that disagree
+  // (MismatchError).
+  std::shared_ptr<Work> addProcessSet(std::vector<int> ranks, bool is_static = false);
+  std::shared_ptr<Work> removeProcessSet(int32_t id);
+  // The sorted global ranks of a registered set; nullopt for an unknown id.
+  std::optional<std::vector<int>> processSetRanks(int32_t id) const;
+  std::vector<int32_t> processSetIds() const;  // ascending, 0 first
 
   // Orderly shutdown of the whole job (Horovod semantics: every rank leaves together; operations still
   // pending fail with ShutDownError). Blocks until this rank's background thread has stopped.

@@ -89,7 +89,8 @@ void putStrings(Writer& w, const std::vector<std::string>& v) {
 bool sameDescriptor(const Request& a, const Request& b) {
   return a.type == b.type && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
          a.postscale == b.postscale && a.root == b.root && a.rows == b.rows && a.row_elements == b.row_elements &&
-         a.splits == b.splits;
+         a.splits == b.splits && a.process_set == b.process_set && a.group == b.group &&
+         a.group_size == b.group_size && a.members == b.members;
 }
 
 std::vector<char> encode(const Hello& m) {
@@ -124,6 +125,10 @@ std::vector<char> encode(const RequestBatch& m) {
     w.put(q.rows);
     w.put(q.row_elements);
     w.put(q.splits);
+    w.put(q.process_set);
+    w.put(q.group);
+    w.put(q.group_size);
+    w.put(q.members);
   }
   w.put(m.cached);
   return w.take();
@@ -147,6 +152,10 @@ RequestBatch decodeRequestBatch(const std::vector<char>& payload) {
     q.rows = r.get<int64_t>();
     q.row_elements = r.get<int64_t>();
     q.splits = r.getVector<int64_t>();
+    q.process_set = r.get<int32_t>();
+    q.group = r.getString();
+    q.group_size = r.get<int32_t>();
+    q.members = r.getVector<int32_t>();
   }
   m.cached = r.getVector<uint32_t>();
   return m;
@@ -175,6 +184,7 @@ std::vector<char> encode(const ResponseList& m) {
     w.put(s.last_joined_rank);
     w.put(s.error);
     w.put(static_cast<uint8_t>(s.error_class));
+    w.put(s.process_set);
   }
   return w.take();
 }
@@ -205,6 +215,7 @@ ResponseList decodeResponseList(const std::vector<char>& payload) {
     s.last_joined_rank = r.get<int32_t>();
     s.error = r.getString();
     s.error_class = static_cast<Response::ErrorClass>(r.get<uint8_t>());
+    s.process_set = r.get<int32_t>();
   }
   return m;
 }

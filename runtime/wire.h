@@ -17,7 +17,7 @@ namespace hvd::runtime {
 enum class MessageKind : uint8_t { kHello = 1, kRequests = 2, kResponses = 3 };
 
 struct Hello {
-  static constexpr uint64_t kMagic = 0x68766431'00000001ull;  // "hvd1", protocol 1
+  static constexpr uint64_t kMagic = 0x68766431'00000002ull;  // "hvd1", protocol 2 (process sets)
   uint64_t magic = kMagic;
   uint64_t nonce = 0;  // the coordinator's per-job secret, read from the store
   int32_t rank = -1;
@@ -36,16 +36,18 @@ struct Response {
   Kind kind = Kind::kExecute;
   OpType type = OpType::kAllreduce;
   std::vector<std::string> names;  // several: fused allreduce, in buffer order
+  int32_t process_set = 0;         // the set the names belong to
   std::vector<uint32_t> cache_ids; // per name: its response cache id, 0 = not cached
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
-  int32_t root = 0;
+  int32_t root = 0;                // broadcast: global root rank; kProcessSet: the set's id
   int64_t row_elements = 1;
-  // allreduce: elements of each name; allgather: rows of each rank; reducescatter/broadcast: {rows}.
+  // allreduce: elements of each name; allgather: rows of each set rank; reducescatter/broadcast: {rows};
+  // kProcessSet: the added set's ranks (empty: removed).
   std::vector<int64_t> counts;
-  // alltoall: size x size rows, [sender * size + receiver].
+  // alltoall: n x n rows (n: the set's size), [sender * n + receiver] in set ranks.
   std::vector<int64_t> splits;
   // allreduce while some ranks have joined: they contribute zeros.
   std::vector<int32_t> joined_ranks;

@@ -1,6 +1,6 @@
 // Requests submitted to the runtime and the Work handles that report their completion.
 //
-// A Work is future-like (STYLE §9): the background thread calls finish(eptr) exactly once; users
+// A Work is future-like (as c10d's Work): the background thread calls finish(eptr) exactly once; users
 // poll(), wait() (rethrows the operation's exception) or read exception(). Results of operations whose
 // output size is decided by the job (allgather, alltoall, reducescatter, join) live in the Work.
 // Threading: every method is safe from any thread.
@@ -31,6 +31,7 @@ enum class OpType : uint8_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
+  kProcessSet = 7,  // add or remove a process set (collective over the global set; Request::members)
 };
 const char* name(OpType type);
 
@@ -60,7 +61,15 @@ struct Request {
   int root = 0;                // broadcast: global rank
   int64_t rows = 0;            // first dimension (allreduce/broadcast: the element count, row = 1)
   int64_t row_elements = 1;    // elements per row; must agree across ranks
-  std::vector<int64_t> splits; // alltoall: rows sent to each rank (empty: even split)
+  std::vector<int64_t> splits; // alltoall: rows sent to each set rank (empty: even split)
+  int32_t process_set = 0;     // id of a registered process set (0: every rank)
+  // Grouped operations (hvd_enqueue_group): the name of the group's first member and the group's size;
+  // the coordinator releases the members together. Empty group: not grouped.
+  std::string group;
+  int32_t group_size = 0;
+  // Process-set registration (kProcessSet): the ranks of a set to add (sorted), or empty to remove
+  // process_set.
+  std::vector<int32_t> members;
 
   const void* input = nullptr;
   void* output = nullptr;  // allreduce/broadcast: caller's buffer; others: the Work's result

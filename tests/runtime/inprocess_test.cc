@@ -1,6 +1,7 @@
 // Collectives with ranks as threads over a MemoryStore: every op, type and size that matters.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -15,7 +16,7 @@ using hvd::gloo_backend::elementSize;
 
 namespace {
 
-const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16, DataType::kInt32,
                               DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
                               DataType::kFloat32, DataType::kFloat64, DataType::kBool};
 
@@ -48,6 +49,7 @@ void store(DataType t, void* base, size_t i, double v) {
   switch (t) {
     case DataType::kUInt8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
     case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(base)[i] = static_cast<int16_t>(v); break;
     case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
     case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
     case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = halfBits(static_cast<float>(v)); break;
@@ -68,6 +70,7 @@ double load(DataType t, const void* base, size_t i) {
   switch (t) {
     case DataType::kUInt8: return static_cast<const uint8_t*>(base)[i];
     case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(base)[i];
     case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
     case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
     case DataType::kFloat16: return halfValue(static_cast<const uint16_t*>(base)[i]);
@@ -564,4 +567,148 @@ TEST_CASE("floating-point allreduce results are bit-identical on every rank", "[
     REQUIRE(results[r].size() == results[0].size());
     REQUIRE(std::memcmp(results[r].data(), results[0].data(), results[0].size() * sizeof(float)) == 0);
   }
+}
+
+namespace {
+
+Request sumOf(const std::string& name, std::vector<float>& buf, int32_t set = 0) {
+  Request q;
+  q.name = name;
+  q.op = ReduceOp::kSum;
+  q.rows = static_cast<int64_t>(buf.size());
+  q.input = q.output = buf.data();
+  q.process_set = set;
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE("process sets: collectives among a subset, scoped names, add and remove", "[inprocess][process_set]") {
+  Cluster cluster(4, [](RuntimeOptions& o) { o.dynamic_process_sets = true; });
+  cluster.forEach([&](int r) {
+    auto add = cluster[r].addProcessSet({3, 1});  // unsorted on purpose
+    add->wait();
+    const int32_t odd = static_cast<int32_t>(add->result_int);
+    REQUIRE(odd == 1);
+    REQUIRE(cluster[r].processSetRanks(odd) == std::vector<int>{1, 3});
+    REQUIRE(cluster[r].processSetIds() == std::vector<int32_t>{0, 1});
+    const bool member = r == 1 || r == 3;
+    std::vector<float> v(5, static_cast<float>(r));
+    if (member) {
+      // The same name on the global set at the same time: names are scoped per set.
+      std::vector<float> g(5, 1.0f);
+      auto global = cluster[r].enqueue(sumOf("x", g));
+      auto sub = cluster[r].enqueue(sumOf("x", v, odd));
+      sub->wait();
+      global->wait();
+      for (float x : v) REQUIRE(x == 4.0f);  // 1 + 3
+      for (float x : g) REQUIRE(x == 4.0f);  // four ranks
+      // Average divides by the set's size; broadcast's root is a global rank; allgather by set rank.
+      std::vector<float> a(3, static_cast<float>(r));
+      Request avg = sumOf("avg", a, odd);
+      avg.op = ReduceOp::kAverage;
+      cluster[r].enqueue(avg)->wait();
+      for (float x : a) REQUIRE(x == 2.0f);
+      std::vector<int32_t> b(2, r);
+      Request bc;
+      bc.type = OpType::kBroadcast;
+      bc.name = "b";
+      bc.dtype = DataType::kInt32;
+      bc.rows = 2;
+      bc.root = 3;
+      bc.input = bc.output = b.data();
+      bc.process_set = odd;
+      cluster[r].enqueue(bc)->wait();
+      REQUIRE(b == std::vector<int32_t>{3, 3});
+      std::vector<int32_t> mine(static_cast<size_t>(r), r);  // rank 1: one row, rank 3: three
+      Request ag;
+      ag.type = OpType::kAllgather;
+      ag.name = "ag";
+      ag.dtype = DataType::kInt32;
+      ag.rows = r;
+      ag.input = mine.data();
+      ag.process_set = odd;
+      auto w = cluster[r].enqueue(ag);
+      w->wait();
+      REQUIRE(w->result_rows == 4);
+      std::vector<int32_t> got(4);
+      std::memcpy(got.data(), w->result.data(), 16);
+      REQUIRE(got == std::vector<int32_t>{1, 3, 3, 3});
+      // A root outside the set is refused at once.
+      bc.root = 0;
+      REQUIRE_THROWS_WITH(cluster[r].enqueue(bc), Catch::Contains("is not a member of process set 1"));
+    } else {
+      REQUIRE_THROWS_WITH(cluster[r].enqueue(sumOf("x", v, odd)),
+                          Catch::Contains("rank " + std::to_string(r) + " is not a member of the provided process set 1"));
+      std::vector<float> g(5, 1.0f);
+      cluster[r].enqueue(sumOf("x", g))->wait();
+      for (float x : g) REQUIRE(x == 4.0f);
+    }
+    // A duplicate fails on every rank; the job goes on.
+    auto dup = cluster[r].addProcessSet({1, 3});
+    REQUIRE_THROWS_WITH(dup->wait(), Catch::Contains("Attempted to add a duplicate process set"));
+    REQUIRE_THROWS_AS(cluster[r].addProcessSet({0, 1, 2, 3})->wait(), hvd::UsageError);  // the global set
+    REQUIRE_THROWS_WITH(cluster[r].addProcessSet({0, 4}), Catch::Contains("rank 4 is out of range"));
+    REQUIRE_THROWS_WITH(cluster[r].addProcessSet({2, 2}), Catch::Contains("rank 2 appears twice"));
+    REQUIRE_THROWS_WITH(cluster[r].removeProcessSet(0), Catch::Contains("global process set"));
+    // Different sets on different ranks: a mismatch on every rank.
+    auto odd_one = cluster[r].addProcessSet(r == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 2});
+    REQUIRE_THROWS_WITH(odd_one->wait(), Catch::Contains("Mismatched process set registrations"));
+    // Remove, then the id is unknown; a new set gets a fresh id.
+    auto rm = cluster[r].removeProcessSet(odd);
+    rm->wait();
+    REQUIRE_FALSE(cluster[r].processSetRanks(odd));
+    REQUIRE_THROWS_WITH(cluster[r].enqueue(sumOf("y", v, odd)), Catch::Contains("process set 1 is not registered"));
+    auto again = cluster[r].addProcessSet({0, 1, 2});
+    again->wait();
+    REQUIRE(again->result_int == 2);
+    if (r < 3) {
+      std::vector<float> t(2, 1.0f);
+      cluster[r].enqueue(sumOf("t", t, 2))->wait();
+      for (float x : t) REQUIRE(x == 3.0f);
+    }
+  });
+}
+
+TEST_CASE("process sets need HOROVOD_DYNAMIC_PROCESS_SETS unless static", "[inprocess][process_set]") {
+  Cluster cluster(2);
+  cluster.forEach([&](int r) {
+    REQUIRE_THROWS_WITH(cluster[r].addProcessSet({0}), Catch::Contains("HOROVOD_DYNAMIC_PROCESS_SETS=1"));
+    auto s = cluster[r].addProcessSet({r == 0 ? 0 : 0}, /*is_static=*/true);
+    s->wait();
+    REQUIRE(s->result_int == 1);
+    REQUIRE_THROWS_WITH(cluster[r].removeProcessSet(1), Catch::Contains("HOROVOD_DYNAMIC_PROCESS_SETS=1"));
+    if (r == 0) {
+      std::vector<float> v(3, 5.0f);
+      cluster[r].enqueue(sumOf("solo", v, 1))->wait();  // a set of one rank
+      for (float x : v) REQUIRE(x == 5.0f);
+    }
+  });
+}
+
+TEST_CASE("groups: members negotiated as a unit, fused, all-or-nothing", "[inprocess][group]") {
+  Cluster cluster(3);
+  cluster.forEach([&](int r) {
+    std::vector<std::vector<float>> bufs(4, std::vector<float>(7, 1.0f));
+    std::vector<Request> group;
+    for (int i = 0; i < 4; ++i) group.push_back(sumOf("g" + std::to_string(i), bufs[i]));
+    // Rank 1 submits the members in reverse: the group is still released together.
+    if (r == 1) std::reverse(group.begin(), group.end());
+    auto works = cluster[r].enqueueGroup(group);
+    REQUIRE(works.size() == 4);
+    for (auto& w : works) w->wait();
+    for (const auto& b : bufs) {
+      for (float x : b) REQUIRE(x == 3.0f);
+    }
+    // Mixed operations, or a name already in flight: nothing is queued.
+    std::vector<float> a(2, 1.0f), b(2, 1.0f);
+    std::vector<Request> mixed = {sumOf("m0", a), sumOf("m1", b)};
+    mixed[1].type = OpType::kBroadcast;
+    REQUIRE_THROWS_WITH(cluster[r].enqueueGroup(mixed), Catch::Contains("a group's operations must all be allreduce"));
+    std::vector<Request> twice = {sumOf("same", a), sumOf("same", b)};
+    REQUIRE_THROWS_WITH(cluster[r].enqueueGroup(twice), Catch::Contains("same name"));
+    auto after = cluster[r].enqueue(sumOf("m0", a));  // m0 was not queued by the failed group
+    after->wait();
+    for (float x : a) REQUIRE(x == 3.0f);
+  });
 }

@@ -55,7 +55,8 @@ typedef enum hvd_dtype {
   HVD_BFLOAT16 = 5, /* as uint16_t bits */
   HVD_FLOAT32 = 6,
   HVD_FLOAT64 = 7,
-  HVD_BOOL = 8      /* one byte, 0 or 1 */
+  HVD_BOOL = 8,     /* one byte, 0 or 1 */
+  HVD_INT16 = 9
 } hvd_dtype;
 
 /* Reductions, with Horovod's values (horovod_reduce_op_*). Average divides the sum by the size. */
@@ -67,11 +68,32 @@ typedef enum hvd_reduce_op {
   HVD_PRODUCT = 5
 } hvd_reduce_op;
 
+/* Collective operations (hvd_request.op). */
+typedef enum hvd_op {
+  HVD_OP_ALLREDUCE = 0,
+  HVD_OP_ALLGATHER = 1,
+  HVD_OP_BROADCAST = 2,
+  HVD_OP_ALLTOALL = 3,
+  HVD_OP_REDUCESCATTER = 4,
+  HVD_OP_BARRIER = 5,
+  HVD_OP_JOIN = 6
+} hvd_op;
+
+/* The process set of every rank of the job; always registered. */
+#define HVD_GLOBAL_PROCESS_SET 0
+
 /* Starts libhvd: reads the environment (HOROVOD_RANK, _SIZE, _GLOO_RENDEZVOUS_ADDR/_PORT, ...), meets
  * the other ranks and starts the background thread. Returns HVD_SUCCESS, or HVD_ERR_INIT with the
  * reason in hvd_error_text() (a misconfigured environment is an error, never a silent single-process
  * run). Calling it again while initialized is a no-op returning HVD_SUCCESS. */
 int hvd_init(void);
+
+/* hvd_init(), then registers `count` static process sets: set i holds the global ranks
+ * ranks[offsets[i]] .. ranks[offsets[i] + sizes[i] - 1] and gets id i + 1. Every rank must pass the same
+ * sets. Returns HVD_SUCCESS; HVD_ERR_INVALID_ARGUMENT (and libhvd stays uninitialized) for a rank out of
+ * range, a rank twice in one set, a set equal to another or to the global set. Static sets need no
+ * HOROVOD_DYNAMIC_PROCESS_SETS and cannot be removed. */
+int hvd_init_process_sets(const int* ranks, const int* sizes, int count);
 
 /* Orderly shutdown: every rank leaves together; pending operations fail with HVD_ERR_SHUT_DOWN.
  * hvd_init() may be called again afterwards. No-op when not initialized. */
@@ -90,6 +112,69 @@ int hvd_cross_size(void);
 /* The CUDA device this process was pinned to at init (local_rank % device count), or -1 when running
  * on the CPU (no CUDA runtime, no device, or pinning disabled with HVD_DISABLE_GPU_PINNING=1). */
 int hvd_device(void);
+
+/* Process sets: collectives among a subset of ranks, each set with a Gloo context of its own. Ranks are
+ * global ranks; a set's ranks are kept sorted, and "set rank" is the position in that order.
+ *
+ * hvd_add_process_set registers a set at run time. Collective over the whole job: every rank calls it,
+ * with the same ranks, in the same order relative to other add/remove calls. Needs
+ * HOROVOD_DYNAMIC_PROCESS_SETS=1 at init. Blocks until registered; returns the new id (>= 1, never
+ * reused while the job runs) or a negative hvd_status (HVD_ERR_INVALID_ARGUMENT: dynamic sets not
+ * enabled, a rank out of range or repeated, the same ranks as an existing set; HVD_ERR_MISMATCH: ranks
+ * passed different sets). */
+int hvd_add_process_set(const int* ranks, int count);
+/* Removes a set added by hvd_add_process_set (collective, as adding). HVD_ERR_INVALID_ARGUMENT for the
+ * global set, a static set, an unknown id, or dynamic sets not enabled. */
+int hvd_remove_process_set(int process_set);
+/* Number of ranks in the set, or HVD_ERR_INVALID_ARGUMENT for an unknown id. */
+int hvd_process_set_size(int process_set);
+/* This rank's position in the set; -1 when it is not a member; HVD_ERR_INVALID_ARGUMENT: unknown id. */
+int hvd_process_set_rank(int process_set);
+/* Copies up to capacity of the set's (sorted, global) ranks into ranks; returns the set's size, or
+ * HVD_ERR_INVALID_ARGUMENT for an unknown id. */
+int hvd_process_set_ranks(int process_set, int* ranks, int capacity);
+/* Copies up to capacity registered set ids (ascending, 0 first) into ids; returns how many there are. */
+int hvd_process_set_ids(int* ids, int capacity);
+
+/* One collective, for hvd_enqueue()/hvd_enqueue_group(). Fill it with HVD_REQUEST_INIT, then set what the
+ * operation needs:
+ *   allreduce      input, output (same buffer: in place), rows = element count, dtype, reduce_op,
+ *                  prescale, postscale
+ *   broadcast      output (in place; input ignored), rows = element count, dtype, root_rank (global)
+ *   allgather      input, rows x row_elements (rows may differ between ranks); result kept
+ *   alltoall       input, rows x row_elements, splits (process-set-size entries, or NULL); result kept
+ *   reducescatter  input, rows x row_elements, reduce_op (AVERAGE or SUM), prescale, postscale; result kept
+ *   barrier, join  nothing (join: global set only; hvd_result_int gives the last rank to join)
+ * process_set is a registered id (HVD_GLOBAL_PROCESS_SET by default) that must include this rank.
+ * An AVERAGE divides by the size of the process set. */
+typedef struct hvd_request {
+  hvd_op op;
+  const char* name; /* NULL or "": "<op>.noname.<n>", n counting this rank's unnamed operations */
+  const void* input;
+  void* output;
+  size_t rows;
+  size_t row_elements;
+  hvd_dtype dtype;
+  hvd_reduce_op reduce_op;
+  double prescale;
+  double postscale;
+  int root_rank;
+  const int64_t* splits;
+  int process_set;
+} hvd_request;
+
+#define HVD_REQUEST_INIT \
+  { HVD_OP_ALLREDUCE, NULL, NULL, NULL, 0, 1, HVD_FLOAT32, HVD_AVERAGE, 1.0, 1.0, 0, NULL, HVD_GLOBAL_PROCESS_SET }
+
+/* Queues one operation; returns its handle (>= 0) or a negative hvd_status. Results are kept with the
+ * handle for allgather, alltoall, reducescatter and join (read them after hvd_wait, then hvd_release). */
+int hvd_enqueue(const hvd_request* request);
+
+/* Queues count operations as one group: every rank negotiates the group as a unit, so its members run
+ * together (allreduces fused into one buffer where the fusion threshold allows). All members must be of
+ * the same operation and process set. Writes count handles (each released as for hvd_enqueue). Returns
+ * HVD_SUCCESS, or a negative hvd_status and queues nothing. */
+int hvd_enqueue_group(const hvd_request* requests, int count, int* handles);
 
 /* Allreduce of count elements from input into output (may be the same buffer: in place).
  * output = postscale * reduce_over_ranks(prescale * input); AVERAGE also divides by the size. */
@@ -132,7 +217,8 @@ int hvd_poll(int handle);
  * operation keeps a result (allgather, alltoall, reducescatter, join). */
 int hvd_wait(int handle);
 
-/* Results of a finished operation that keeps them. Pointers stay valid until hvd_release(). */
+/* Results of a finished operation that keeps them. Pointers stay valid until hvd_release(). hvd_result
+ * gives the number of rows (each of the request's row_elements). */
 int hvd_result(int handle, const void** data, size_t* rows);
 int hvd_received_splits(int handle, const int64_t** splits, size_t* count);
 int hvd_result_int(int handle, int64_t* value);
