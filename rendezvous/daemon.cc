@@ -19,7 +19,8 @@ namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char* kUsage = R"(Usage: hvd-rendezvous [--bind ADDR] [--port P] (--token-file F | --no-token) [options]
+constexpr const char* kUsage =
+    R"(Usage: hvd-rendezvous [--bind ADDR] [--port P] (--token-file F | --no-token | --trust-local-peers) [options]
 
 The hvdrun rendezvous server as a daemon, for workers started by other tools (srun, mpirun, scripts).
 It prints one line when ready:   hvd-rendezvous listening on ADDR:PORT
@@ -27,7 +28,8 @@ and serves until SIGINT or SIGTERM.
 
 Workers find it through the environment:
   HOROVOD_GLOO_RENDEZVOUS_ADDR=ADDR  HOROVOD_GLOO_RENDEZVOUS_PORT=PORT
-  HVD_RENDEZVOUS_TOKEN=<contents of F>   (not needed with --no-token)
+  HVD_RENDEZVOUS_TOKEN=<contents of F>   (not needed with --no-token, nor from this user's own local
+                                          processes with --trust-local-peers)
 
 Exit codes: 0 stopped by SIGINT/SIGTERM; 1 cannot listen on ADDR:PORT (or another failure);
             2 bad command line.
@@ -68,7 +70,10 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
       "port", po::value(&port_text), "TCP port (default 0: an ephemeral port, printed when ready)")(
       "token-file", po::value(&token_file),
       "file whose first line is the job token; workers send it (HVD_RENDEZVOUS_TOKEN)")(
-      "no-token", "accept requests without a token (for Horovod's own workers)")(
+      "no-token", "accept requests without a token from anyone (for Horovod's own workers on other hosts)")(
+      "trust-local-peers",
+      "also accept requests without the token on loopback connections from processes of this daemon's own "
+      "user (Horovod's own workers on this machine); without --token-file only those are served")(
       "scope-size", po::value(&scope_sizes)->composing(),
       "SCOPE=N: scope whose N members each DELETE their key when done (Horovod's finalize), e.g. global=64; "
       "repeatable")("threads", po::value(&threads_text), "threads serving requests (default 2)")(
@@ -96,11 +101,19 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
   if (vm.count("token-file") && vm.count("no-token")) {
     throw UsageError("--token-file and --no-token exclude each other");
   }
+  if (vm.count("trust-local-peers") && vm.count("no-token")) {
+    throw UsageError(
+        "--trust-local-peers and --no-token exclude each other (--no-token already accepts everyone)");
+  }
+  out.server.trust_local_peers = vm.count("trust-local-peers") > 0;
   if (vm.count("token-file")) {
     out.server.token = readTokenFile(token_file);
+  } else if (out.server.trust_local_peers) {
+    // A secret nobody is given: only this user's local processes, which need none, can use the server.
+    out.server.token = generateToken();
   } else if (!vm.count("no-token")) {
-    throw UsageError(detail::concat("a token is required: give --token-file FILE (workers read it from ", kTokenEnv,
-                                    ") or --no-token"));
+    throw UsageError(detail::concat("a token is required: give --token-file FILE (workers read it from ",
+                                    kTokenEnv, "), --trust-local-peers or --no-token"));
   }
   for (const auto& item : scope_sizes) {
     const auto eq = item.rfind('=');

@@ -302,6 +302,7 @@ nlohmann::json KvState::status() const {
           {"connections", connections_.load()},
           {"long_polls_waiting", waiting},
           {"token_required", options_.token.has_value()},
+          {"local_peers_trusted", options_.token.has_value() && options_.trust_local_peers},
           {"scopes", std::move(scopes)}};
 }
 
@@ -410,8 +411,22 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
 
 }  // namespace
 
-Outcome handle(const Request& req, KvState& state, bool allow_wait, size_t wait_progress,
-               std::shared_ptr<const WaitSet> wait_set) {
+namespace {
+
+// "127.0.0.1:41000, uid 65534" / "10.0.0.2:41000, not loopback" / "..., owner unknown: <why>".
+std::string describePeer(const PeerInfo& peer) {
+  if (peer.address.empty()) return "peer unknown";
+  const bool v6 = peer.address.find(':') != std::string::npos;
+  std::string out = detail::concat(v6 ? "[" : "", peer.address, v6 ? "]" : "", ":", peer.port);
+  if (!peer.loopback) return out + ", not loopback";
+  if (peer.uid) return detail::concat(out, ", uid ", *peer.uid);
+  return out + ", owner unknown" + (peer.owner_error.empty() ? "" : ": " + peer.owner_error);
+}
+
+}  // namespace
+
+Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool allow_wait,
+               size_t wait_progress, std::shared_ptr<const WaitSet> wait_set) {
   const ServerOptions& options = state.options();
   const std::string_view target(req.target().data(), req.target().size());
   const http::verb method = req.method();
@@ -433,11 +448,24 @@ Outcome handle(const Request& req, KvState& state, bool allow_wait, size_t wait_
   if (options.token) {
     auto presented = req.find(kTokenHeader);
     if (presented == req.end()) {
-      return {textError(req, http::status::unauthorized,
-                        std::string("this rendezvous server requires the ") + kTokenHeader +
-                            " header (workers read it from " + kTokenEnv + ")")};
-    }
-    if (!tokensEqual(std::string_view(presented->value().data(), presented->value().size()), *options.token)) {
+      if (!options.trust_local_peers) {
+        Outcome refused{textError(req, http::status::unauthorized,
+                                  std::string("this rendezvous server requires the ") + kTokenHeader +
+                                      " header (workers read it from " + kTokenEnv + ")")};
+        refused.token_missing = true;
+        return refused;
+      }
+      if (!peer.same_user) {
+        Outcome refused{textError(req, http::status::forbidden,
+                                  std::string("a request without the ") + kTokenHeader +
+                                      " header is accepted only on a loopback connection from a process of "
+                                      "this server's own user; this one: " +
+                                      describePeer(peer))};
+        refused.token_missing = true;
+        return refused;
+      }
+    } else if (!tokensEqual(std::string_view(presented->value().data(), presented->value().size()),
+                            *options.token)) {
       return {textError(req, http::status::forbidden, std::string("wrong ") + kTokenHeader)};
     }
   }

@@ -1,6 +1,6 @@
 // The rendezvous server's request handling, without sockets: HTTP request in, HTTP response out.
 //
-// Routes (Horovod's protocol, ../shared/reference/horovodrun_spec.md §4, plus our extensions):
+// Routes (Horovod's RendezvousServer protocol, plus our extensions):
 //   PUT    /<scope>/<key>             store the body (binary); 200, empty body
 //   GET    /<scope>/<key>             200 with the value, or 404 with an empty body
 //   GET    /<scope>/<key>?wait_ms=N   long poll: as GET, but waits up to N ms for the key (extension)
@@ -13,8 +13,11 @@
 // Scope and key are single path segments; %XX escapes are decoded (Horovod's keys never contain '%', so
 // this is compatible, and lets our clients send keys holding '/').
 //
+// Token: with ServerOptions::token, a request without X-Hvd-Token is 401, or, when the server trusts local
+// peers, accepted if the connection's PeerInfo says same_user and 403 otherwise; a wrong token is 403.
+//
 // Threading: KvState is safe to use from any number of threads (one mutex). handle() is pure apart from
-// the KvState it is given.
+// the KvState it is given: what it knows about the connection comes in as a PeerInfo.
 #pragma once
 
 #include <atomic>
@@ -136,11 +139,21 @@ struct Outcome {
   // waits key by key).
   size_t wait_progress = 0;
   std::shared_ptr<const WaitSet> wait_set;  // multi-key wait: pass back to handle() with wait_progress
+  // The response refuses the request because it carried no token (401, or 403 on a server that trusts
+  // local peers); the server reports these (Server::onTokenlessRejection).
+  bool token_missing = false;
 };
 
-// The whole protocol. wait_progress, wait_set: from the Outcome that parked this request. allow_wait=false turns a long poll into a plain GET (used when its time is up).
-Outcome handle(const Request& request, KvState& state, bool allow_wait = true, size_t wait_progress = 0,
-               std::shared_ptr<const WaitSet> wait_set = nullptr);
+// The whole protocol. peer: what the server learnt about the connection when it accepted it.
+// wait_progress, wait_set: from the Outcome that parked this request. allow_wait=false turns a long poll
+// into a plain GET (used when its time is up).
+Outcome handle(const Request& request, KvState& state, const PeerInfo& peer, bool allow_wait = true,
+               size_t wait_progress = 0, std::shared_ptr<const WaitSet> wait_set = nullptr);
+// The same for a connection the server knows nothing about (PeerInfo{}: not trusted).
+inline Outcome handle(const Request& request, KvState& state, bool allow_wait = true,
+                      size_t wait_progress = 0, std::shared_ptr<const WaitSet> wait_set = nullptr) {
+  return handle(request, state, PeerInfo{}, allow_wait, wait_progress, std::move(wait_set));
+}
 
 // The limits the server puts on each request's parser: body <= max_value_bytes, request line and
 // headers <= max_key_bytes + kHeaderAllowance.

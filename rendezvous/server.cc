@@ -6,9 +6,20 @@
 // (used by stop()).
 #include "rendezvous/server.h"
 
+#include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -49,7 +60,151 @@ std::string formatEndpoint(const net::ip::address& address, uint16_t port) {
   return detail::concat(address.to_string(), ":", port);
 }
 
+// IPv4-mapped IPv6 (a dual-stack listener's view of an IPv4 client) as the IPv4 address it is.
+net::ip::address unmapped(const net::ip::address& address) {
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());
+  }
+  return address;
+}
+
+// Longest request target quoted in a TokenlessRejection (messages stay one short line).
+constexpr size_t kQuotedTargetBytes = 200;
+
+// How long the kernel may take to answer a socket-diagnostics query before the connection counts as
+// "owner unknown". The answer is local and normally takes microseconds.
+constexpr std::chrono::milliseconds kSockDiagTimeout{1000};
+
+// Copies an address into inet_diag's 4 x 32-bit field (network byte order, as the kernel keeps it).
+void putAddress(const net::ip::address& address, __be32 (&out)[4]) {
+  std::memset(out, 0, sizeof out);
+  if (address.is_v4()) {
+    const auto bytes = address.to_v4().to_bytes();
+    std::memcpy(out, bytes.data(), bytes.size());
+  } else {
+    const auto bytes = address.to_v6().to_bytes();
+    std::memcpy(out, bytes.data(), bytes.size());
+  }
+}
+
+// Whether inet_diag's address field (of a socket of `family`) holds `address`. An AF_INET6 socket
+// connected to an IPv4-mapped address answers an AF_INET query with the mapped form.
+bool sameAddress(uint8_t family, const __be32 (&field)[4], const net::ip::address& address) {
+  __be32 expected[4];
+  if (family == AF_INET6 && address.is_v4()) {
+    putAddress(net::ip::make_address_v6(net::ip::v4_mapped, address.to_v4()), expected);
+  } else {
+    putAddress(address, expected);
+  }
+  return std::memcmp(field, expected, family == AF_INET ? 4 : sizeof expected) == 0;
+}
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 }  // namespace
+
+std::string normalizeAddress(const std::string& address) {
+  error_code ec;
+  const auto parsed = net::ip::make_address(address, ec);
+  return ec ? address : unmapped(parsed).to_string();
+}
+
+uint32_t peerSocketOwner(const std::string& local_address, uint16_t local_port,
+                         const std::string& peer_address, uint16_t peer_port) {
+  error_code ec;
+  const auto local = unmapped(net::ip::make_address(local_address, ec));
+  if (ec) throw NetworkError(detail::concat("socket owner: invalid local address '", local_address, "'"));
+  const auto peer = unmapped(net::ip::make_address(peer_address, ec));
+  if (ec) throw NetworkError(detail::concat("socket owner: invalid peer address '", peer_address, "'"));
+  if (local.is_v4() != peer.is_v4()) {
+    throw NetworkError(
+        detail::concat("socket owner: address families differ (", local_address, ", ", peer_address, ")"));
+  }
+  const auto fail = [](const char* step, int err) {
+    throw NetworkError(detail::concat("socket owner: NETLINK_SOCK_DIAG ", step, ": ", std::strerror(err),
+                                      " (errno ", err, ")"));
+  };
+  FileDescriptor fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (fd.get() < 0) fail("socket", errno);
+  timeval tv{};
+  tv.tv_sec = kSockDiagTimeout.count() / 1000;
+  tv.tv_usec = (kSockDiagTimeout.count() % 1000) * 1000;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+
+  // The socket at the other end sends from (peer, peer_port) to (local, local_port): its 4-tuple is ours
+  // reversed. An exact lookup (no NLM_F_DUMP) answers with that one socket or an error.
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } message{};
+  constexpr uint32_t kSequence = 1;
+  message.header.nlmsg_len = sizeof message;
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  message.header.nlmsg_flags = NLM_F_REQUEST;
+  message.header.nlmsg_seq = kSequence;
+  message.request.sdiag_family = peer.is_v4() ? AF_INET : AF_INET6;
+  message.request.sdiag_protocol = IPPROTO_TCP;
+  message.request.idiag_states = ~0u;
+  message.request.id.idiag_sport = htons(peer_port);
+  message.request.id.idiag_dport = htons(local_port);
+  putAddress(peer, message.request.id.idiag_src);
+  putAddress(local, message.request.id.idiag_dst);
+  message.request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  message.request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (::sendto(fd.get(), &message, sizeof message, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) <
+      0) {
+    fail("send", errno);
+  }
+
+  alignas(nlmsghdr) std::array<char, 8192> buffer;
+  while (true) {
+    sockaddr_nl from{};
+    socklen_t from_len = sizeof from;
+    const ssize_t n =
+        ::recvfrom(fd.get(), buffer.data(), buffer.size(), 0, reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("receive", errno == EAGAIN ? ETIMEDOUT : errno);
+    }
+    if (from.nl_pid != 0) continue;  // only the kernel answers; ignore anything else
+    int length = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buffer.data()); NLMSG_OK(h, length);
+         h = NLMSG_NEXT(h, length)) {
+      if (h->nlmsg_seq != kSequence) continue;
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        const auto* error = static_cast<const nlmsgerr*>(NLMSG_DATA(h));
+        fail("lookup", error->error ? -error->error : ENOENT);
+      }
+      if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg)))
+        continue;
+      const auto* answer = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      // The kernel falls back to a listening socket when no connection matches; only the exact
+      // connection counts, never a listener or a TIME_WAIT remnant (whose uid reads as 0).
+      const bool exact = answer->id.idiag_sport == message.request.id.idiag_sport &&
+                         answer->id.idiag_dport == message.request.id.idiag_dport &&
+                         sameAddress(answer->idiag_family, answer->id.idiag_src, peer) &&
+                         sameAddress(answer->idiag_family, answer->id.idiag_dst, local);
+      if (!exact || answer->idiag_state == TCP_LISTEN || answer->idiag_state == TCP_TIME_WAIT) {
+        fail("lookup", ENOENT);
+      }
+      return answer->idiag_uid;
+    }
+  }
+}
 
 // Everything the acceptor and the sessions share. Sessions hold it by shared_ptr, so it outlives the
 // Server object until the last connection is gone.
@@ -74,6 +229,18 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
 
   std::mutex sessions_mutex;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+
+  std::mutex observer_mutex;
+  std::function<void(const TokenlessRejection&)> tokenless_observer;
+
+  void reportTokenless(const TokenlessRejection& rejection) {
+    std::function<void(const TokenlessRejection&)> observer;
+    {
+      std::lock_guard<std::mutex> lock(observer_mutex);
+      observer = tokenless_observer;
+    }
+    if (observer) observer(rejection);
+  }
 };
 
 struct Server::Impl : ServerCore {
@@ -97,13 +264,40 @@ class Session : public std::enable_shared_from_this<Session> {
     server_->sessions.erase(this);
   }
 
-  void start() { net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::read, shared_from_this())); }
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->learnPeer();
+      self->read();
+    });
+  }
 
   // From any thread: closes the connection on the session's strand.
   void close() { net::post(stream_.get_executor(), beast::bind_front_handler(&Session::doClose, shared_from_this())); }
 
  private:
   const ServerOptions& options() const { return server_->state.options(); }
+
+  // What every request of this connection is judged by, found once: the peer's address and, where a
+  // request without the token could be accepted (loopback, a server that has a token and trusts local
+  // peers), the owner of the peer's socket.
+  void learnPeer() {
+    error_code ec;
+    const auto remote = stream_.socket().remote_endpoint(ec);
+    if (ec) return;  // already gone: PeerInfo{} is trusted for nothing
+    const auto address = unmapped(remote.address());
+    peer_.address = address.to_string();
+    peer_.port = remote.port();
+    peer_.loopback = address.is_loopback();
+    if (!peer_.loopback || !options().trust_local_peers || !options().token) return;
+    const auto local = stream_.socket().local_endpoint(ec);
+    if (ec) return;
+    try {
+      peer_.uid = peerSocketOwner(local.address().to_string(), local.port(), peer_.address, peer_.port);
+      peer_.same_user = *peer_.uid == static_cast<uint32_t>(::geteuid());
+    } catch (const NetworkError& e) {
+      peer_.owner_error = e.what();
+    }
+  }
 
   void read() {
     if (closed_) return;
@@ -155,13 +349,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void process(bool allow_wait) {
     Outcome outcome;
     try {
-      outcome = handle(request_, server_->state, allow_wait, wait_progress_, wait_set_);
+      outcome = handle(request_, server_->state, peer_, allow_wait, wait_progress_, wait_set_);
     } catch (const std::exception& e) {
       // A bug in the handler must cost one request, never the server every worker depends on.
       send(errorResponse(http::status::internal_server_error, std::string("internal error: ") + e.what(),
                          request_.version()));
       return;
     }
+    if (outcome.token_missing && outcome.response) reportTokenless(outcome.response->result_int());
     if (outcome.response) {
       send(std::move(*outcome.response));
       return;
@@ -192,6 +387,21 @@ class Session : public std::enable_shared_from_this<Session> {
     waiter_id_.reset();
     if (closed_) return;
     process(KvState::Clock::now() < *wait_deadline_);
+  }
+
+  void reportTokenless(unsigned status) {
+    TokenlessRejection rejection;
+    rejection.peer = peer_;
+    rejection.status = status;
+    const std::string_view target(request_.target().data(),
+                                  std::min<size_t>(request_.target().size(), kQuotedTargetBytes));
+    rejection.request_line = detail::concat(request_.method_string(), " ", target,
+                                            request_.target().size() > kQuotedTargetBytes ? "..." : "");
+    try {
+      server_->reportTokenless(rejection);
+    } catch (const std::exception&) {
+      // The observer's failure must not cost the connection its answer.
+    }
   }
 
   void sendError(http::status status, const std::string& message, unsigned version) {
@@ -235,6 +445,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<KvState::Clock::time_point> wait_deadline_;
   size_t wait_progress_ = 0;
   std::shared_ptr<const WaitSet> wait_set_;
+  PeerInfo peer_;
   bool closed_ = false;
 };
 
@@ -354,6 +565,10 @@ std::map<std::string, ScopeStatus> Server::scopes() const { return impl_->state.
 nlohmann::json Server::status() const { return impl_->state.status(); }
 void Server::onAllJoined(std::function<void(const std::string& scope)> observer) {
   impl_->state.onAllJoined(std::move(observer));
+}
+void Server::onTokenlessRejection(std::function<void(const TokenlessRejection&)> observer) {
+  std::lock_guard<std::mutex> lock(impl_->observer_mutex);
+  impl_->tokenless_observer = std::move(observer);
 }
 void Server::stop() { impl_->stop(); }
 

@@ -157,6 +157,33 @@ TEST_CASE("daemon: requires the token from --token-file", "[daemon]") {
   std::filesystem::remove(file);
 }
 
+TEST_CASE("daemon: --trust-local-peers serves this user's local processes without the token", "[daemon]") {
+  const auto file =
+      std::filesystem::temp_directory_path() / ("hvd_token_trust_test." + std::to_string(::getpid()));
+  std::ofstream(file) << "tok-456\n";
+  for (const bool with_file : {false, true}) {
+    std::vector<std::string> args = {"--trust-local-peers"};
+    if (with_file) args.insert(args.end(), {"--token-file", file.string()});
+    Child daemon(args);
+    const uint16_t port = parsePort(daemon.readLine());
+    StoreOptions options;
+    options.host = "127.0.0.1";
+    options.port = port;
+    HttpStore tokenless(options);  // this process: same user, loopback
+    tokenless.set("s/k", bytes("v"));
+    CHECK(tokenless.get("s/k", 1s) == bytes("v"));
+    options.token = "wrong";
+    CHECK_THROWS_WITH(HttpStore(options).set("s/k", bytes("x")), Catch::Contains("403"));
+    if (with_file) {
+      options.token = "tok-456";
+      CHECK(HttpStore(options).get("s/k", 1s) == bytes("v"));
+    }
+    daemon.signal(SIGTERM);
+    CHECK(daemon.wait() == 0);
+  }
+  std::filesystem::remove(file);
+}
+
 TEST_CASE("daemon: bad command lines exit 2 with one line naming the value", "[daemon]") {
   struct Case {
     std::vector<std::string> args;
@@ -169,6 +196,7 @@ TEST_CASE("daemon: bad command lines exit 2 with one line naming the value", "[d
       {{"--no-token", "--frobnicate"}, "frobnicate"},
       {{}, "--token-file"},
       {{"--no-token", "--token-file", "/x"}, "exclude"},
+      {{"--no-token", "--trust-local-peers"}, "--trust-local-peers and --no-token exclude each other"},
       {{"--token-file", "/nonexistent/hvd.token"}, "/nonexistent/hvd.token"},
       {{"--no-token", "--scope-size", "global"}, "'global'"},
       {{"--no-token", "--scope-size", "global=zero"}, "'zero'"},

@@ -269,6 +269,107 @@ TEST_CASE("handler: token required when configured; /status stays open", "[handl
   CHECK(answer(state, request(http::verb::get, "/status")).result_int() == 200);
 }
 
+TEST_CASE("handler: a server that trusts local peers accepts tokenless requests from its own user only",
+          "[handler][token]") {
+  ServerOptions options;
+  options.token = "sesame";
+  options.trust_local_peers = true;
+  KvState state(options);
+  PeerInfo same;
+  same.address = "127.0.0.1";
+  same.port = 40000;
+  same.loopback = true;
+  same.uid = 1000;
+  same.same_user = true;
+  PeerInfo other = same;
+  other.uid = 65534;
+  other.same_user = false;
+  PeerInfo remote;
+  remote.address = "10.0.0.2";
+  remote.port = 40001;
+  PeerInfo unknown = same;
+  unknown.uid.reset();
+  unknown.same_user = false;
+  unknown.owner_error = "socket owner: NETLINK_SOCK_DIAG lookup: No such file or directory (errno 2)";
+
+  // Tokenless from this user's own local process: served, and nothing to report.
+  Outcome put = handle(request(http::verb::put, "/global/0", "addr"), state, same);
+  REQUIRE(put.response);
+  CHECK(put.response->result_int() == 200);
+  CHECK_FALSE(put.token_missing);
+  Outcome get = handle(request(http::verb::get, "/global/0"), state, same);
+  REQUIRE(get.response);
+  CHECK(get.response->body() == "addr");
+
+  // Tokenless from anyone else: 403 naming the peer, reported; the data is untouched.
+  struct Case {
+    const PeerInfo* peer;
+    const char* named;
+  };
+  for (const Case& c :
+       {Case{&other, "127.0.0.1:40000, uid 65534"}, Case{&remote, "10.0.0.2:40001, not loopback"},
+        Case{&unknown, "owner unknown: socket owner"}}) {
+    Outcome refused = handle(request(http::verb::put, "/global/0", "evil"), state, *c.peer);
+    REQUIRE(refused.response);
+    CHECK(refused.response->result_int() == 403);
+    CHECK(refused.token_missing);
+    CHECK_THAT(refused.response->body(), Catch::Contains(c.named) && Catch::Contains(kTokenHeader));
+  }
+  // No PeerInfo (the overload without one): trusted for nothing.
+  Outcome anonymous = handle(request(http::verb::get, "/global/0"), state);
+  REQUIRE(anonymous.response);
+  CHECK(anonymous.response->result_int() == 403);
+  CHECK(anonymous.token_missing);
+  CHECK(*state.get("global", "0") == "addr");
+
+  // The token works from everywhere; a wrong one is 403 even from the trusted peer, and is not a
+  // "missing token" (nothing for hvdrun to explain).
+  for (const PeerInfo* peer : {&same, &other, &remote}) {
+    auto right = request(http::verb::get, "/global/0");
+    right.set(kTokenHeader, "sesame");
+    Outcome ok = handle(right, state, *peer);
+    REQUIRE(ok.response);
+    CHECK(ok.response->result_int() == 200);
+    auto wrong = request(http::verb::get, "/global/0");
+    wrong.set(kTokenHeader, "sesamE");
+    Outcome bad = handle(wrong, state, *peer);
+    REQUIRE(bad.response);
+    CHECK(bad.response->result_int() == 403);
+    CHECK_FALSE(bad.token_missing);
+  }
+  CHECK(answer(state, request(http::verb::get, "/status")).result_int() == 200);
+  CHECK(nlohmann::json::parse(
+            answer(state, request(http::verb::get, "/status")).body())["local_peers_trusted"] == true);
+}
+
+TEST_CASE("handler: without trust, a tokenless request is 401 whoever sends it", "[handler][token]") {
+  ServerOptions options;
+  options.token = "sesame";
+  KvState state(options);
+  PeerInfo same;
+  same.address = "127.0.0.1";
+  same.loopback = true;
+  same.uid = 0;
+  same.same_user = true;  // what the server would find; it must not matter here
+  for (const Outcome& out : {handle(request(http::verb::get, "/global/0"), state, same),
+                             handle(request(http::verb::get, "/global/0"), state)}) {
+    REQUIRE(out.response);
+    CHECK(out.response->result_int() == 401);
+    CHECK(out.token_missing);
+  }
+  CHECK(nlohmann::json::parse(
+            answer(state, request(http::verb::get, "/status")).body())["local_peers_trusted"] == false);
+
+  // No token at all: open, and trust changes nothing.
+  ServerOptions open;
+  open.trust_local_peers = true;
+  KvState open_state(open);
+  Outcome out = handle(request(http::verb::put, "/global/0", "v"), open_state, PeerInfo{});
+  REQUIRE(out.response);
+  CHECK(out.response->result_int() == 200);
+  CHECK_FALSE(out.token_missing);
+}
+
 TEST_CASE("handler: GET /status reports scopes, keys, joined ranks and uptime", "[handler]") {
   KvState state({});
   state.setScopeSizes({{"global", 3}});

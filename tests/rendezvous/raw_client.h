@@ -18,15 +18,31 @@ namespace hvd::rendezvous::testing {
 class RawClient {
  public:
   // Connects to 127.0.0.1:port; every read gives up after read_timeout.
-  explicit RawClient(uint16_t port, std::chrono::milliseconds read_timeout = std::chrono::seconds(10)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  explicit RawClient(uint16_t port, std::chrono::milliseconds read_timeout = std::chrono::seconds(10))
+      : RawClient("127.0.0.1", port, read_timeout) {}
+
+  // Connects to a numeric IPv4 or IPv6 address.
+  RawClient(const std::string& address, uint16_t port,
+            std::chrono::milliseconds read_timeout = std::chrono::seconds(10)) {
+    sockaddr_storage storage{};
+    socklen_t length = 0;
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
+    if (::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+      v4->sin_family = AF_INET;
+      v4->sin_port = htons(port);
+      length = sizeof *v4;
+    } else if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+      v6->sin6_family = AF_INET6;
+      v6->sin6_port = htons(port);
+      length = sizeof *v6;
+    } else {
+      throw std::runtime_error("not a numeric IP address: '" + address + "'");
+    }
+    fd_ = ::socket(storage.ss_family, SOCK_STREAM, 0);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&storage), length) != 0) {
       ::close(fd_);
-      throw std::runtime_error("connect to 127.0.0.1:" + std::to_string(port) + " failed");
+      throw std::runtime_error("connect to " + address + ":" + std::to_string(port) + " failed");
     }
     timeval tv{};
     tv.tv_sec = read_timeout.count() / 1000;

@@ -1,10 +1,14 @@
 // The rendezvous server over real loopback sockets: Horovod's exact client bytes, malformed and hostile
-// input, limits, long poll, keep-alive, stop(), bind failures, and many concurrent clients.
+// input, limits, long poll, keep-alive, stop(), bind failures, many concurrent clients, and requests
+// without the token on a server that trusts this user's local processes.
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "rendezvous/error.h"
 #include "rendezvous/http_store.h"
@@ -318,4 +322,104 @@ TEST_CASE("sockets: many concurrent clients", "[server][concurrency]") {
   for (auto& t : threads) t.join();
   CHECK(failures == 0);
   CHECK(shared->add("c/counter", 0) == kThreads * kOps);
+}
+
+TEST_CASE("sockets: peerSocketOwner finds the owner of the other end of a loopback connection",
+          "[server][peer]") {
+  // A listener and one connection to it, both ends in this process.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const uint16_t listen_port = ntohs(addr.sin_port);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  sockaddr_in client_addr{};
+  len = sizeof client_addr;
+  REQUIRE(::getsockname(client, reinterpret_cast<sockaddr*>(&client_addr), &len) == 0);
+  const uint16_t client_port = ntohs(client_addr.sin_port);
+
+  CHECK(peerSocketOwner("127.0.0.1", listen_port, "127.0.0.1", client_port) == ::geteuid());
+  // IPv4-mapped addresses (a dual-stack listener's view) find the same socket.
+  CHECK(peerSocketOwner("::ffff:127.0.0.1", listen_port, "::ffff:127.0.0.1", client_port) == ::geteuid());
+  // No such connection. The kernel would fall back to the listener on the "peer" port: that is never
+  // taken for the peer.
+  CHECK_THROWS_WITH(peerSocketOwner("127.0.0.1", 1, "127.0.0.1", listen_port),
+                    Catch::Contains("NETLINK_SOCK_DIAG") && Catch::Contains("No such file"));
+  CHECK_THROWS_WITH(peerSocketOwner("127.0.0.1", listen_port, "::1", client_port),
+                    Catch::Contains("address families differ"));
+  CHECK_THROWS_WITH(peerSocketOwner("127.0.0.1", listen_port, "nonsense", client_port),
+                    Catch::Contains("'nonsense'"));
+  ::close(client);
+  ::close(listener);
+  CHECK(normalizeAddress("::ffff:10.1.2.3") == "10.1.2.3");
+  CHECK(normalizeAddress("::1") == "::1");
+  CHECK(normalizeAddress("node1") == "node1");
+}
+
+TEST_CASE("sockets: a server that trusts local peers serves this user's tokenless Horovod bytes",
+          "[server][compat][peer]") {
+  ServerOptions options;
+  options.token = "job-secret";
+  options.trust_local_peers = true;
+  ServerThread server(options);
+  server.server().setScopeSizes({{"global", 2}});
+  std::mutex mutex;
+  std::vector<TokenlessRejection> rejections;
+  server.server().onTokenlessRejection([&](const TokenlessRejection& r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    rejections.push_back(r);
+  });
+  const std::string blob = std::string("ab\0cd", 5);
+  auto put = roundTrip(server.port(), horovodRequest("PUT", "/global/0", blob));
+  CHECK(put.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(bodyOf(roundTrip(server.port(), horovodRequest("GET", "/global/0"))) == blob);
+  CHECK(bodyOf(roundTrip(server.port(), "GET /global/0 HTTP/1.0\r\n\r\n")) == blob);
+  CHECK(statusOf(roundTrip(server.port(), "PUT /global/1 HTTP/1.0\r\nContent-Length: 1\r\n\r\nx")) == 200);
+  CHECK(statusOf(roundTrip(server.port(), horovodRequest("DELETE", "/global/0"))) == 200);
+  // The token works too, and a wrong one is refused.
+  CHECK(statusOf(roundTrip(server.port(), "GET /global/1 HTTP/1.1\r\nX-Hvd-Token: job-secret\r\n\r\n")) ==
+        200);
+  CHECK(statusOf(roundTrip(server.port(), "GET /global/1 HTTP/1.1\r\nX-Hvd-Token: job-secreT\r\n\r\n")) ==
+        403);
+  // Keep-alive: the peer is judged once, every request of the connection is served.
+  {
+    RawClient client(server.port());
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(client.send("GET /global/1 HTTP/1.1\r\n\r\n"));
+      CHECK(bodyOf(client.readResponse()) == "x");
+    }
+  }
+  auto status = nlohmann::json::parse(bodyOf(roundTrip(server.port(), "GET /status HTTP/1.1\r\n\r\n")));
+  CHECK(status["local_peers_trusted"] == true);
+  std::lock_guard<std::mutex> lock(mutex);
+  CHECK(rejections.empty());
+}
+
+TEST_CASE("sockets: a server without trust answers this user's tokenless request 401 and reports it",
+          "[server][peer]") {
+  ServerOptions options;
+  options.token = "job-secret";
+  ServerThread server(options);
+  std::mutex mutex;
+  std::vector<TokenlessRejection> rejections;
+  server.server().onTokenlessRejection([&](const TokenlessRejection& r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    rejections.push_back(r);
+  });
+  CHECK(statusOf(roundTrip(server.port(), horovodRequest("GET", "/global/0"))) == 401);
+  CHECK(statusOf(roundTrip(server.port(), "GET /global/0 HTTP/1.1\r\nX-Hvd-Token: job-secret\r\n\r\n")) ==
+        404);
+  std::lock_guard<std::mutex> lock(mutex);
+  REQUIRE(rejections.size() == 1);
+  CHECK(rejections[0].status == 401);
+  CHECK(rejections[0].request_line == "GET /global/0");
+  CHECK(rejections[0].peer.address == "127.0.0.1");
+  CHECK(rejections[0].peer.port > 0);
+  CHECK(rejections[0].peer.loopback);
 }
