@@ -12,9 +12,12 @@ pkgs=(
   libssh2-1-dev libgloo-dev nlohmann-json3-dev catch2 libyaml-cpp-dev
   # tests: a real sshd, network namespaces, process inspection, libFuzzer
   openssh-server openssh-client iproute2 procps psmisc clang libclang-rt-14-dev
+  # the Python package (hvd.torch, hvd.numpy) and its tests, for Debian's /usr/bin/python3
+  python3 python3-dev python3-pybind11 python3-torch python3-numpy python3-pytest python3-cloudpickle
+  python3-torchvision
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch hyperfine gnuplot-nox linux-perf valgrind time)
+  pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev hyperfine gnuplot-nox linux-perf valgrind time)
 fi
 
 missing=()

@@ -1,0 +1,1 @@
+"""Framework-independent parts of hvd: lifecycle, topology, process sets, exceptions."""

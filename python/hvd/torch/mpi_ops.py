@@ -1,0 +1,710 @@
+"""Horovod's horovod.torch.mpi_ops on libhvd: collectives on CPU tensors, async handles, autograd.
+
+Every operation is queued in libhvd with the tensor's address (no copy for contiguous tensors); the
+tensors stay referenced in _handle_map until their handle is synchronized, as Horovod keeps them.
+Names follow Horovod's: "<op>.<name>" for named operations, "<op>.noname.<n>" otherwise (n counts this
+rank's unnamed operations, so ranks must issue unnamed operations in the same order), and
+"grouped_<op>.<name>_<i>of<n>" for the members of a group.
+"""
+
+import warnings
+
+import torch
+
+from hvd import _core
+from hvd.common import basics as _basics
+from hvd.common.basics import (  # noqa: F401  (Horovod exports these from mpi_ops)
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+)
+from hvd.common.exceptions import HorovodInternalError
+from hvd.common.process_sets import (  # noqa: F401
+    ProcessSet,
+    add_process_set,
+    global_process_set,
+    remove_process_set,
+)
+
+# Reduce operations, with Horovod's values.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_OP = _core.OPS
+_ALLREDUCE = _OP["allreduce"]
+_ALLGATHER = _OP["allgather"]
+_BROADCAST = _OP["broadcast"]
+_ALLTOALL = _OP["alltoall"]
+_REDUCESCATTER = _OP["reducescatter"]
+_BARRIER = _OP["barrier"]
+_JOIN = _OP["join"]
+
+_DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()}
+
+# handle -> (objects kept alive, finisher(handle) -> the value synchronize() returns)
+_handle_map = {}
+_basics._shutdown_hooks.append(_handle_map.clear)
+_grouped_unnamed = 0
+
+_NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
+
+
+def _check_tensor(tensor, in_place):
+    """The libhvd dtype code of tensor; ValueError for what libhvd cannot take."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    code = _DTYPES.get(tensor.dtype)
+    if code is None:
+        raise ValueError(f"Tensor type {tensor.type()} is not supported.")
+    if tensor.device.type != "cpu":
+        raise ValueError(f"tensor on {tensor.device}: this build of hvd runs collectives on CPU tensors only "
+                         f"(hvd.cuda_built() is False); move it with .cpu()")
+    if in_place and not tensor.is_contiguous():
+        raise ValueError("Tensor is required to be contiguous.")
+    if tensor.is_sparse:
+        raise ValueError("sparse tensors go through sparse_allreduce_async")
+    return code
+
+
+def _contiguous(tensor):
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _name(op, name):
+    return None if name is None else f"{op}.{name}"
+
+
+def _process_set_id(process_set):
+    ps_id = process_set.process_set_id
+    if ps_id is None:
+        raise ValueError(f"{process_set} has not been registered: pass it to hvd.init(process_sets=...) or "
+                         "hvd.add_process_set()")
+    return ps_id
+
+
+def _set_size(process_set):
+    return len(_core.process_set_ranks(_process_set_id(process_set)) or [])
+
+
+def handle_average_backwards_compatibility(op, average):
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning)
+        return Average if average else Sum
+    return Average
+
+
+def _reduce_op(op):
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by hvd: use Average or Sum")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"unknown reduce operation {op!r}: use Average, Sum, Min, Max or Product")
+    return op
+
+
+def _enqueue(*args):
+    """_core.enqueue, with Horovod's error for use before init."""
+    try:
+        return _core.enqueue(*args)
+    except _core.NotInitializedError:
+        raise HorovodInternalError(_NOT_INITIALIZED) from None
+
+
+def _returns_output(output):
+    return lambda handle: output
+
+
+# --- allreduce -------------------------------------------------------------------------------------------
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    code = _check_tensor(tensor, True)
+    handle = _enqueue(_ALLREDUCE, _name("allreduce", name), tensor.data_ptr(), output.data_ptr(), tensor.numel(),
+                      1, code, _reduce_op(op), prescale_factor, postscale_factor, 0, None,
+                      _process_set_id(process_set))
+    _handle_map[handle] = ((tensor, output), _returns_output(output))
+    return handle
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Starts an allreduce of tensor into a new tensor; returns a handle for synchronize()."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensor = _contiguous(tensor)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Starts an in-place allreduce; synchronize() returns tensor itself."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """Allreduce whose gradient is the allreduce of the incoming gradient with the same parameters."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.average, ctx.op = average, op
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                           process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, average=ctx.average, op=ctx.op, prescale_factor=ctx.prescale_factor,
+                         postscale_factor=ctx.postscale_factor, process_set=ctx.process_set)
+        return grad, None, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """Allreduce (differentiable); returns a new tensor. Note Horovod's order: compression before op."""
+    if compression is None:
+        from hvd.torch.compression import Compression
+        compression = Compression.none
+    tensor_compressed, ctx = compression.compress(tensor)
+    summed = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor, postscale_factor,
+                                    process_set)
+    return compression.decompress(summed, ctx)
+
+
+# --- grouped allreduce -----------------------------------------------------------------------------------
+
+def _group_names(kind, name, count):
+    global _grouped_unnamed
+    if name is None:
+        base = f"grouped_{kind}.noname.{_grouped_unnamed}"
+        _grouped_unnamed += 1
+    else:
+        base = f"grouped_{kind}.{name}"
+    return [f"{base}_{i}of{count}" for i in range(1, count + 1)]
+
+
+def _check_group(tensors):
+    if not tensors:
+        raise IndexError("list index out of range: a grouped operation needs at least one tensor")
+    device = tensors[0].device
+    if any(t.device != device for t in tensors):
+        raise HorovodInternalError("Tensors in list must be on same device.")
+
+
+def _enqueue_group(ops, keep, finisher):
+    try:
+        handles = _core.enqueue_group(ops)
+    except _core.NotInitializedError:
+        raise HorovodInternalError(_NOT_INITIALIZED) from None
+    group = object()  # one entry per member; the group's handle is the first
+    for h in handles:
+        _handle_map[h] = (keep, None)
+    first = handles[0]
+    _handle_map[first] = (keep, lambda _: finisher(handles))
+    _group_members[first] = handles[1:]
+    del group
+    return first
+
+
+# first handle of a group -> the other members' handles (waited for by synchronize(first))
+_group_members = {}
+_basics._shutdown_hooks.append(_group_members.clear)
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set):
+    _check_group(tensors)
+    op = _reduce_op(op)
+    ps_id = _process_set_id(process_set)
+    names = _group_names("allreduce", name, len(tensors))
+    ops = [(_ALLREDUCE, n, t.data_ptr(), o.data_ptr(), t.numel(), 1, _check_tensor(t, True), op, prescale_factor,
+            postscale_factor, 0, None, ps_id) for n, t, o in zip(names, tensors, outputs)]
+    return _enqueue_group(ops, (tensors, outputs), lambda handles: list(outputs))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = [_contiguous(t) for t in tensors]
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set):
+    op = handle_average_backwards_compatibility(op, average)
+    return _grouped_allreduce_async(list(tensors), list(tensors), name, op, prescale_factor, postscale_factor,
+                                    process_set)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.average, ctx.op = average, op
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
+                                                         postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grads = grouped_allreduce(list(grad_output), average=ctx.average, op=ctx.op,
+                                  prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor,
+                                  process_set=ctx.process_set)
+        return (None, None, None, None, None, None, *grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    """Allreduces a list of tensors as one negotiated, fused unit; returns a list (differentiable)."""
+    if compression is None:
+        from hvd.torch.compression import Compression
+        compression = Compression.none
+    _check_group(tensors)
+    compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
+    summed = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+                                           *compressed)
+    return [compression.decompress(t, c) for t, c in zip(summed, ctxs)]
+
+
+# --- sparse allreduce ------------------------------------------------------------------------------------
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Allreduce of a sparse COO tensor by allgathering its indices and values; returns a callable that
+    waits and returns the reduced sparse tensor (Horovod's contract)."""
+    t = tensor.coalesce()
+    indices_handle = allgather_async(t.indices().t().contiguous(), name=f"{name}.indices", process_set=process_set)
+    values = t.values()
+    if op == Average:
+        values = values / _set_size(process_set)
+    values_handle = allgather_async(values.contiguous(), name=f"{name}.values", process_set=process_set)
+
+    def finish():
+        indices = synchronize(indices_handle).t()
+        vals = synchronize(values_handle)
+        return torch.sparse_coo_tensor(indices, vals, size=tensor.size()).coalesce()
+
+    return finish
+
+
+# --- allgather -------------------------------------------------------------------------------------------
+
+def _rows(tensor):
+    if tensor.dim() == 0:
+        raise ValueError("allgather of a 0-dimensional tensor: gather tensors with at least one dimension")
+    return tensor.shape[0], tensor[0].numel() if tensor.shape[0] else _row_elements(tensor.shape)
+
+
+def _row_elements(shape):
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    return n
+
+
+def _result_tensor(handle, like, shape_tail):
+    """A new tensor holding the kept result of handle, shaped (rows, *shape_tail); releases the handle."""
+    rows = _core.result_rows(handle)
+    out = torch.empty((rows, *shape_tail), dtype=like.dtype)
+    _core.copy_result(handle, out.data_ptr(), out.numel() * out.element_size())
+    _core.release(handle)
+    return out
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts an allgather: rows (dim 0) of every rank in set-rank order; only dim 0 may differ."""
+    tensor = _contiguous(tensor)
+    code = _check_tensor(tensor, False)
+    if tensor.dim() == 0:
+        raise ValueError("allgather of a 0-dimensional tensor: gather tensors with at least one dimension")
+    tail = tuple(tensor.shape[1:])
+    handle = _enqueue(_ALLGATHER, _name("allgather", name), tensor.data_ptr(), 0, tensor.shape[0],
+                      _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, None, _process_set_id(process_set))
+    _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail))
+    return handle
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """Allgather; the gradient is this rank's rows of the average of the incoming gradients."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0]
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        dims = synchronize(allgather_async(torch.tensor([ctx.dim], dtype=torch.int32),
+                                           process_set=ctx.process_set)).tolist()
+        ps_rank = ctx.process_set.rank() if ctx.process_set.process_set_id else rank()
+        offset = sum(dims[:ps_rank])
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation of every rank's tensor along dim 0, in rank order (differentiable)."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    _check_group(tensors)
+    tensors = [_contiguous(t) for t in tensors]
+    ps_id = _process_set_id(process_set)
+    names = _group_names("allgather", name, len(tensors))
+    ops = []
+    for n, t in zip(names, tensors):
+        code = _check_tensor(t, False)
+        if t.dim() == 0:
+            raise ValueError("allgather of a 0-dimensional tensor: gather tensors with at least one dimension")
+        ops.append((_ALLGATHER, n, t.data_ptr(), 0, t.shape[0], _row_elements(t.shape), code, 0, 1.0, 1.0, 0, None,
+                    ps_id))
+    tails = [tuple(t.shape[1:]) for t in tensors]
+    return _enqueue_group(ops, tensors, lambda handles: [_result_tensor(h, t, tail)
+                                                         for h, t, tail in zip(handles, tensors, tails)])
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grads = grouped_allreduce(list(grad_output), op=Average, process_set=ctx.process_set)
+        dims = synchronize(allgather_async(torch.tensor(ctx.dims, dtype=torch.int32).reshape(1, -1),
+                                           process_set=ctx.process_set))
+        ps_rank = ctx.process_set.rank() if ctx.process_set.process_set_id else rank()
+        offsets = dims[:ps_rank].sum(dim=0).tolist() if ps_rank else [0] * len(ctx.dims)
+        return (None, None, *[g.narrow(0, o, d) for g, o, d in zip(grads, offsets, ctx.dims)])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    _check_group(tensors)
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
+# --- broadcast -------------------------------------------------------------------------------------------
+
+def _broadcast_async(tensor, output, root_rank, name, process_set):
+    code = _check_tensor(output, True)
+    if output is not tensor:
+        output.copy_(tensor)
+    handle = _enqueue(_BROADCAST, _name("broadcast", name), 0, output.data_ptr(), output.numel(), 1, code, 0, 1.0,
+                      1.0, root_rank, None, _process_set_id(process_set))
+    _handle_map[handle] = ((tensor, output), _returns_output(output))
+    return handle
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts a broadcast of root_rank's (global rank) tensor into a new tensor."""
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """Broadcast; the gradient is the average of the incoming gradients on the root, zero elsewhere."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            grad_reduced *= 0
+        return grad_reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor on every rank, as a new tensor (differentiable)."""
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+# --- alltoall --------------------------------------------------------------------------------------------
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall: splits[i] rows go to set rank i (even split when None)."""
+    tensor = _contiguous(tensor)
+    code = _check_tensor(tensor, False)
+    if tensor.dim() == 0:
+        raise ValueError("alltoall of a 0-dimensional tensor: exchange tensors with at least one dimension")
+    split_list = None
+    if splits is not None:
+        if isinstance(splits, torch.Tensor):
+            if splits.dim() != 1:
+                raise ValueError(f"splits must be a 1-D tensor, got shape {tuple(splits.shape)}")
+            split_list = [int(x) for x in splits.tolist()]
+        else:
+            split_list = [int(x) for x in splits]
+        n = _set_size(process_set)
+        if len(split_list) != n:
+            raise ValueError(f"Number of entries in splits ({len(split_list)}) does not equal number of workers "
+                             f"({n})")
+    tail = tuple(tensor.shape[1:])
+    handle = _enqueue(_ALLTOALL, _name("alltoall", name), tensor.data_ptr(), 0, tensor.shape[0],
+                      _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, split_list, _process_set_id(process_set))
+    with_splits = splits is not None
+
+    def finish(h):
+        received = torch.tensor(_core.received_splits(h), dtype=torch.int32)
+        out = _result_tensor(h, tensor, tail)
+        return (out, received) if with_splits else out
+
+    _handle_map[handle] = ((tensor,), finish)
+    return handle
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """Alltoall; the gradient goes back the way the rows came (alltoall with the received splits)."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.process_set = process_set
+        out = synchronize(alltoall_async(tensor, splits if splits is not None else None, name, process_set))
+        if splits is None:
+            n = _set_size(process_set)
+            received = torch.full((n,), tensor.shape[0] // n, dtype=torch.int32)
+        else:
+            out, received = out
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_received):
+        grad, _ = synchronize(alltoall_async(grad_output, splits=ctx.received, process_set=ctx.process_set))
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Scatters rows to every rank and gathers theirs (differentiable). Returns output, or
+    (output, received_splits) when splits were given."""
+    out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    return out if splits is None else (out, received)
+
+
+# --- reducescatter ---------------------------------------------------------------------------------------
+
+def _check_reducescatter_op(op):
+    if op not in (Average, Sum):
+        raise HorovodInternalError("Reducescatter currently only supports AVERAGE and SUM.")
+    return op
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Starts a reducescatter: reduces over ranks and gives set rank r its block of dim-0 rows (the first
+    rows % n ranks one extra)."""
+    tensor = _contiguous(tensor)
+    code = _check_tensor(tensor, False)
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter of a 0-dimensional tensor: use tensors with at least one dimension")
+    _check_reducescatter_op(op)
+    tail = tuple(tensor.shape[1:])
+    handle = _enqueue(_REDUCESCATTER, _name("reducescatter", name), tensor.data_ptr(), 0, tensor.shape[0],
+                      _row_elements(tensor.shape), code, op, prescale_factor, postscale_factor, 0, None,
+                      _process_set_id(process_set))
+    _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail))
+    return handle
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """Reducescatter; the gradient is the allgather of the incoming gradients (times the set size for Sum,
+    and the scale factors)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = grad_output.clone()
+        if ctx.op == Sum:
+            grad *= _set_size(ctx.process_set)
+        grad *= ctx.prescale_factor * ctx.postscale_factor
+        return allgather(grad, process_set=ctx.process_set), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduce over ranks, then this rank's block of rows (differentiable)."""
+    if compression is None:
+        from hvd.torch.compression import Compression
+        compression = Compression.none
+    compressed, ctx = compression.compress(tensor)
+    out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    _check_group(tensors)
+    _check_reducescatter_op(op)
+    tensors = [_contiguous(t) for t in tensors]
+    ps_id = _process_set_id(process_set)
+    names = _group_names("reducescatter", name, len(tensors))
+    ops = []
+    for n, t in zip(names, tensors):
+        code = _check_tensor(t, False)
+        if t.dim() == 0:
+            raise ValueError("reducescatter of a 0-dimensional tensor: use tensors with at least one dimension")
+        ops.append((_REDUCESCATTER, n, t.data_ptr(), 0, t.shape[0], _row_elements(t.shape), code, op,
+                    prescale_factor, postscale_factor, 0, None, ps_id))
+    tails = [tuple(t.shape[1:]) for t in tensors]
+    return _enqueue_group(ops, tensors, lambda handles: [_result_tensor(h, t, tail)
+                                                         for h, t, tail in zip(handles, tensors, tails)])
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor,
+                                                             postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        factor = ctx.prescale_factor * ctx.postscale_factor * (_set_size(ctx.process_set) if ctx.op == Sum else 1)
+        grads = grouped_allgather([g * factor for g in grad_output], process_set=ctx.process_set)
+        return (None, None, None, None, None, *grads)
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    if compression is None:
+        from hvd.torch.compression import Compression
+        compression = Compression.none
+    _check_group(tensors)
+    compressed, ctxs = zip(*[compression.compress(t) for t in tensors])
+    outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor, *compressed)
+    return [compression.decompress(t, c) for t, c in zip(outs, ctxs)]
+
+
+# --- barrier, join, poll, synchronize --------------------------------------------------------------------
+
+def barrier(process_set=global_process_set):
+    """Blocks until every member of the set arrives."""
+    handle = _enqueue(_BARRIER, None, 0, 0, 0, 1, 0, 0, 1.0, 1.0, 0, None, _process_set_id(process_set))
+    _handle_map[handle] = ((), lambda h: None)
+    synchronize(handle)
+
+
+def join(device=-1):
+    """This rank has no more data: until every rank joined, it contributes zeros to the others' allreduces.
+    Blocks until all joined; returns the last rank to join. `device` is accepted for Horovod's signature
+    (zeros are made on the CPU)."""
+    handle = _enqueue(_JOIN, None, 0, 0, 0, 1, 0, 0, 1.0, 1.0, 0, None, 0)
+
+    def finish(h):
+        value = _core.result_int(h)
+        _core.release(h)
+        return int(value)
+
+    _handle_map[handle] = ((), finish)
+    return synchronize(handle)
+
+
+def poll(handle):
+    """True when the operation finished. ValueError for a handle never created or already synchronized."""
+    if handle not in _handle_map:
+        raise ValueError(f"Handle {handle} was not created or has been cleared.")
+    return _core.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for handle (GIL released) and returns its output; None for an unknown or used handle.
+    Raises the operation's error (HorovodInternalError, or ValueError for bad arguments)."""
+    entry = _handle_map.pop(handle, None)
+    if entry is None:
+        return None
+    finisher = entry[1]
+    members = _group_members.pop(handle, None)
+    if members is not None:
+        return _synchronize_group(handle, members, finisher)
+    try:
+        _core.wait(handle)
+    except Exception:
+        if finisher is not _NO_RESULT_FINISHER:
+            _release_quietly(handle)
+        raise
+    return finisher(handle)
+
+
+_NO_RESULT_FINISHER = object()
+
+
+def _release_quietly(handle):
+    try:
+        _core.release(handle)
+    except ValueError:
+        pass  # already released by wait (operations without kept results)
+
+
+def _synchronize_group(first, members, finisher):
+    handles = [first] + members
+    error = None
+    for h in handles:
+        _handle_map.pop(h, None)
+        try:
+            _core.wait(h)
+        except Exception as e:  # wait for every member before raising, so none is left running
+            _release_quietly(h)
+            error = error or e
+    if error is not None:
+        raise error
+    return finisher(first)
