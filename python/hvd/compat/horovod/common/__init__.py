@@ -1,0 +1,1 @@
+"""horovod.common on hvd: framework-independent modules (exceptions, process_sets)."""
