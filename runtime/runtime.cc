@@ -146,7 +146,9 @@ class Runtime::Impl {
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   std::string stop_reason_;
-  uint64_t unnamed_ = 0;
+  // Unnamed operations are counted per process set and operation type, so a rank that is not a member of
+  // a set (and so does not submit its operations) still names its other operations like every other rank.
+  std::map<std::pair<int32_t, OpType>, uint64_t> unnamed_;
   uint64_t set_changes_ = 0;  // names of process-set registrations, counted alike on every rank
 
   // Background thread only.
@@ -358,7 +360,7 @@ void Runtime::Impl::check(Request& r) {
     default:
       break;
   }
-  if (r.name.empty()) r.name = detail::concat(runtime::name(r.type), ".noname.", unnamed_++);
+  if (r.name.empty()) r.name = detail::concat(runtime::name(r.type), ".noname.", unnamed_[{r.process_set, r.type}]++);
 }
 
 std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {

@@ -49,8 +49,11 @@ class Runtime {
   int device() const;
 
   // Queues a collective. Rejects bad arguments (including a process set that is unknown or does not
-  // include this rank) and a name already in flight in its process set on this rank with UsageError, and anything after shutdown with ShutDownError. An empty name gets
-  // "<op>.noname.<n>" (n counts this rank's unnamed submissions, as Horovod names them).
+  // include this rank) and a name already in flight in its process set on this rank with UsageError,
+  // and anything after shutdown with ShutDownError. An empty name gets "<op>.noname.<n>", n counting
+  // this rank's unnamed submissions of that operation on that process set (Horovod counts every
+  // submission of every kind, so ranks that differ in any operation, such as the non-members of a
+  // process set, fall out of step).
   std::shared_ptr<Work> enqueue(Request request);
 
   // Queues requests as one group (negotiated as a unit: the members run together, allreduces fused where

@@ -68,6 +68,8 @@ def hvdrun(tmp_path):
 
 def assert_ok(job, np):
     """Every rank exited 0 and printed OK as its last line."""
-    assert job.returncode == 0, job
+    if job.returncode != 0:
+        pytest.fail(f"hvdrun exited {job.returncode}\n{job!r}", pytrace=False)
     for r in range(np):
-        assert job.rank_output(r) and job.rank_output(r)[-1] == "OK", job
+        if not job.rank_output(r) or job.rank_output(r)[-1] != "OK":
+            pytest.fail(f"rank {r} did not print OK last\n{job!r}", pytrace=False)

@@ -90,6 +90,8 @@ def _check_tensor(tensor, in_place):
 
 
 def _contiguous(tensor):
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"expected a torch.Tensor, got {type(tensor).__name__}")
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
@@ -326,12 +328,6 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 # --- allgather -------------------------------------------------------------------------------------------
 
-def _rows(tensor):
-    if tensor.dim() == 0:
-        raise ValueError("allgather of a 0-dimensional tensor: gather tensors with at least one dimension")
-    return tensor.shape[0], tensor[0].numel() if tensor.shape[0] else _row_elements(tensor.shape)
-
-
 def _row_elements(shape):
     n = 1
     for d in shape[1:]:
@@ -366,9 +362,10 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        out = synchronize(allgather_async(tensor, name, process_set))  # checks the tensor first
         ctx.dim = tensor.shape[0]
         ctx.process_set = process_set
-        return synchronize(allgather_async(tensor, name, process_set))
+        return out
 
     @staticmethod
     def backward(ctx, grad_output):
