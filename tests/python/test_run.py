@@ -1,0 +1,169 @@
+"""hvd.run (horovod.run): a Python function on N ranks through hvdrun, results in rank order."""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import hvd
+import hvd.runner
+
+
+def rank_and_sum(offset, scale=1):
+    """Module-level: pickled by reference, so the ranks must import this test module (the driver's
+    sys.path travels with the function)."""
+    import numpy
+    import hvd.numpy as hvdnp
+
+    hvdnp.init()
+    total = hvdnp.allreduce(numpy.array([hvdnp.rank() * scale + offset], numpy.int64), op=hvdnp.Sum)
+    return hvdnp.rank(), hvdnp.size(), int(total[0])
+
+
+def _run_task_processes(marker):
+    """Pids of live processes whose command line contains marker."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    """HVD_RUN_TMPDIR pointed at an empty directory, to check that hvd.run leaves nothing behind."""
+    d = tmp_path / "runs"
+    d.mkdir()
+    monkeypatch.setenv("HVD_RUN_TMPDIR", str(d))
+    return d
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_results_in_rank_order(n, run_dir):
+    results = hvd.run(rank_and_sum, args=(10,), kwargs={"scale": 100}, num_proc=n)
+    total = sum(r * 100 + 10 for r in range(n))
+    assert results == [(r, n, total) for r in range(n)]
+    assert list(run_dir.iterdir()) == []
+    assert _run_task_processes(str(run_dir)) == []
+
+
+def test_closure_with_captured_data_and_output(capsys, run_dir):
+    table = np.arange(12.0).reshape(3, 4)
+    label = "captured"
+
+    def work(row):
+        import hvd.numpy as hvdnp
+
+        hvdnp.init()
+        print(f"hello from {hvdnp.rank()}")
+        mine = table[row + hvdnp.rank()] * hvdnp.size()
+        return label, hvdnp.allgather(mine[None, :])
+
+    results = hvd.run(work, args=(1,), num_proc=2)
+    assert [r[0] for r in results] == [label, label]
+    for _, gathered in results:
+        assert np.array_equal(gathered, table[1:3] * 2)
+    out = capsys.readouterr().out
+    assert "[0]<stdout>:hello from 0" in out and "[1]<stdout>:hello from 1" in out, out
+    assert list(run_dir.iterdir()) == []
+
+
+def test_lambda_and_no_collectives():
+    assert hvd.run(lambda a, b: a + b, args=(2,), kwargs={"b": 3}, num_proc=3) == [5, 5, 5]
+
+
+class Boom(Exception):
+    pass
+
+
+def test_failing_rank_raises_its_error(run_dir):
+    def work():
+        import hvd.numpy as hvdnp
+
+        hvdnp.init()
+        if hvdnp.rank() == 2:
+            raise ValueError(f"bad input on rank {hvdnp.rank()}")
+        hvdnp.barrier()
+        return "unreachable"
+
+    with pytest.raises(RuntimeError) as info:
+        hvd.run(work, num_proc=3)
+    message = str(info.value)
+    assert message.startswith("hvd.run: rank 2 failed with ValueError: bad input on rank 2"), message
+    assert "rank 2's traceback:" in message and "in work" in message, message
+    assert 'raise ValueError(f"bad input on rank {hvdnp.rank()}")' in message, message
+    assert isinstance(info.value.__cause__, ValueError)
+    assert str(info.value.__cause__) == "bad input on rank 2"
+    assert list(run_dir.iterdir()) == []
+    assert _run_task_processes(str(run_dir)) == []
+
+
+def test_failing_rank_without_collectives_custom_exception():
+    def work(fail_rank):
+        rank = int(os.environ["HOROVOD_RANK"])
+        if rank == fail_rank:
+            raise Boom("custom failure")
+        return rank
+
+    with pytest.raises(RuntimeError, match=r"rank 1 failed with test_run.Boom: custom failure") as info:
+        hvd.run(work, args=(1,), num_proc=2)
+    assert type(info.value.__cause__).__name__ == "Boom"
+
+
+def test_unpicklable_result_and_exit():
+    import threading
+
+    with pytest.raises(RuntimeError, match=r"rank 0 failed with TypeError: the return value of rank 0 cannot "
+                                           r"be pickled"):
+        hvd.run(lambda: threading.Lock(), num_proc=1)
+    with pytest.raises(RuntimeError, match=r"rank 0 failed with SystemExit: 3"):
+        hvd.run(lambda: exit(3), num_proc=1)
+    with pytest.raises(RuntimeError, match=r"rank\(s\) 0 left no result"):
+        hvd.run(lambda: os._exit(4), num_proc=1)
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    ({"min_np": 2}, "min_np=2: elastic mode is not supported"),
+    ({"max_num_proc": 4}, "max_num_proc=4: elastic mode is not supported"),
+    ({"host_discovery_script": "d.sh"}, "host_discovery_script='d.sh': elastic mode is not supported"),
+    ({"hosts": "localhost:2", "hostfile": "h.txt"}, "hosts='localhost:2' and hostfile='h.txt'"),
+    ({"use_gloo": True, "use_mpi": True}, "use_gloo=True and use_mpi=True"),
+    ({"use_mpi": True}, "use_mpi=True: hvd runs on Gloo only"),
+    ({"num_proc": 0}, "num_proc must be a positive int, got 0"),
+    ({"num_proc": 2, "np": 3}, "num_proc=2 and np=3 disagree"),
+    ({"args": 5}, "args must be a tuple or list, got int"),
+    ({"kwargs": [1]}, "kwargs must be a dict, got list"),
+    ({"start_timeout": -1}, "start_timeout must be a positive int, got -1"),
+])
+def test_bad_arguments(kwargs, text):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(ValueError, match=text.replace("(", r"\(").replace(")", r"\)")):
+            hvd.run(len, **kwargs)
+
+
+def test_not_callable():
+    with pytest.raises(ValueError, match="func must be callable, got int"):
+        hvd.run(5)
+
+
+def test_np_is_a_deprecated_alias_and_env():
+    with pytest.warns(DeprecationWarning, match="np is deprecated"):
+        results = hvd.run(lambda: (os.environ["HOROVOD_SIZE"], os.environ.get("HVD_TEST_VALUE")), np=2,
+                          env=dict(os.environ, HVD_TEST_VALUE="set"))
+    assert results == [("2", "set"), ("2", "set")]
+
+
+def test_finds_hvdrun_next_to_the_package():
+    build = os.environ.get("HVD_BUILD_DIR")
+    found = hvd.runner._find_hvdrun()
+    assert os.path.basename(found) == "hvdrun" and os.access(found, os.X_OK)
+    if build:
+        assert os.path.samefile(found, os.path.join(build, "hvdrun"))
