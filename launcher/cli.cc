@@ -129,6 +129,10 @@ po::options_description makeDescription() {
       ("dry-run", "print each rank's host, environment and command; start nothing")
       ("termination-grace-seconds", value()->value_name("SECONDS"),
        "after SIGTERM, workers get this long before SIGKILL (default 5)")
+      ("no-rendezvous-token",
+       "serve rendezvous requests without the per-job token, for Horovod's own workers on several hosts "
+       "(anyone who can reach the rendezvous port can then read and write the job's keys); also "
+       "HVD_NO_RENDEZVOUS_TOKEN=1. Not needed for local jobs")
       ("disable-cache", "accepted for compatibility (hvdrun keeps no cache)")
       ("gloo", "use Gloo (the only controller hvdrun supports)")
       ("mpi", "not supported")
@@ -663,6 +667,13 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   o.verbose = given("verbose");
   o.dry_run = given("dry-run");
   o.disable_cache = given("disable-cache");
+  // Rendezvous token: flag > HVD_NO_RENDEZVOUS_TOKEN > on.
+  if (given("no-rendezvous-token")) {
+    o.rendezvous_token = false;
+  } else if (const auto* v = findEnv(env, "HVD_NO_RENDEZVOUS_TOKEN"); v && !v->empty()) {
+    usageCheck(*v == "0" || *v == "1", "HVD_NO_RENDEZVOUS_TOKEN must be 1 (no token) or 0, got '", *v, "'");
+    o.rendezvous_token = *v == "0";
+  }
 
   // Tuning: flag > environment > config file > default (the worker's own default: nothing is set).
   YAML::Node config;

@@ -49,6 +49,10 @@ struct HvdrunOptions {
   bool verbose = false;
   bool dry_run = false;
   bool disable_cache = false;  // accepted for compatibility: hvdrun keeps no cache
+  // The rendezvous server requires the per-job token (HVD_RENDEZVOUS_TOKEN) except from this user's own
+  // processes on a local job. false: --no-rendezvous-token or HVD_NO_RENDEZVOUS_TOKEN=1, for Horovod's
+  // own workers on several hosts (they cannot send a token); the server then serves anyone who reaches it.
+  bool rendezvous_token = true;
 
   // Variables set on every worker: tuning/diagnostic flags and config-file values (§1.4), then -x.
   std::vector<std::pair<std::string, std::string>> worker_env;

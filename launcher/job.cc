@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "launcher/local/launcher.h"
 #include "launcher/network.h"
 #include "launcher/output.h"
+#include "launcher/token_guard.h"
 #include "rendezvous/error.h"
 #include "rendezvous/server.h"
 #include "rendezvous/token.h"
@@ -72,7 +74,8 @@ void setJobVariables(EnvBuilder& env, const Placement& p, const RendezvousEndpoi
   for (const auto& nic : endpoint.interfaces) joined += (joined.empty() ? "" : ",") + nic;
   env.set("HOROVOD_GLOO_IFACE", endpoint.interfaces.empty() ? "" : endpoint.interfaces.front());
   env.set("NCCL_SOCKET_IFNAME", joined);
-  env.set(rendezvous::kTokenEnv, endpoint.token);
+  // No token (--no-rendezvous-token): the variable stays unset, as an inherited one is dropped.
+  if (!endpoint.token.empty()) env.set(rendezvous::kTokenEnv, endpoint.token);
 }
 
 }  // namespace
@@ -123,7 +126,7 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
   RendezvousEndpoint endpoint;
   endpoint.address = remote.empty() ? "127.0.0.1" : "<address routed to " + remote.front().name + ">";
   endpoint.port = "<port>";
-  endpoint.token = "<secret>";
+  endpoint.token = options.rendezvous_token ? "<secret>" : "";
   endpoint.interfaces = options.network_interfaces.empty() ? std::vector<std::string>{"<interface>"}
                                                            : options.network_interfaces;
   if (remote.empty() && options.network_interfaces.empty()) endpoint.interfaces = {"lo"};
@@ -286,11 +289,20 @@ class Supervisor : public WorkerEvents {
     const NetworkPlan network = chooseNetwork(remote_hosts, options_.network_interfaces);
     rendezvous::ServerOptions server_options;
     server_options.bind_address = network.bind_address;
-    server_options.token = rendezvous::generateToken();
+    if (options_.rendezvous_token) {
+      server_options.token = rendezvous::generateToken();
+      // Every rank runs here: Horovod's own workers (no token) are served when they are this user's.
+      server_options.trust_local_peers = remote_hosts.empty();
+    }
     server_ = std::make_unique<rendezvous::Server>(ioc_, server_options);
     server_->setScopeSizes(scopeSizes(plan_));
+    for (const auto& host : remote_hosts) remote_names_.push_back(host.name);
+    has_local_ranks_ = local_ != nullptr;
+    // The observer runs on this io_context (the server's sessions do).
+    server_->onTokenlessRejection([this, trusted = server_options.trust_local_peers](
+                                      const rendezvous::TokenlessRejection& r) { onTokenless(r, trusted); });
     if (options_.verbose) {
-      // The issue-6 benchmark's "all ranks joined" figure; the observer runs on this io_context.
+      // The ssh benchmark's "all ranks joined" figure; the observer runs on this io_context.
       server_->onAllJoined([this](const std::string& scope) {
         if (scope != "global") return;
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
@@ -302,14 +314,21 @@ class Supervisor : public WorkerEvents {
     }
     endpoint_.address = network.bind_address;
     endpoint_.port = std::to_string(server_->port());
-    endpoint_.token = *server_options.token;
+    endpoint_.token = server_options.token.value_or("");
     endpoint_.interfaces = network.interfaces;
     for (auto& [launcher, hosts] : hosts_by_launcher) {
       launcher->checkRendezvousReachable(hosts, endpoint_.address, server_->port());
     }
     if (options_.verbose) {
-      output_->message(Stream::kStdout, detail::concat("hvdrun: rendezvous server listening on ",
-                                                       endpoint_.address, ":", endpoint_.port, "\n"));
+      std::string access = "token required";
+      if (!server_options.token) {
+        access = "no token (--no-rendezvous-token): open to anyone who reaches it";
+      } else if (server_options.trust_local_peers) {
+        access = "token required, except from this user's processes on this machine";
+      }
+      output_->message(Stream::kStdout,
+                       detail::concat("hvdrun: rendezvous server listening on ", endpoint_.address, ":",
+                                      endpoint_.port, " (", access, ")\n"));
     }
   }
 
@@ -380,6 +399,22 @@ class Supervisor : public WorkerEvents {
     }
     out << line << "\n";
     output_->message(Stream::kStderr, out.str());
+  }
+
+  // The server refused a request without the token: explain once, and end the job when the request
+  // came from one of its hosts (launcher/token_guard.h says why only then).
+  void onTokenless(const rendezvous::TokenlessRejection& rejection, bool local_peers_trusted) {
+    if (stopping_) return;
+    if (!job_addresses_) job_addresses_ = jobHostAddresses(remote_names_, has_local_ranks_);
+    const TokenlessVerdict verdict = judgeTokenlessRequest(rejection, *job_addresses_, local_peers_trusted);
+    if (verdict.stop_job) {
+      result_.error = verdict.message;
+      output_->message(Stream::kStderr, "hvdrun: error: " + verdict.message + "\n");
+      stopAll(SIGTERM);
+    } else if (!tokenless_reported_) {
+      tokenless_reported_ = true;
+      output_->message(Stream::kStderr, "hvdrun: warning: " + verdict.message + "\n");
+    }
   }
 
   // All-or-nothing: every running worker gets `signo`, and SIGKILL after the grace period.
@@ -457,6 +492,10 @@ class Supervisor : public WorkerEvents {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<bool> ended_;
   RendezvousEndpoint endpoint_;
+  std::vector<std::string> remote_names_;  // as the launchers reach them
+  bool has_local_ranks_ = false;
+  std::optional<std::set<std::string>> job_addresses_;  // resolved at the first tokenless request
+  bool tokenless_reported_ = false;
   RunResult result_;
   bool starting_ = true;  // inside the start loop: ranks not started yet do not count as ended
   bool stopping_ = false;

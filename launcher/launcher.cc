@@ -87,9 +87,6 @@ int RunResult::exitCode() const {
   return 0;
 }
 
-namespace {
-
-// Every address of every interface of this machine, as numeric strings.
 std::set<std::string> interfaceAddresses() {
   std::set<std::string> out;
   ifaddrs* list = nullptr;
@@ -109,6 +106,8 @@ std::set<std::string> interfaceAddresses() {
   ::freeifaddrs(list);
   return out;
 }
+
+namespace {
 
 bool isLoopbackLiteral(const std::string& host) {
   in_addr v4{};

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -187,5 +188,8 @@ struct RunResult {
 // hostname (short or as returned by gethostname), or a name that resolves to one of its interface
 // addresses. Never blocks longer than name resolution.
 bool isLocalHost(const std::string& host);
+
+// Every address of every interface of this machine (loopback included), as numeric strings.
+std::set<std::string> interfaceAddresses();
 
 }  // namespace hvd::launcher

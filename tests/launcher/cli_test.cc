@@ -94,6 +94,25 @@ TEST_CASE("start timeout: flag > HOROVOD_START_TIMEOUT > default", "[cli]") {
   CHECK(parse({"-np", "1", "--start-timeout", "3", "t"}).start_timeout_explicit);
 }
 
+TEST_CASE("rendezvous token: --no-rendezvous-token > HVD_NO_RENDEZVOUS_TOKEN > on", "[cli]") {
+  CHECK(parse({"-np", "1", "t"}).rendezvous_token);
+  CHECK_FALSE(parse({"-np", "1", "--no-rendezvous-token", "t"}).rendezvous_token);
+  CHECK_FALSE(parse({"-np", "1", "--no-rendezvous", "t"}).rendezvous_token);  // unambiguous prefix
+  CHECK_FALSE(parse({"-np", "1", "t"}, {{"HVD_NO_RENDEZVOUS_TOKEN", "1"}}).rendezvous_token);
+  CHECK(parse({"-np", "1", "t"}, {{"HVD_NO_RENDEZVOUS_TOKEN", "0"}}).rendezvous_token);
+  CHECK(parse({"-np", "1", "t"}, {{"HVD_NO_RENDEZVOUS_TOKEN", ""}}).rendezvous_token);
+  CHECK_FALSE(
+      parse({"-np", "1", "--no-rendezvous-token", "t"}, {{"HVD_NO_RENDEZVOUS_TOKEN", "0"}}).rendezvous_token);
+  // After the command it is the command's argument.
+  const auto o = parse({"-np", "1", "t", "--no-rendezvous-token"});
+  CHECK(o.rendezvous_token);
+  CHECK(o.command == Cmd{"t", "--no-rendezvous-token"});
+  CHECK_THROWS_WITH(parse({"-np", "1", "t"}, {{"HVD_NO_RENDEZVOUS_TOKEN", "yes"}}),
+                    Catch::Contains("HVD_NO_RENDEZVOUS_TOKEN must be 1 (no token) or 0, got 'yes'"));
+  CHECK_THROWS_WITH(parse({"-np", "1", "--no-rendezvous-token=1", "t"}),
+                    Catch::Contains("--no-rendezvous-token") && Catch::Contains("'1'"));
+}
+
 TEST_CASE("tuning flags become worker variables (§1.4)", "[cli]") {
   const auto o = parse({"-np",
                         "1",
@@ -214,7 +233,9 @@ TEST_CASE("help, version and check-build print and exit 0", "[cli]") {
   const auto help = runProcess({test::hvdrunPath(), "--help"});
   CHECK(help.exit_code == 0);
   CHECK_THAT(help.out, Catch::Contains("usage: hvdrun") && Catch::Contains("Examples:") &&
-                           Catch::Contains("--fusion-threshold-mb") && Catch::Contains("Exit status"));
+                           Catch::Contains("--fusion-threshold-mb") && Catch::Contains("Exit status") &&
+                           Catch::Contains("--no-rendezvous-token") &&
+                           Catch::Contains("HVD_NO_RENDEZVOUS_TOKEN"));
   const auto version = runProcess({test::hvdrunPath(), "-v"});
   CHECK(version.exit_code == 0);
   CHECK_THAT(version.out, Catch::StartsWith("hvdrun "));
@@ -288,6 +309,11 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
        {"HOROVOD_START_TIMEOUT=soon"}},
       {{"-np", "1", "--ssh-known-hosts", "maybe", "true"},
        "argument --ssh-known-hosts: invalid choice: 'maybe'"},
+      {{"-np", "1", "true"},
+       "HVD_NO_RENDEZVOUS_TOKEN must be 1 (no token) or 0, got 'true'",
+       {"HVD_NO_RENDEZVOUS_TOKEN=true"}},
+      {{"-np", "1", "--no-rendezvous-token=yes", "true"},
+       "argument --no-rendezvous-token: ignored explicit argument 'yes'"},
       {{"-np", "1", "--ssh-proxy", "sometimes", "true"},
        "argument --ssh-proxy: invalid choice: 'sometimes' (choose from 'auto', 'never')"},
       {{"-np", "1", "--output-filename=", "true"}, "argument --output-filename: empty directory name"},

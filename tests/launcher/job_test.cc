@@ -40,6 +40,35 @@ std::string joinWorker() {
   return path;
 }
 
+std::string rawRequest() {
+  const char* path = std::getenv("HVD_TEST_RAW_REQUEST");  // set by tests/launcher/CMakeLists.txt
+  REQUIRE(path != nullptr);
+  return path;
+}
+
+// A worker that rendezvous the way Horovod's own workers do: Horovod's exact request bytes (HTTP/1.1,
+// Host, Content-Length, a new connection per request) and no token, whatever HVD_RENDEZVOUS_TOKEN says.
+// Each rank PUTs /global/<rank>, polls until every rank's key is there, then DELETEs its key (finalize).
+// $RAW is the raw-bytes client (tests/rendezvous/raw_request.cc).
+const char* const kTokenlessWorker = R"SH(
+req() {
+  printf '%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %s\r\n\r\n%s' "$1" "$2" "${#3}" "$3" |
+    "$RAW" "$HOROVOD_GLOO_RENDEZVOUS_ADDR" "$HOROVOD_GLOO_RENDEZVOUS_PORT" --status-only
+}
+s=$(req PUT /global/$HOROVOD_RANK addr$HOROVOD_RANK); [ "$s" = 200 ] || { echo "PUT answered $s"; exit 10; }
+r=0
+while [ $r -lt $HOROVOD_SIZE ]; do
+  tries=0
+  until [ "$(req GET /global/$r '')" = 200 ]; do
+    tries=$((tries + 1)); [ $tries -lt 1000 ] || { echo "key $r never came"; exit 11; }; sleep 0.01
+  done
+  r=$((r + 1))
+done
+s=$(req DELETE /global/$HOROVOD_RANK ''); [ "$s" = 200 ] || { echo "DELETE answered $s"; exit 12; }
+[ -n "${HVD_RENDEZVOUS_TOKEN:-}" ] && token=set || token=unset
+echo "rendezvous without a token: done (token $token)"
+)SH";
+
 // Waits until `count` processes carry `marker`.
 bool waitForProcesses(const std::string& marker, size_t count, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -352,4 +381,72 @@ TEST_CASE("a closed stdout (hvdrun ... | head) ends the job", "[job][output]") {
   CHECK(r.exit_code == 0);
   CHECK(lines(r.out).size() == 3);
   CHECK(waitUntilGone(marker, 10s).empty());
+}
+
+TEST_CASE("a local job of workers that send no token (as Horovod's do) rendezvous",
+          "[job][rendezvous][token]") {
+  const auto r =
+      hvdrun({"-np", "3", "-H", "localhost:3", "sh", "-c", kTokenlessWorker}, {"RAW=" + rawRequest()});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    CHECK_THAT(r.out, Catch::Contains("[" + std::to_string(rank) +
+                                      "]<stdout>:rendezvous without a token: done (token set)"));
+  }
+  CHECK(r.err.empty());  // nothing refused, nothing to explain
+}
+
+TEST_CASE("--no-rendezvous-token: workers get no token and tokenless requests are served",
+          "[job][rendezvous][token]") {
+  for (const auto& [flags, env] : std::vector<std::pair<Cmd, std::vector<std::string>>>{
+           {{"--no-rendezvous-token"}, {}}, {{}, {"HVD_NO_RENDEZVOUS_TOKEN=1"}}}) {
+    Cmd args = flags;
+    args.insert(args.end(), {"-np", "2", "sh", "-c", kTokenlessWorker});
+    auto full_env = env;
+    full_env.push_back("RAW=" + rawRequest());
+    full_env.push_back("HVD_RENDEZVOUS_TOKEN=outer");  // an enclosing job's token is not inherited either
+    const auto r = hvdrun(args, full_env);
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:rendezvous without a token: done (token unset)") &&
+                          Catch::Contains("[1]<stdout>:rendezvous without a token: done (token unset)"));
+  }
+  const auto dry = hvdrun({"--no-rendezvous-token", "-np", "1", "--dry-run", "true"});
+  CHECK(dry.exit_code == 0);
+  CHECK_THAT(dry.out, !Catch::Contains("HVD_RENDEZVOUS_TOKEN"));
+  const auto verbose = hvdrun({"--no-rendezvous-token", "--verbose", "-np", "1", "true"});
+  CHECK_THAT(verbose.out,
+             Catch::Contains("(no token (--no-rendezvous-token): open to anyone who reaches it)"));
+}
+
+TEST_CASE("a local job: another user's tokenless request is refused, explained once, and the job goes on",
+          "[job][rendezvous][token]") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot run a client as another user here (setpriv); case not run");
+    return;
+  }
+  // The client must be executable by nobody: a copy in a directory everyone can search.
+  const std::string dir = makeTempDir();
+  ::chmod(dir.c_str(), 0755);
+  const std::string raw = dir + "/rendezvous_raw_request";
+  REQUIRE(runProcess({"cp", rawRequest(), raw}).exit_code == 0);
+  ::chmod(raw.c_str(), 0755);
+  const std::string as_nobody =
+      "for i in 1 2; do printf 'GET /global/0 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' | "
+      "setpriv --reuid nobody --regid nogroup --clear-groups \"$RAW\" \"$HOROVOD_GLOO_RENDEZVOUS_ADDR\" "
+      "\"$HOROVOD_GLOO_RENDEZVOUS_PORT\" --status-only | sed 's/^/nobody got /'; done; ";
+  const auto r = hvdrun({"-np", "2", "sh", "-c", as_nobody + kTokenlessWorker}, {"RAW=" + raw});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("[0]<stdout>:nobody got 403") && Catch::Contains("[1]<stdout>:nobody got 403"));
+  CHECK_THAT(r.out, Catch::Contains("[1]<stdout>:rendezvous without a token: done (token set)"));
+  // Four refusals, one line.
+  const auto err = lines(r.err);
+  REQUIRE(err.size() == 1);
+  CHECK_THAT(err[0],
+             Catch::StartsWith("hvdrun: warning: the rendezvous server refused a request without a token "
+                               "(GET /global/0) from 127.0.0.1:") &&
+                 Catch::Contains("a process of another user (uid 65534)") &&
+                 Catch::Contains("the job goes on") && Catch::Contains("--no-rendezvous-token"));
 }
