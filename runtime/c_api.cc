@@ -350,12 +350,13 @@ int hvd_process_set_size(int process_set) {
   return ranks ? static_cast<int>(ranks->size()) : status;
 }
 
-int hvd_process_set_rank(int process_set) {
+int hvd_process_set_rank(int process_set, int* set_rank) {
   int status = HVD_SUCCESS;
   auto ranks = setRanks(process_set, &status);
   if (!ranks) return status;
   const auto it = std::lower_bound(ranks->begin(), ranks->end(), hvd_rank());
-  return it != ranks->end() && *it == hvd_rank() ? static_cast<int>(it - ranks->begin()) : -1;
+  if (set_rank) *set_rank = it != ranks->end() && *it == hvd_rank() ? static_cast<int>(it - ranks->begin()) : -1;
+  return HVD_SUCCESS;
 }
 
 int hvd_process_set_ranks(int process_set, int* out, int capacity) {

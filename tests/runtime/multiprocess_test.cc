@@ -163,3 +163,16 @@ TEST_CASE("a rank that never comes: hvd_init fails within the Gloo timeout with 
   CHECK(results[0].output.find("hvd_init failed: ") != std::string::npos);
   CHECK(results[0].output.find("global") != std::string::npos);
 }
+
+TEST_CASE("process sets and groups through the C and C++ APIs", "[multiprocess][process_set]") {
+  JobOptions o;
+  o.np = 3;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "process_sets"};
+  o.env = {{"HOROVOD_DYNAMIC_PROCESS_SETS", "1"}};
+  const auto results = runJob(o);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("process_sets ok") != std::string::npos);
+  }
+}

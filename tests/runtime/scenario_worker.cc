@@ -4,6 +4,8 @@
 //   die     every rank allreduces in a loop; rank 1 exits abruptly (_exit) after a few steps; the
 //           survivors print the error their pending handle failed with and exit 0
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
+//   process_sets  (3 ranks, HOROVOD_DYNAMIC_PROCESS_SETS=1) the C++ ProcessSet API and hvd_enqueue_group;
+//           prints "process_sets ok" or what differed
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,10 @@
 #include <unistd.h>
 
 #include <hvd/hvd.h>
+#include <hvd/hvd.hpp>
+#include <span>
+#include <stdexcept>
+#include <vector>
 
 namespace {
 
@@ -54,6 +60,53 @@ int main(int argc, char** argv) {
     for (int step = 0; step < 3; ++step) {
       allreduceOnce("grad_a", v, 16);
       allreduceOnce("grad_b", v, 4);
+    }
+    hvd_shutdown();
+    return 0;
+  }
+  if (std::strcmp(scenario, "process_sets") == 0) {
+    try {
+      hvd::ProcessSet evens = hvd::ProcessSet::add({2, 0});
+      const std::vector<int> ranks = evens.ranks();
+      if (evens.id() != 1 || ranks != std::vector<int>{0, 2} || evens.size() != 2) throw std::runtime_error("set ids");
+      if (evens.includes()) {
+        float x[3] = {float(rank), float(rank), float(rank)};
+        hvd::allreduce<float>(std::span<float>(x, 3), hvd::ReduceOp::kSum, "x", evens);
+        int32_t b = rank;
+        hvd::broadcast<int32_t>(std::span<int32_t>(&b, 1), 2, "b", evens);
+        const int32_t mine[2] = {rank, rank};
+        const auto all = hvd::allgather<int32_t>(std::span<const int32_t>(mine, rank == 0 ? 1 : 2), 1, "g", evens);
+        if (x[0] != 2.0f || b != 2 || all != std::vector<int32_t>{0, 2, 2} || evens.rank() != rank / 2) {
+          throw std::runtime_error("results on the set");
+        }
+        hvd::barrier(evens);
+      } else if (evens.rank() != -1) {
+        throw std::runtime_error("non-member has a set rank");
+      }
+      // A group of three allreduces on the global set, through the C API.
+      float g[3][4];
+      hvd_request group[3];
+      int handles[3];
+      const char* names[3] = {"g0", "g1", "g2"};
+      for (int i = 0; i < 3; ++i) {
+        for (float& v : g[i]) v = float(i);
+        group[i] = hvd_request(HVD_REQUEST_INIT);
+        group[i].name = names[i];
+        group[i].input = group[i].output = g[i];
+        group[i].rows = 4;
+        group[i].reduce_op = HVD_SUM;
+      }
+      hvd::check(hvd_enqueue_group(group, 3, handles));
+      for (int h : handles) hvd::check(hvd_wait(h));
+      for (int i = 0; i < 3; ++i) {
+        if (g[i][3] != 3.0f * i) throw std::runtime_error("group results");
+      }
+      evens.remove();
+      int dummy = 0;
+      if (hvd_process_set_rank(1, &dummy) != HVD_ERR_INVALID_ARGUMENT) throw std::runtime_error("removed set");
+      std::printf("process_sets ok\n");
+    } catch (const std::exception& e) {
+      std::printf("process_sets failed on rank %d: %s\n", rank, e.what());
     }
     hvd_shutdown();
     return 0;

@@ -128,8 +128,9 @@ int hvd_add_process_set(const int* ranks, int count);
 int hvd_remove_process_set(int process_set);
 /* Number of ranks in the set, or HVD_ERR_INVALID_ARGUMENT for an unknown id. */
 int hvd_process_set_size(int process_set);
-/* This rank's position in the set; -1 when it is not a member; HVD_ERR_INVALID_ARGUMENT: unknown id. */
-int hvd_process_set_rank(int process_set);
+/* Sets *set_rank to this rank's position in the set, or -1 when it is not a member. Returns HVD_SUCCESS,
+ * or HVD_ERR_INVALID_ARGUMENT for an unknown id. */
+int hvd_process_set_rank(int process_set, int* set_rank);
 /* Copies up to capacity of the set's (sorted, global) ranks into ranks; returns the set's size, or
  * HVD_ERR_INVALID_ARGUMENT for an unknown id. */
 int hvd_process_set_ranks(int process_set, int* ranks, int capacity);

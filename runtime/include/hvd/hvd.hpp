@@ -53,9 +53,9 @@ class InitError : public CollectiveError {
   using CollectiveError::CollectiveError;
 };
 
-// Throws the exception matching status (with hvd_error_text()) unless it is HVD_SUCCESS.
-inline void check(int status) {
-  if (status >= 0) return;
+// Throws the exception matching a negative status (with hvd_error_text()); returns other values.
+inline int check(int status) {
+  if (status >= 0) return status;
   const std::string text = hvd_error_text();
   switch (status) {
     case HVD_ERR_NOT_INITIALIZED: throw NotInitializedError(status, text);
@@ -84,6 +84,7 @@ constexpr hvd_dtype dtypeOf() {
   using U = std::remove_cv_t<T>;
   if constexpr (std::is_same_v<U, uint8_t>) return HVD_UINT8;
   else if constexpr (std::is_same_v<U, int8_t>) return HVD_INT8;
+  else if constexpr (std::is_same_v<U, int16_t>) return HVD_INT16;
   else if constexpr (std::is_same_v<U, int32_t>) return HVD_INT32;
   else if constexpr (std::is_same_v<U, int64_t>) return HVD_INT64;
   else if constexpr (std::is_same_v<U, float16>) return HVD_FLOAT16;
@@ -144,46 +145,107 @@ class Session {
   int device() const { return hvd_device(); }
 };
 
-// output = postscale * reduce(prescale * input); input and output may be the same span.
+// A process set: collectives among a subset of ranks (see hvd.h). ProcessSet() is the global set.
+class ProcessSet {
+ public:
+  ProcessSet() = default;
+  explicit ProcessSet(int id) : id_(id) {}
+  // Registers a set of global ranks (collective over the whole job; needs HOROVOD_DYNAMIC_PROCESS_SETS=1).
+  static ProcessSet add(const std::vector<int>& ranks) {
+    return ProcessSet(check(hvd_add_process_set(ranks.data(), static_cast<int>(ranks.size()))), 0);
+  }
+  // Removes it (collective, as add).
+  void remove() const { check(hvd_remove_process_set(id_)); }
+
+  int id() const { return id_; }
+  int size() const { return check(hvd_process_set_size(id_)); }
+  // This rank's position in the set, -1 when not a member.
+  int rank() const {
+    int r = -1;
+    check(hvd_process_set_rank(id_, &r));
+    return r;
+  }
+  bool includes() const { return rank() >= 0; }
+  std::vector<int> ranks() const {
+    std::vector<int> out(static_cast<size_t>(size()));
+    check(hvd_process_set_ranks(id_, out.data(), static_cast<int>(out.size())));
+    return out;
+  }
+
+ private:
+  ProcessSet(int id, int) : id_(id) {}
+  int id_ = HVD_GLOBAL_PROCESS_SET;
+};
+
+namespace detail {
+inline const char* nameOrNull(const std::string& name) { return name.empty() ? nullptr : name.c_str(); }
+}  // namespace detail
+
+// output = postscale * reduce(prescale * input); input and output may be the same span. An average divides
+// by the size of the process set.
 template <typename T>
 Work allreduceAsync(std::span<const T> input, std::span<T> output, ReduceOp op = ReduceOp::kAverage,
-                    const std::string& name = "", double prescale = 1.0, double postscale = 1.0) {
+                    const std::string& name = "", double prescale = 1.0, double postscale = 1.0,
+                    ProcessSet set = ProcessSet()) {
   if (input.size() != output.size()) {
     throw InvalidArgumentError(HVD_ERR_INVALID_ARGUMENT, "allreduce '" + name + "': input has " +
                                                              std::to_string(input.size()) + " elements, output " +
                                                              std::to_string(output.size()));
   }
-  const int h = hvd_allreduce_async(name.empty() ? nullptr : name.c_str(), input.data(), output.data(),
-                                    input.size(), dtypeOf<T>(), static_cast<hvd_reduce_op>(op), prescale, postscale);
-  check(h);
-  return Work(h);
+  hvd_request r = HVD_REQUEST_INIT;
+  r.op = HVD_OP_ALLREDUCE;
+  r.name = detail::nameOrNull(name);
+  r.input = input.data();
+  r.output = output.data();
+  r.rows = input.size();
+  r.dtype = dtypeOf<T>();
+  r.reduce_op = static_cast<hvd_reduce_op>(op);
+  r.prescale = prescale;
+  r.postscale = postscale;
+  r.process_set = set.id();
+  return Work(check(hvd_enqueue(&r)));
 }
 
 // In place, synchronous.
 template <typename T>
-void allreduce(std::span<T> data, ReduceOp op = ReduceOp::kAverage, const std::string& name = "") {
-  allreduceAsync<T>(std::span<const T>(data.data(), data.size()), data, op, name).wait();
+void allreduce(std::span<T> data, ReduceOp op = ReduceOp::kAverage, const std::string& name = "",
+               ProcessSet set = ProcessSet()) {
+  allreduceAsync<T>(std::span<const T>(data.data(), data.size()), data, op, name, 1.0, 1.0, set).wait();
+}
+
+// Broadcast from root_rank (a global rank, member of the set), in place.
+template <typename T>
+Work broadcastAsync(std::span<T> data, int root_rank, const std::string& name = "", ProcessSet set = ProcessSet()) {
+  hvd_request r = HVD_REQUEST_INIT;
+  r.op = HVD_OP_BROADCAST;
+  r.name = detail::nameOrNull(name);
+  r.output = data.data();
+  r.rows = data.size();
+  r.dtype = dtypeOf<T>();
+  r.root_rank = root_rank;
+  r.process_set = set.id();
+  return Work(check(hvd_enqueue(&r)));
 }
 
 template <typename T>
-Work broadcastAsync(std::span<T> data, int root_rank, const std::string& name = "") {
-  const int h = hvd_broadcast_async(name.empty() ? nullptr : name.c_str(), data.data(), data.size(), dtypeOf<T>(),
-                                    root_rank);
-  check(h);
-  return Work(h);
+void broadcast(std::span<T> data, int root_rank, const std::string& name = "", ProcessSet set = ProcessSet()) {
+  broadcastAsync<T>(data, root_rank, name, set).wait();
 }
 
+// Allgather of rows (each row_elements long; rows may differ between ranks). Returns every member's rows in
+// set-rank order.
 template <typename T>
-void broadcast(std::span<T> data, int root_rank, const std::string& name = "") {
-  broadcastAsync<T>(data, root_rank, name).wait();
-}
-
-// Allgather of rows (each row_elements long; rows may differ between ranks). Returns all ranks' rows.
-template <typename T>
-std::vector<T> allgather(std::span<const T> input, size_t row_elements = 1, const std::string& name = "") {
-  const size_t rows = row_elements ? input.size() / row_elements : 0;
-  const int h = hvd_allgather_async(name.empty() ? nullptr : name.c_str(), input.data(), rows, row_elements,
-                                    dtypeOf<T>());
+std::vector<T> allgather(std::span<const T> input, size_t row_elements = 1, const std::string& name = "",
+                         ProcessSet set = ProcessSet()) {
+  hvd_request r = HVD_REQUEST_INIT;
+  r.op = HVD_OP_ALLGATHER;
+  r.name = detail::nameOrNull(name);
+  r.input = input.data();
+  r.rows = row_elements ? input.size() / row_elements : 0;
+  r.row_elements = row_elements;
+  r.dtype = dtypeOf<T>();
+  r.process_set = set.id();
+  const int h = hvd_enqueue(&r);
   check(h);
   const int status = hvd_wait(h);
   if (status != HVD_SUCCESS) {
@@ -199,8 +261,11 @@ std::vector<T> allgather(std::span<const T> input, size_t row_elements = 1, cons
   return out;
 }
 
-inline void barrier() {
-  const int h = hvd_barrier_async();
+inline void barrier(ProcessSet set = ProcessSet()) {
+  hvd_request r = HVD_REQUEST_INIT;
+  r.op = HVD_OP_BARRIER;
+  r.process_set = set.id();
+  const int h = hvd_enqueue(&r);
   check(h);
   check(hvd_wait(h));
 }
