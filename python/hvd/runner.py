@@ -217,8 +217,8 @@ def _forward(stream, target):
         try:
             out.write(line.decode("utf-8", errors="replace"))
             out.flush()
-        except (OSError, ValueError):
-            pass  # our own stream is closed: keep draining so hvdrun never blocks
+        except Exception:
+            pass  # our own stream is closed or missing: keep draining so hvdrun never blocks
     stream.close()
 
 
@@ -261,7 +261,14 @@ def _collect(result_dir, num_proc, status):
     failed = [(r, rec) for r, rec in enumerate(records) if rec is not None and not rec["ok"]]
     missing = [r for r, rec in enumerate(records) if rec is None]
     if not failed and not missing and status == 0:
-        return [pickle.loads(rec["value"]) for rec in records]
+        results = []
+        for r, rec in enumerate(records):
+            try:
+                results.append(pickle.loads(rec["value"]))
+            except Exception as e:
+                raise RuntimeError(f"hvd.run: cannot unpickle the return value of rank {r} in this process: "
+                                   f"{type(e).__name__}: {e}") from e
+        return results
 
     lines = []
     cause = None

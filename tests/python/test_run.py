@@ -128,6 +128,17 @@ def test_unpicklable_result_and_exit():
     with pytest.raises(RuntimeError, match=r"rank\(s\) 0 left no result"):
         hvd.run(lambda: os._exit(4), num_proc=1)
 
+    def explode():
+        raise OSError("cannot rebuild here")
+
+    class Rebuilt:
+        def __reduce__(self):
+            return explode, ()
+
+    with pytest.raises(RuntimeError, match=r"cannot unpickle the return value of rank 0 in this process: "
+                                           r"OSError: cannot rebuild here"):
+        hvd.run(Rebuilt, num_proc=1)
+
 
 @pytest.mark.parametrize("kwargs, text", [
     ({"min_np": 2}, "min_np=2: elastic mode is not supported"),
