@@ -1,6 +1,6 @@
 // hvdrun's command line: horovodrun's Gloo-mode flags (Boost.Program_options) plus a few extensions.
 //
-// Parsing follows horovodrun's argparse semantics (../shared/reference/horovodrun_spec.md §1.1):
+// Parsing follows horovodrun's argparse semantics:
 //   - single-dash long forms (-np 4, -np=4, -hostfile F, -prefix-timestamp); -np4 is rejected;
 //   - unambiguous prefixes of long options (--verb, --slots for --slots-per-host);
 //   - the user command starts at the first token that is neither an option nor an option's value, and
@@ -54,7 +54,7 @@ struct HvdrunOptions {
   // own workers on several hosts (they cannot send a token); the server then serves anyone who reaches it.
   bool rendezvous_token = true;
 
-  // Variables set on every worker: tuning/diagnostic flags and config-file values (§1.4), then -x.
+  // Variables set on every worker: tuning/diagnostic flags and config-file values, then -x.
   std::vector<std::pair<std::string, std::string>> worker_env;
   std::vector<std::string> command;  // never empty: horovodrun's empty command runs `env`
 };

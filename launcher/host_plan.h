@@ -1,4 +1,4 @@
-// Host plans: where the ranks run ("where to run", separate from "how to start", STYLE.md §2).
+// Host plans: where the ranks run ("where to run", kept apart from "how to start": the Launcher).
 //
 // Sources, in hvdrun's order: -H, --hostfile, a Slurm allocation (SLURM_JOB_NODELIST), else localhost:np.
 // Every parser throws UsageError with a one-line message naming the offending token (and file:line for

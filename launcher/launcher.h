@@ -1,7 +1,7 @@
 // The Launcher interface: how a worker is started, watched and stopped, shared by the local (fork/exec)
 // and ssh (libssh2) transports.
 //
-// Two kinds of types (STYLE.md §5):
+// Two kinds of types, blueprint and instance:
 //   blueprint  HostSpec, LaunchSpec           what to run where; plain data, built by the host plan + job
 //   instance   Worker, WorkerState,           one started worker and what became of it
 //              ExitStatus, RunResult

@@ -1,6 +1,6 @@
 // Option structs the command line fills and the launchers read.
 //
-// Plain data with in-class defaults (STYLE.md §8). The precedence flag > environment > config file > default
+// Plain data with in-class defaults. The precedence flag > environment > config file > default
 // is applied in exactly one place, launcher/cli.cc; everything downstream reads these structs only.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 namespace hvd::launcher {
 
-// How host keys are checked against known_hosts (issue 6).
+// How host keys are checked against known_hosts.
 enum class KnownHostsPolicy {
   kStrict,     // unknown or changed key: refuse
   kAcceptNew,  // unknown key: add it; changed key: refuse, showing the fingerprint (default)

@@ -1,4 +1,4 @@
-// Output forwarding: workers' bytes in, whole tagged segments out (horovodrun_spec.md §6).
+// Output forwarding: workers' bytes in, whole tagged segments out, as horovodrun tags them.
 //
 // Each (rank, stream) has a buffer; a segment ends at '\n' or '\r' and is written, with its terminator,
 // as "{timestamp}[rank]<stdout>:{segment}" to hvdrun's stdout (stderr for <stderr>) and, with

@@ -1,4 +1,4 @@
-// The ssh transport: hvd::launcher::Launcher over libssh2 (issue 6).
+// The ssh transport: hvd::launcher::Launcher over libssh2.
 //
 // How hvdrun uses it (launcher/launcher.h describes the interface):
 //

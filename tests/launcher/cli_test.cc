@@ -113,7 +113,7 @@ TEST_CASE("rendezvous token: --no-rendezvous-token > HVD_NO_RENDEZVOUS_TOKEN > o
                     Catch::Contains("--no-rendezvous-token") && Catch::Contains("'1'"));
 }
 
-TEST_CASE("tuning flags become worker variables (§1.4)", "[cli]") {
+TEST_CASE("tuning flags become worker variables", "[cli]") {
   const auto o = parse({"-np",
                         "1",
                         "--fusion-threshold-mb",

@@ -1,4 +1,4 @@
-// Host plans: -H, hostfiles, Slurm node lists, and horovodrun's rank assignment (§2).
+// Host plans: -H, hostfiles, Slurm node lists, and horovodrun's rank assignment.
 #include <catch2/catch.hpp>
 
 #include "launcher/host_plan.h"
