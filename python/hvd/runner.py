@@ -158,8 +158,12 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     if not python:
         raise ValueError("executable: no Python interpreter given and sys.executable is empty")
 
-    payload = pickle.dumps({"sys_path": list(sys.path),
-                            "func": _pickler.dumps((func, tuple(args), kwargs))})
+    try:
+        pickled = _pickler.dumps((func, tuple(args), kwargs))
+    except Exception as e:
+        raise ValueError(f"hvd.run: func, args and kwargs must be picklable to reach the ranks: "
+                         f"{type(e).__name__}: {e}") from e
+    payload = pickle.dumps({"sys_path": list(sys.path), "func": pickled})
     work_dir = tempfile.mkdtemp(prefix="hvd-run-", dir=os.environ.get("HVD_RUN_TMPDIR") or None)
     try:
         func_file = os.path.join(work_dir, "func.pkl")

@@ -160,9 +160,14 @@ def test_bad_arguments(kwargs, text):
             hvd.run(len, **kwargs)
 
 
-def test_not_callable():
+def test_not_callable_or_not_picklable():
+    import threading
+
     with pytest.raises(ValueError, match="func must be callable, got int"):
         hvd.run(5)
+    with pytest.raises(ValueError, match="func, args and kwargs must be picklable to reach the ranks: "
+                                         "TypeError: cannot pickle '_thread.lock' object"):
+        hvd.run(print, args=(threading.Lock(),))
 
 
 def test_np_is_a_deprecated_alias_and_env():
