@@ -44,7 +44,8 @@ torch.set_num_threads(1)
 cudnn.benchmark = True
 
 assert horovod.__version__ == "0.28.1" and callable(horovod.run)
-assert hvd.allreduce is native.allreduce and hvd.DistributedOptimizer is DistributedOptimizer is native.DistributedOptimizer
+assert hvd.allreduce is native.allreduce
+assert hvd.DistributedOptimizer is DistributedOptimizer is native.DistributedOptimizer
 assert global_process_set is native.global_process_set and ProcessSet is native.ProcessSet
 assert issubclass(HorovodInternalError, RuntimeError) and issubclass(HostsUpdatedInterrupt, RuntimeError)
 assert not hasattr(hvd, "is_homogeneous") and is_homogeneous() is True
