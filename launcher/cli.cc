@@ -133,6 +133,9 @@ po::options_description makeDescription() {
        "serve rendezvous requests without the per-job token, for Horovod's own workers on several hosts "
        "(anyone who can reach the rendezvous port can then read and write the job's keys); also "
        "HVD_NO_RENDEZVOUS_TOKEN=1. Not needed for local jobs")
+      ("horovod-compat",
+       "make `import horovod` (horovod.torch, ...) in the workers resolve to hvd's compatibility package on "
+       "libhvd, for Horovod scripts without a Horovod install; also HVD_HOROVOD_COMPAT=1")
       ("disable-cache", "accepted for compatibility (hvdrun keeps no cache)")
       ("gloo", "use Gloo (the only controller hvdrun supports)")
       ("mpi", "not supported")
@@ -673,6 +676,13 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   } else if (const auto* v = findEnv(env, "HVD_NO_RENDEZVOUS_TOKEN"); v && !v->empty()) {
     usageCheck(*v == "0" || *v == "1", "HVD_NO_RENDEZVOUS_TOKEN must be 1 (no token) or 0, got '", *v, "'");
     o.rendezvous_token = *v == "0";
+  }
+  // Horovod compatibility package: flag > HVD_HOROVOD_COMPAT > off.
+  if (given("horovod-compat")) {
+    o.horovod_compat = true;
+  } else if (const auto* v = findEnv(env, "HVD_HOROVOD_COMPAT"); v && !v->empty()) {
+    usageCheck(*v == "0" || *v == "1", "HVD_HOROVOD_COMPAT must be 1 (on) or 0, got '", *v, "'");
+    o.horovod_compat = *v == "1";
   }
 
   // Tuning: flag > environment > config file > default (the worker's own default: nothing is set).

@@ -53,6 +53,9 @@ struct HvdrunOptions {
   // processes on a local job. false: --no-rendezvous-token or HVD_NO_RENDEZVOUS_TOKEN=1, for Horovod's
   // own workers on several hosts (they cannot send a token); the server then serves anyone who reaches it.
   bool rendezvous_token = true;
+  // --horovod-compat or HVD_HOROVOD_COMPAT=1: `import horovod` in the workers resolves to hvd's
+  // compatibility package (launcher/python_path.h).
+  bool horovod_compat = false;
 
   // Variables set on every worker: tuning/diagnostic flags and config-file values, then -x.
   std::vector<std::pair<std::string, std::string>> worker_env;

@@ -18,6 +18,7 @@
 #include "launcher/local/launcher.h"
 #include "launcher/network.h"
 #include "launcher/output.h"
+#include "launcher/python_path.h"
 #include "launcher/token_guard.h"
 #include "rendezvous/error.h"
 #include "rendezvous/server.h"
@@ -95,6 +96,16 @@ std::vector<std::pair<std::string, std::string>> workerEnvironment(const Placeme
   }
   for (const auto& [name, value] : options.worker_env) env.set(name, value);
   env.set("PYTHONUNBUFFERED", "1");
+  std::string python_path;
+  for (const auto& [name, value] : inherited) {
+    if (name == "PYTHONPATH") python_path = value;
+  }
+  for (const auto& [name, value] : options.worker_env) {
+    if (name == "PYTHONPATH") python_path = value;
+  }
+  if (const std::string path = workerPythonPath(options.horovod_compat, python_path); !path.empty()) {
+    env.set("PYTHONPATH", path);
+  }
   setJobVariables(env, placement, endpoint);
   return env.take();
 }

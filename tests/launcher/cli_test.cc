@@ -113,6 +113,16 @@ TEST_CASE("rendezvous token: --no-rendezvous-token > HVD_NO_RENDEZVOUS_TOKEN > o
                     Catch::Contains("--no-rendezvous-token") && Catch::Contains("'1'"));
 }
 
+TEST_CASE("horovod compatibility package: --horovod-compat > HVD_HOROVOD_COMPAT > off", "[cli]") {
+  CHECK_FALSE(parse({"-np", "1", "t"}).horovod_compat);
+  CHECK(parse({"-np", "1", "--horovod-compat", "t"}).horovod_compat);
+  CHECK(parse({"-np", "1", "t"}, {{"HVD_HOROVOD_COMPAT", "1"}}).horovod_compat);
+  CHECK_FALSE(parse({"-np", "1", "t"}, {{"HVD_HOROVOD_COMPAT", "0"}}).horovod_compat);
+  CHECK(parse({"-np", "1", "--horovod-compat", "t"}, {{"HVD_HOROVOD_COMPAT", "0"}}).horovod_compat);
+  CHECK_THROWS_WITH(parse({"-np", "1", "t"}, {{"HVD_HOROVOD_COMPAT", "on"}}),
+                    Catch::Contains("HVD_HOROVOD_COMPAT must be 1 (on) or 0, got 'on'"));
+}
+
 TEST_CASE("tuning flags become worker variables", "[cli]") {
   const auto o = parse({"-np",
                         "1",

@@ -53,7 +53,7 @@ def hvdrun(tmp_path):
         run.count += 1
         script.write_text(textwrap.dedent(code))
         full_env = dict(os.environ)
-        full_env["PYTHONPATH"] = str(PACKAGE_DIR)
+        full_env.pop("PYTHONPATH", None)  # hvdrun must find the package by itself
         if env:
             full_env.update(env)
         cmd = [str(HVDRUN), "-np", str(np), "-H", hosts or f"localhost:{np}", *flags, PYTHON, str(script),
