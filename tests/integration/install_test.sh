@@ -28,4 +28,20 @@ cc -o "$work/consumer_pc" "$src/tests/integration/consumer/consumer.c" $(pkg-con
 # The installed launcher runs the installed-library program as a 2-rank job.
 out="$("$prefix/bin/hvdrun" -np 2 -H localhost:2 "$work/cmake-build/consumer_cpp")"
 echo "$out" | grep -q "consumer: rank 1 of 2, sum 3" || { echo "install_test: 2-rank job output unexpected:" >&2; echo "$out" >&2; exit 1; }
+# The installed Python package: the installed hvdrun puts it on its workers' PYTHONPATH, and its extension
+# loads the installed libhvd (RPATH), not the build tree's.
+pydir="$(ls -d "$prefix"/lib/python3*/dist-packages 2>/dev/null | head -n 1)"
+if ls "$build"/python/hvd/_core*.so >/dev/null 2>&1; then  # built with the Python package
+  [[ -n "$pydir" ]] || { echo "install_test: no $prefix/lib/python3*/dist-packages was installed" >&2; exit 1; }
+  ls "$pydir"/hvd/_core*.so >/dev/null 2>&1 || { echo "install_test: $pydir/hvd/_core*.so was not installed" >&2; exit 1; }
+  unset LD_LIBRARY_PATH
+  out="$(cd "$work" && env -u PYTHONPATH PREFIX="$prefix" "$prefix/bin/hvdrun" -np 2 -H localhost:2 /usr/bin/python3 -c '
+import os, torch, hvd, hvd.torch as h
+h.init()
+assert os.path.dirname(hvd.__file__).startswith(os.environ["PREFIX"]), hvd.__file__
+maps = open("/proc/self/maps").read()
+assert os.environ["PREFIX"] + "/lib/libhvd.so" in maps, "libhvd not from the prefix"
+print("python", h.rank(), int(h.allreduce(torch.ones(1), op=h.Sum).item()))' 2>&1)" || true
+  echo "$out" | grep -q "python 1 2" || { echo "install_test: Python job under the installed hvdrun failed:" >&2; echo "$out" >&2; exit 1; }
+fi
 echo "install_test: ok"
