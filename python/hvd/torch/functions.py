@@ -60,8 +60,8 @@ def _sparse_embedding_params(model):
 
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None):
-    """Gives every rank root_rank's optimizer state (tensors in place, scalars and param_group options
-    assigned back), over the global set.
+    """Gives every rank root_rank's optimizer state (dense tensors in place; scalars, sparse tensors and
+    param_group options in one broadcast_object, assigned back), over the global set.
 
     A freshly created optimizer has no state yet: its state is created first by one step of the wrapped
     optimizer on zero gradients (sparse for SparseAdam, and for SGD on the sparse embeddings of `model`).
@@ -124,7 +124,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
             for name, value in param_state.items():
                 occurrences[name] += 1
                 key = f"{name}.{occurrences[name]}"
-                if torch.is_tensor(value):
+                if torch.is_tensor(value) and not value.is_sparse:
                     tensors.append((key, value))
                 else:
                     scalars[key] = value
