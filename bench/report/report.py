@@ -23,10 +23,17 @@ NAMES = {
     "gloo_bench": "raw Gloo (bench/allreduce)", "torch": "torch.distributed gloo",
     "torchrun": "torchrun (default)", "torchrun_mi01": "torchrun --monitor_interval 0.1",
     "torch_tcpstore": "torch TCPStore",
+    "ddp": "torch DDP (gloo)", "horovod": "Horovod",
 }
 ALLREDUCE_SUBJECTS = ["hvd", "hvd_bench", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
 LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
 SWEEP_SUBJECTS = ["hvdrun", "hydra", "openmpi"]
+TRAIN_SUBJECTS = ["hvd", "ddp", "horovod"]
+TRAIN_MODELS = [("resnet18", "ResNet-18"), ("mlp", "wide MLP")]
+TRAIN_FIGURES = [("samples_per_s", "samples/s, global (higher is better)", True),
+                 ("step_ms", "step, ms", False),
+                 ("comm_wait_ms", "waiting on communication per step, ms", False),
+                 ("local_step_ms", "the same step on one rank without communication, ms", False)]
 FUSION_VARIANTS = [("fused", "fused by the runtime (async, then wait)"), ("async", "all async, then wait"),
                    ("one_by_one", "one by one, synchronous"), ("manual_cat", "manual cat + 1 allreduce + copy back"),
                    ("single_400k", "one 400 KiB allreduce (lower bound)")]
@@ -78,7 +85,7 @@ def get(data, key):
 
 def why_absent(data, *subjects):
     for s in subjects:
-        section = s.split(":")[0] if s in ("rendezvous", "ssh") else None
+        section = s.split(":")[0] if s in ("rendezvous", "ssh") or s.startswith("train") else None
         if section and section not in data.get("sections", [section]):
             return f"section `{section}` not selected in this run"
         st = data["status"].get(s)
@@ -149,6 +156,17 @@ def evaluate_targets(data):
                      "`ssh host true` (OpenSSH); ours = hvdrun -np 32 of examples/hello_cpp, from hvdrun's start "
                      "until its rendezvous server has seen the last rank join (hvdrun --verbose)",
                      "ssh.hvdrun_all_joined", "ssh.openssh_true", 2.0, False, "ms", ["ssh"]),
+        ratio_target(data, "train-resnet18-vs-ddp", None, "ResNet-18 (3x64x64, batch 16 per rank) data-parallel "
+                     "training at np=2, hvd.torch DistributedOptimizer: samples/s >= 1.0x torch DDP (gloo)",
+                     "train.resnet18.samples_per_s.hvd", "train.resnet18.samples_per_s.ddp", 1.0, True, "samples/s",
+                     ["train:hvd", "hvdrun", "torch"]),
+        ratio_target(data, "train-mlp-vs-ddp", None, "wide MLP (gradient exchange bound) data-parallel training at "
+                     "np=2, hvd.torch DistributedOptimizer: samples/s >= 1.0x torch DDP (gloo)",
+                     "train.mlp.samples_per_s.hvd", "train.mlp.samples_per_s.ddp", 1.0, True, "samples/s",
+                     ["train:hvd", "hvdrun", "torch"]),
+        absolute_target(data, "pyfusion-100x4k", None, "100 x 4 KiB allreduce_async_ from Python (hvd.torch), then "
+                        "synchronize each: <= 1.5 ms", "pyfusion.total.hvd", 1500.0, False, "us",
+                        ["train:hvd", "hvdrun"]),
     ]
     # The same targets read from the other measurement of ours, as a cross-check (not the verdict).
     alt = {"hvd_bench": ("hvd", "gloo"), "hvd": ("hvd_bench", "gloo_bench")}[o]
@@ -162,6 +180,15 @@ def evaluate_targets(data):
                 t["cross_check"] = f"{name(alt[0])} vs {name(alt[1])}: {cell(get(data, a))} vs {cell(get(data, b))} {unit} = {fmt_ratio(r)}"
         if t["id"] == "fusion-100x4k" and get(data, f"fusion.fused.{alt[0]}"):
             t["cross_check"] = f"{name(alt[0])}: {cell(get(data, f'fusion.fused.{alt[0]}'))} us"
+        if t["id"] == "pyfusion-100x4k" and get(data, "pyfusion.total.horovod"):
+            h = get(data, "pyfusion.total.horovod")
+            t["cross_check"] = (f"Horovod's Python layer, same run: {cell(h)} us"
+                                + (f" = {fmt_ratio(t['ours']['median'] / h['median'])}" if t.get("ours") else ""))
+        if t["id"].startswith("train-") and t.get("ours"):
+            model = t["id"].split("-")[1]
+            h = get(data, f"train.{model}.samples_per_s.horovod")
+            if h:
+                t["cross_check"] = f"against Horovod, same run: {cell(h)} samples/s = {fmt_ratio(t['ours']['median'] / h['median'])}"
     return ts
 
 
@@ -359,9 +386,9 @@ def render(data, chart_errors):
                            ["OS", m["os"]]] + [[k, f"`{x}`" if x else "-"] for k, x in v.items()]), ""]
 
     # Targets
-    L += ["## Targets from issues 3-6", "",
+    L += ["## Targets", "",
           table(["issue", "target", "measured (ours vs peer)", "verdict"],
-                [[t["issue"], t["target"], (t.get("measured") or t.get("reason", "-"))
+                [[t["issue"] or "-", t["target"], (t.get("measured") or t.get("reason", "-"))
                   + (f"; cross-check, {t['cross_check']}" if t.get("cross_check") else ""), f"**{t['status']}**"]
                  for t in data["targets"]]), "",
           "Verdicts for issue 5 use `bench/allreduce` (libhvd and raw Gloo interleaved in the same processes) "
@@ -374,6 +401,7 @@ def render(data, chart_errors):
     L += fusion_md(data)
     L += rendezvous_md(data)
     L += ssh_md(data)
+    L += train_md(data)
     L += missed_md(data)
     L += failures_md(data)
     L += method_md(data)
@@ -564,6 +592,65 @@ def ssh_md(data):
                         if k != "ssh.openssh_true" else "-"] for k in keys]), ""]
 
 
+def train_md(data):
+    L = ["## Training from Python, np=2 on localhost", ""]
+    absent = section_absent(data, "train", "train:hvd")
+    if absent and not any(k.startswith(("train.", "pyfusion.")) for k in data["summary"]):
+        return L + absent
+    if absent:
+        L += absent
+    params = data["params"].get("train_steps", {})
+    steps = ", ".join(f"{label} {params[m][0]} warm-up + {params[m][1]} timed"
+                      for m, label in TRAIN_MODELS if m in params)
+    L += ["`bench/train/train_bench.py`, one job per subject and model, interleaved in each round: the same model, "
+          "initial weights and synthetic batches in each framework, SGD with momentum, `torch.set_num_threads(1)` in "
+          "each of the 2 ranks. ResNet-18 is torchvision's (random weights) on 3x64x64 images, batch 16 per rank; "
+          "the wide MLP is 4 Linear(2048, 2048) layers and a 10-way head (16.8 M parameters, 67 MB of gradients a "
+          "step) on a small batch, so that the step is mostly gradient exchange. "
+          f"Steps per job: {steps or '-'}. ours: `hvd.torch.DistributedOptimizer` under `hvdrun`; "
+          "torch DDP: `DistributedDataParallel` (default buckets) over gloo under `torchrun`; Horovod: "
+          "`horovod.torch.DistributedOptimizer` under its own `horovodrun --gloo`.", ""]
+    subs = [s for s in TRAIN_SUBJECTS if s in ("hvd", "ddp") or any(
+        k.startswith("train.") and k.endswith("." + s) for k in data["summary"]) or s in data["status"]]
+    owners = {"hvd": ["train:hvd", "hvdrun"], "ddp": ["torch"], "horovod": ["horovod"]}
+    rows = []
+    for model, label in TRAIN_MODELS:
+        for fig, text, higher in TRAIN_FIGURES:
+            keys = {s: f"train.{model}.{fig}.{s}" for s in subs}
+            if not any(get(data, k) for k in keys.values()):
+                continue
+            ours = get(data, keys["hvd"])
+            rows.append([label, text] + [subject_cell(data, keys[s], s, owners[s]) for s in subs]
+                        + [ratio_str(ours, get(data, keys[s]), higher) for s in subs if s != "hvd"])
+    if rows:
+        L += [table(["model", "figure"] + [name(s) for s in subs] + [f"hvd ÷ {name(s)}" for s in subs if s != "hvd"],
+                    rows), ""]
+    L += ["How each figure is taken: samples/s is the global batch times the timed steps over the slower rank's wall "
+          "time of the timed loop; a step is zero_grad, forward, backward, the exchange and the optimizer step (median, "
+          "slower rank). Waiting on communication: for hvd and Horovod, the wall time of `optimizer.synchronize()` "
+          "called explicitly after `backward()` (the hooks started every allreduce during backward; this is the wait "
+          "for their handles), then `step()` under `skip_synchronize()`; for DDP, which waits for its buckets inside "
+          "`backward()`, the backward time minus the backward time of the same batches under `no_sync()` (median of "
+          "the per-step differences). The last row runs the same steps on a copy of the bare model in the same job: "
+          "the compute alone.", ""]
+    lat = [("total", "100 x 4 KiB `allreduce_async_` (named, Sum), then `synchronize` each, µs"),
+           ("submit", "of which submitting the 100, µs")]
+    psubs = [s for s in ("hvd", "horovod") if s == "hvd" or s in data["status"]]
+    lrows = [[text] + [subject_cell(data, f"pyfusion.{k}.{s}", s, owners[s]) for s in psubs]
+             + [ratio_str(get(data, f"pyfusion.{k}.hvd"), get(data, f"pyfusion.{k}.{s}"), False)
+                for s in psubs if s != "hvd"] for k, text in lat]
+    c = next((get(data, k) for k in ("fusion.fused.hvd_bench", "fusion.fused.hvd") if get(data, k)), None)
+    if c:
+        lrows.append(["the same batch from C (libhvd's C API, fusion section of this run), µs", cell(c)]
+                     + ["-"] * (len(psubs) - 1) * 2)
+    L += ["Small operations from Python: 100 tensors of 1024 float32 submitted one by one, then each handle "
+          f"synchronized ({data['params'].get('pyfusion_reps', '-')} batches per job after 5 warm-up batches, slower "
+          "rank per batch, median):", "",
+          table(["measure"] + [f"{name(s)}" for s in psubs] + [f"hvd ÷ {name(s)}" for s in psubs if s != "hvd"],
+                lrows), ""]
+    return L
+
+
 def missed_md(data):
     notes = findings()
     prof = data.get("profiles", {})
@@ -573,7 +660,8 @@ def missed_md(data):
         if t["status"] == "MET":
             continue
         any_ = True
-        L += [f"### {t['id']} (issue {t['issue']}): {t['status']}", "", f"Target: {t['target']}. "
+        L += [f"### {t['id']}" + (f" (issue {t['issue']})" if t["issue"] else "") + f": {t['status']}", "",
+              f"Target: {t['target']}. "
               + (f"Measured: {t['measured']}." if t.get("measured") else f"Reason: {t.get('reason')}."), ""]
         if t["id"] in prof:
             p = prof[t["id"]]
