@@ -128,6 +128,17 @@ sd = opt.state_dict()
 assert sd["param_groups"][0]["lr"] == 0.05
 opt.zero_grad()
 
+# A class whose constructor does not take every option of its defaults as a keyword.
+class Custom(torch.optim.SGD):
+    def __init__(self, params, lr=0.25):
+        super().__init__(params, lr=lr, momentum=0.5)
+
+
+custom = Custom(make_model().parameters(), lr=0.75)
+wrapped = hvd.DistributedOptimizer(custom)
+assert isinstance(wrapped, Custom) and type(wrapped).__name__ == "Custom"
+assert wrapped.param_groups[0]["lr"] == 0.75 and wrapped.defaults == custom.defaults
+
 # Adam's state survives state_dict / load_state_dict on the wrapper.
 model = make_model()
 opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
@@ -361,6 +372,7 @@ named = list(model.named_parameters())
 D = hvd.DistributedOptimizer
 expect_error(ValueError, "gradient_predivide_factor not supported with op != Average", D, sgd, op=hvd.Sum,
              gradient_predivide_factor=2.0)
+expect_error(ValueError, "gradient_predivide_factor must not be 0", D, sgd, gradient_predivide_factor=0.0)
 expect_error(ValueError, "backward_passes_per_step must be an int > 0, got 0", D, sgd, backward_passes_per_step=0)
 expect_error(ValueError, "named_parameters should be a sequence of tuples (name, parameter)", D, sgd,
              named_parameters=[p for _, p in named])
@@ -379,6 +391,7 @@ expect_error(ValueError, "groups must consist of torch.Tensor", D, sgd, groups=[
 expect_error(NotImplementedError, "not supported by hvd", D, sgd, op=hvd.Adasum)
 expect_error(ValueError, "unknown reduce operation op=17", D, sgd, op=17)
 expect_error(ValueError, "expects a torch.optim.Optimizer, got Sequential", D, model)
+expect_error(ValueError, "SGD optimizer is already a DistributedOptimizer", D, opt)
 expect_error(ValueError, "has not been registered", D, sgd, process_set=hvd.ProcessSet([0]))
 expect_error(ValueError, "compression must have compress() and decompress()", D, sgd, compression="fp16")
 hvd.barrier()  # no rank shuts down while others still reduce

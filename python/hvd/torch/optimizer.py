@@ -399,12 +399,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError(f"{type(optimizer).__name__} optimizer is already a DistributedOptimizer: wrap the "
+                         "original optimizer once")
     if gradient_predivide_factor != 1.0:
         if rocm_built():
             raise ValueError("gradient_predivide_factor not supported yet with ROCm")
         if op != Average:
             raise ValueError(f"gradient_predivide_factor not supported with op != Average (op={op!r}, "
                              f"gradient_predivide_factor={gradient_predivide_factor!r})")
+        if gradient_predivide_factor == 0:
+            raise ValueError("gradient_predivide_factor must not be 0: gradients are multiplied by its inverse")
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                       DeprecationWarning)
