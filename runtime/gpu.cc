@@ -8,8 +8,9 @@ namespace hvd::runtime {
 
 GpuPinning pinGpu(int local_rank, bool enabled) {
   if (!enabled) return {-1, "GPU pinning disabled (HVD_DISABLE_GPU_PINNING)"};
-  // Versioned names first: the unversioned symlink only exists with the CUDA development package.
-  static const char* const kLibraries[] = {"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"};
+  // The unversioned name exists with a CUDA toolkit (its development package); without one, the sonames
+  // of CUDA 13, 12 and 11, which is all PyTorch's wheels carry.
+  static const char* const kLibraries[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
   void* lib = nullptr;
   const char* found = nullptr;
   for (const char* name : kLibraries) {
