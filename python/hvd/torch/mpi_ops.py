@@ -38,6 +38,7 @@ from hvd.common.basics import (  # noqa: F401  (Horovod exports these from mpi_o
     stop_timeline,
 )
 from hvd.common.exceptions import HorovodInternalError
+from hvd.common import process_sets as _process_sets
 from hvd.common.process_sets import (  # noqa: F401
     ProcessSet,
     add_process_set,
@@ -99,12 +100,7 @@ def _name(op, name):
     return None if name is None else f"{op}.{name}"
 
 
-def _process_set_id(process_set):
-    ps_id = process_set.process_set_id
-    if ps_id is None:
-        raise ValueError(f"{process_set} has not been registered: pass it to hvd.init(process_sets=...) or "
-                         "hvd.add_process_set()")
-    return ps_id
+_process_set_id = _process_sets._id_of
 
 
 def _set_size(process_set):
@@ -382,21 +378,27 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+def _grouped_kept_async(kind, tensors, name, op, prescale_factor, postscale_factor, process_set):
+    """A group of operations whose results libhvd keeps (allgather, reducescatter); synchronize() gives
+    the list of result tensors."""
     _check_group(tensors)
     tensors = [_contiguous(t) for t in tensors]
     ps_id = _process_set_id(process_set)
-    names = _group_names("allgather", name, len(tensors))
+    names = _group_names(kind, name, len(tensors))
     ops = []
     for n, t in zip(names, tensors):
         code = _check_tensor(t, False)
         if t.dim() == 0:
-            raise ValueError("allgather of a 0-dimensional tensor: gather tensors with at least one dimension")
-        ops.append((_ALLGATHER, n, t.data_ptr(), 0, t.shape[0], _row_elements(t.shape), code, 0, 1.0, 1.0, 0, None,
-                    ps_id))
+            raise ValueError(f"{kind} of a 0-dimensional tensor: use tensors with at least one dimension")
+        ops.append((_OP[kind], n, t.data_ptr(), 0, t.shape[0], _row_elements(t.shape), code, op, prescale_factor,
+                    postscale_factor, 0, None, ps_id))
     tails = [tuple(t.shape[1:]) for t in tensors]
     return _enqueue_group(ops, tensors, lambda handles: [_result_tensor(h, t, tail)
                                                          for h, t, tail in zip(handles, tensors, tails)])
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    return _grouped_kept_async("allgather", tensors, name, 0, 1.0, 1.0, process_set)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -589,21 +591,8 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=g
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    _check_group(tensors)
     _check_reducescatter_op(op)
-    tensors = [_contiguous(t) for t in tensors]
-    ps_id = _process_set_id(process_set)
-    names = _group_names("reducescatter", name, len(tensors))
-    ops = []
-    for n, t in zip(names, tensors):
-        code = _check_tensor(t, False)
-        if t.dim() == 0:
-            raise ValueError("reducescatter of a 0-dimensional tensor: use tensors with at least one dimension")
-        ops.append((_REDUCESCATTER, n, t.data_ptr(), 0, t.shape[0], _row_elements(t.shape), code, op,
-                    prescale_factor, postscale_factor, 0, None, ps_id))
-    tails = [tuple(t.shape[1:]) for t in tensors]
-    return _enqueue_group(ops, tensors, lambda handles: [_result_tensor(h, t, tail)
-                                                         for h, t, tail in zip(handles, tensors, tails)])
+    return _grouped_kept_async("reducescatter", tensors, name, op, prescale_factor, postscale_factor, process_set)
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
