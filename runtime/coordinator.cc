@@ -301,7 +301,8 @@ Response Coordinator::build(const Key& key, const Pending& p) const {
 }
 
 Response Coordinator::processSet(const Key& key, const Pending& p) {
-  const Request& q = *p.by_rank[0];
+  // validate() passed: every rank submitted the same registration (none can have joined meanwhile).
+  const Request& q = **std::find_if(p.by_rank.begin(), p.by_rank.end(), [](const auto& r) { return r.has_value(); });
   Response s;
   s.type = OpType::kProcessSet;
   s.names = {key.second};
