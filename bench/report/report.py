@@ -600,13 +600,15 @@ def train_md(data):
     if absent:
         L += absent
     params = data["params"].get("train_steps", {})
+    batch = data["params"].get("train_batch", {})
     steps = ", ".join(f"{label} {params[m][0]} warm-up + {params[m][1]} timed"
                       for m, label in TRAIN_MODELS if m in params)
     L += ["`bench/train/train_bench.py`, one job per subject and model, interleaved in each round: the same model, "
           "initial weights and synthetic batches in each framework, SGD with momentum, `torch.set_num_threads(1)` in "
-          "each of the 2 ranks. ResNet-18 is torchvision's (random weights) on 3x64x64 images, batch 16 per rank; "
-          "the wide MLP is 4 Linear(2048, 2048) layers and a 10-way head (16.8 M parameters, 67 MB of gradients a "
-          "step) on a small batch, so that the step is mostly gradient exchange. "
+          "each of the 2 ranks. ResNet-18 is torchvision's (random weights) on 3x64x64 images, batch "
+          f"{batch.get('resnet18', '-')} per rank; the wide MLP is 4 Linear(2048, 2048) layers and a 10-way head "
+          f"(16.8 M parameters, 67 MB of gradients a step), batch {batch.get('mlp', '-')} per rank, so that its "
+          "step is mostly gradient exchange (Linear runs on the BLAS named above). "
           f"Steps per job: {steps or '-'}. ours: `hvd.torch.DistributedOptimizer` under `hvdrun`; "
           "torch DDP: `DistributedDataParallel` (default buckets) over gloo under `torchrun`; Horovod: "
           "`horovod.torch.DistributedOptimizer` under its own `horovodrun --gloo`.", ""]
