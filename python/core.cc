@@ -226,6 +226,23 @@ PYBIND11_MODULE(_core, m) {
     if (splits) r.splits = splits->data();
     return checked(hvd_enqueue(&r));
   });
+  // The allreduce every training step issues, with nothing but what it needs (a third of enqueue()'s
+  // argument conversions): enqueue_allreduce(name or None, input, output, count, dtype, reduce_op,
+  // prescale, postscale, process_set) -> handle.
+  m.def("enqueue_allreduce", [](const char* name, uintptr_t input, uintptr_t output, size_t count, int dtype,
+                                int reduce_op, double prescale, double postscale, int process_set) {
+    hvd_request r = HVD_REQUEST_INIT;
+    r.name = name;
+    r.input = address(input);
+    r.output = address(output);
+    r.rows = count;
+    r.dtype = static_cast<hvd_dtype>(dtype);
+    r.reduce_op = static_cast<hvd_reduce_op>(reduce_op);
+    r.prescale = prescale;
+    r.postscale = postscale;
+    r.process_set = process_set;
+    return checked(hvd_enqueue(&r));
+  });
   // enqueue_group([(op, name, input, output, rows, row_elements, dtype, reduce_op, prescale, postscale, root,
   // splits, process_set), ...]) -> [handle, ...]: negotiated as one unit; all queued or none.
   m.def("enqueue_group", [](const std::vector<py::tuple>& tuples) {

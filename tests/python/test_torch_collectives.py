@@ -325,6 +325,16 @@ expect(ValueError, "Sum of splits entries", hvd.alltoall, torch.ones(2), splits=
 expect(ValueError, "not an even multiple", hvd.alltoall, torch.ones(n + 1))
 expect(ValueError, "0-dimensional", hvd.allgather, torch.tensor(1.0))
 expect(ValueError, "bool tensor", hvd.allreduce, torch.ones(2, dtype=torch.bool), op=hvd.Average)
+# the in-place fast path reports the same errors
+expect(ValueError, "bool tensor", hvd.allreduce_async_, torch.ones(2, dtype=torch.bool))
+h = hvd.allreduce_async_(torch.ones(2), name="dup_")
+expect(ValueError, "same name as another tensor", hvd.allreduce_async_, torch.ones(2), name="dup_")
+hvd.synchronize(h)
+expect(ValueError, "Tensor type torch.ComplexFloatTensor is not supported.", hvd.allreduce_async_,
+       torch.ones(2, dtype=torch.complex64))
+expect(NotImplementedError, "Adasum", hvd.allreduce_async_, torch.ones(2), op=hvd.Adasum)
+expect(ValueError, "has not been registered", hvd.allreduce_async_, torch.ones(2),
+       process_set=hvd.ProcessSet([0]))
 expect(ValueError, "expected a torch.Tensor", hvd.allreduce, [1.0, 2.0])
 assert hvd.synchronize(123456) is None
 expect(ValueError, "Handle 123456 was not created or has been cleared.", hvd.poll, 123456)

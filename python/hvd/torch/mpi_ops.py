@@ -146,7 +146,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     handle = _enqueue(_ALLREDUCE, _name("allreduce", name), tensor.data_ptr(), output.data_ptr(), tensor.numel(),
                       1, code, _reduce_op(op), prescale_factor, postscale_factor, 0, None,
                       _process_set_id(process_set))
-    _handle_map[handle] = ((tensor, output), _returns_output(output))
+    _handle_map[handle] = (output, None) if output is tensor else ((tensor, output), _returns_output(output))
     return handle
 
 
@@ -159,9 +159,30 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
 
 
+# Reduce operations the fast path takes (None: the default, Average).
+_FAST_OPS = {None: Average, Average: Average, Sum: Sum, Min: Min, Max: Max, Product: Product}
+
+
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Starts an in-place allreduce; synchronize() returns tensor itself."""
+    # Fast path, for what every training step submits (a plain contiguous CPU tensor of a known dtype):
+    # the same checks as the general path, inlined, and one call into libhvd.
+    if average is None and type(tensor) is torch.Tensor:
+        code = _DTYPES.get(tensor.dtype)
+        reduce_op = _FAST_OPS.get(op)
+        ps_id = process_set.process_set_id
+        if (code is not None and reduce_op is not None and ps_id is not None and tensor.is_cpu
+                and not tensor.is_sparse and tensor.is_contiguous()):
+            ptr = tensor.data_ptr()
+            try:
+                handle = _core.enqueue_allreduce(None if name is None else "allreduce." + name, ptr, ptr,
+                                                 tensor.numel(), code, reduce_op, prescale_factor, postscale_factor,
+                                                 ps_id)
+            except _core.NotInitializedError:
+                raise HorovodInternalError(_NOT_INITIALIZED) from None
+            _handle_map[handle] = (tensor, None)
+            return handle
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
 
@@ -222,18 +243,22 @@ def _check_group(tensors):
 
 
 def _enqueue_group(ops, keep, finisher):
+    """Queues a group; returns its first handle, whose synchronize() waits for every member and returns
+    finisher(handles)."""
     try:
         handles = _core.enqueue_group(ops)
     except _core.NotInitializedError:
         raise HorovodInternalError(_NOT_INITIALIZED) from None
-    group = object()  # one entry per member; the group's handle is the first
-    for h in handles:
-        _handle_map[h] = (keep, None)
-    first = handles[0]
-    _handle_map[first] = (keep, lambda _: finisher(handles))
-    _group_members[first] = handles[1:]
-    del group
-    return first
+    for h in handles[1:]:
+        _handle_map[h] = (keep, _group_member)
+    _handle_map[handles[0]] = (keep, lambda _: finisher(handles))
+    _group_members[handles[0]] = handles[1:]
+    return handles[0]
+
+
+def _group_member(handle):
+    """The finisher of a group's other members: their results come through the group's first handle."""
+    return None
 
 
 # first handle of a group -> the other members' handles (waited for by synchronize(first))
@@ -654,24 +679,26 @@ def poll(handle):
 
 def synchronize(handle):
     """Waits for handle (GIL released) and returns its output; None for an unknown or used handle.
-    Raises the operation's error (HorovodInternalError, or ValueError for bad arguments)."""
+    Raises the operation's error (HorovodInternalError, or ValueError for bad arguments).
+
+    _handle_map holds (output, None) for in-place operations, whose output is the tensor itself (the
+    training step's path: one lookup and one wait), and (objects kept alive, finisher) otherwise."""
     entry = _handle_map.pop(handle, None)
     if entry is None:
         return None
     finisher = entry[1]
+    if finisher is None:
+        _core.wait(handle)  # libhvd releases the handle, also when the operation failed
+        return entry[0]
     members = _group_members.pop(handle, None)
     if members is not None:
         return _synchronize_group(handle, members, finisher)
     try:
         _core.wait(handle)
     except Exception:
-        if finisher is not _NO_RESULT_FINISHER:
-            _release_quietly(handle)
+        _release_quietly(handle)
         raise
     return finisher(handle)
-
-
-_NO_RESULT_FINISHER = object()
 
 
 def _release_quietly(handle):
