@@ -89,7 +89,7 @@ class Runtime::Impl {
   using Key = std::pair<int32_t, std::string>;
   static Key keyOf(const Request& r) { return {r.process_set, r.name}; }
 
-  // Checks r against this rank's view of the job; names an unnamed r. Requires mutex_.
+  // Checks r against this rank's view of the job; names an unnamed r. Requires mutex_ and sets_mutex_.
   void check(Request& r);
   std::shared_ptr<Work> push(Request r, bool static_set = false);  // requires mutex_
 
