@@ -387,11 +387,11 @@ def render(data, chart_errors):
 
     # Targets
     L += ["## Targets", "",
-          table(["issue", "target", "measured (ours vs peer)", "verdict"],
-                [[t["issue"] or "-", t["target"], (t.get("measured") or t.get("reason", "-"))
+          table(["target", "what it measures", "measured (ours vs peer)", "verdict"],
+                [[f"`{t['id']}`", t["target"], (t.get("measured") or t.get("reason", "-"))
                   + (f"; cross-check, {t['cross_check']}" if t.get("cross_check") else ""), f"**{t['status']}**"]
                  for t in data["targets"]]), "",
-          "Verdicts for issue 5 use `bench/allreduce` (libhvd and raw Gloo interleaved in the same processes) "
+          "Allreduce verdicts use `bench/allreduce` (libhvd and raw Gloo interleaved in the same processes) "
           "when it ran; the cross-check is the same figure from the harness programs in `bench/peers/` "
           "(each started as its own job, like the MPI and torch peers).", ""]
     L += subject_status(data)
@@ -567,7 +567,7 @@ def extrapolation(data, ns):
     k = math.log(t2 / t1) / math.log(n2 / n1)
     t10k = t2 * (10000 / n2) ** k
     return [f"Extrapolation to 10,000 workers from the two largest runs: time grows as N^{k:.2f}, "
-            f"so about {fmt(t10k)} s (the full mesh has N² address lookups; see issue 4).", ""]
+            f"so about {fmt(t10k)} s (the full mesh has N² address lookups).", ""]
 
 
 def ssh_md(data):
@@ -662,7 +662,7 @@ def missed_md(data):
         if t["status"] == "MET":
             continue
         any_ = True
-        L += [f"### {t['id']}" + (f" (issue {t['issue']})" if t["issue"] else "") + f": {t['status']}", "",
+        L += [f"### {t['id']}: {t['status']}", "",
               f"Target: {t['target']}. "
               + (f"Measured: {t['measured']}." if t.get("measured") else f"Reason: {t.get('reason')}."), ""]
         if t["id"] in prof:
