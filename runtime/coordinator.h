@@ -30,7 +30,7 @@ namespace hvd::runtime {
 
 struct CoordinatorOptions {
   int size = 1;
-  size_t fusion_threshold = size_t{128} << 20;
+  size_t fusion_threshold = size_t{1} << 20;
   size_t cache_capacity = 1024;  // response cache entries, 0: off
   bool stall_check = true;
   std::chrono::milliseconds stall_warning_time{std::chrono::seconds(60)};

@@ -7,7 +7,8 @@
 //   HVD_RENDEZVOUS_TOKEN                  the job's secret for the server (set by hvdrun)
 //   HOROVOD_GLOO_IFACE                    network interface for Gloo and the control plane
 //   HOROVOD_GLOO_TIMEOUT_SECONDS          rendezvous and every collective (30)
-//   HOROVOD_FUSION_THRESHOLD              fusion buffer bytes (128 MiB; 0 disables fusion)
+//   HOROVOD_FUSION_THRESHOLD              fusion buffer bytes (1 MiB, Horovod's is 128 MiB: see docs/runtime.md;
+//                                         0 disables fusion)
 //   HOROVOD_CYCLE_TIME                    fusion window in ms (1; a lone operation never waits)
 //   HOROVOD_CACHE_CAPACITY                response cache entries (1024; 0 disables)
 //   HOROVOD_TIMELINE, HOROVOD_TIMELINE_MARK_CYCLES   Chrome-trace file written by rank 0
@@ -49,7 +50,7 @@ struct RuntimeOptions {
   std::string iface;
   std::chrono::milliseconds gloo_timeout{rendezvous::Store::kDefaultTimeout};
 
-  size_t fusion_threshold = size_t{128} << 20;
+  size_t fusion_threshold = size_t{1} << 20;
   std::chrono::microseconds cycle_time{1000};
   size_t cache_capacity = 1024;
 
