@@ -34,47 +34,10 @@ std::string rawRequest() {
   return path;
 }
 
-std::string readAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// hvdrun started inside the lab's launcher namespace with the test's HOME (keys, known_hosts); stdout and
-// stderr to one file. Killed (SIGKILL) if still running when destroyed.
-class Hvdrun {
- public:
-  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args,
-         const std::string& out)
-      : out_(out) {
-    std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(),
-                                     buildDir() + "/hvdrun"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pid_ = hvd::test::spawnWithHome(argv, home.home(), out);
-  }
-  ~Hvdrun() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  // Exit status (shell convention), or -1 if still running after `limit`.
-  int wait(std::chrono::milliseconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return -1;
-  }
-  std::string output() const { return readAll(out_); }
-
- private:
-  std::string out_;
-  pid_t pid_ = -1;
+// hvdrun in the lab's launcher namespace (the fixture's LabHvdrun) with this test's binary.
+struct Hvdrun : hvd::test::LabHvdrun {
+  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args, const std::string& out)
+      : LabHvdrun(lab, home, buildDir() + "/hvdrun", args, out) {}
 };
 
 void requireLab() {

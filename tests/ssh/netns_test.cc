@@ -40,45 +40,10 @@ std::string hvdrunPath() {
   return ::access(top.c_str(), X_OK) == 0 ? top : buildDir() + "/cmd/hvdrun";
 }
 
-// hvdrun started inside the lab's launcher namespace with the test's HOME (keys, known_hosts) and no
-// ssh-agent. Killed (SIGKILL) if still running when destroyed.
-class Hvdrun {
- public:
-  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args,
-         const std::string& out)
-      : out_(out) {
-    std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(), hvdrunPath()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pid_ = hvd::test::spawnWithHome(argv, home.home(), out);
-  }
-  ~Hvdrun() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  // Exit status (shell convention), or -1 if still running after `limit`.
-  int wait(std::chrono::milliseconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return -1;
-  }
-  void kill9() { ::kill(pid_, SIGKILL); }
-  std::string output() const {
-    std::ifstream in(out_);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
-
- private:
-  std::string out_;
-  pid_t pid_ = -1;
+// hvdrun in the lab's launcher namespace (the fixture's LabHvdrun) with this test's binary.
+struct Hvdrun : hvd::test::LabHvdrun {
+  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args, const std::string& out)
+      : LabHvdrun(lab, home, hvdrunPath(), args, out) {}
 };
 
 // Processes in host i whose command line starts with `mark`.

@@ -363,4 +363,41 @@ void skipTest(const std::string& why) {
   std::_Exit(77);
 }
 
+LabHvdrun::LabHvdrun(const NetnsLab& lab, const SshHome& home, const std::string& hvdrun,
+                     const std::vector<std::string>& args, const std::string& out)
+    : out_(out) {
+  std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(), hvdrun};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_ = spawnWithHome(argv, home.home(), out);
+}
+
+LabHvdrun::~LabHvdrun() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+int LabHvdrun::wait(std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+void LabHvdrun::kill9() {
+  if (pid_ > 0) ::kill(pid_, SIGKILL);
+}
+
+std::string LabHvdrun::output() const {
+  std::ifstream in(out_);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace hvd::test

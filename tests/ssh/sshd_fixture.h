@@ -1,5 +1,6 @@
-// Real sshd servers for the ssh tests, without touching the user's ~/.ssh
-// (recipe: /work/shared/reference/ssh_test_recipe.md).
+// Real sshd servers for the ssh tests, without touching the user's ~/.ssh (sshd -D with its own host key,
+// config and authorized_keys in a temporary directory; /run/sshd must exist; StrictModes off because the
+// directory is under /tmp).
 //
 //   SshHome   a temporary directory with a user key, an empty known_hosts and ssh config; removed at the end.
 //   Sshd      one /usr/sbin/sshd -D on address:port (optionally inside a network namespace) with its own
@@ -9,6 +10,7 @@
 //             running its own sshd on port 22. Nothing is added to the machine's own namespace. Namespaces
 //             are deleted when destroyed (RAII, also when a test fails). NetnsLab::unavailable() says why it
 //             cannot run here.
+//   LabHvdrun hvdrun started inside a NetnsLab's launcher namespace.
 #pragma once
 
 #include <sys/types.h>
@@ -126,6 +128,27 @@ class NetnsLab {
   std::string launcher_ns_;
   std::vector<std::string> host_ns_;
   std::vector<std::unique_ptr<Sshd>> sshds_;
+};
+
+// hvdrun (the path `hvdrun`) started inside the lab's launcher namespace with the test's HOME (keys,
+// known_hosts) and no ssh-agent; stdout and stderr go to the file `out`. Killed (SIGKILL) if still running
+// when destroyed.
+class LabHvdrun {
+ public:
+  LabHvdrun(const NetnsLab& lab, const SshHome& home, const std::string& hvdrun, const std::vector<std::string>& args,
+            const std::string& out);
+  ~LabHvdrun();
+  LabHvdrun(const LabHvdrun&) = delete;
+  LabHvdrun& operator=(const LabHvdrun&) = delete;
+
+  // Exit status (shell convention: 128 + signal), or -1 if still running after `limit`.
+  int wait(std::chrono::milliseconds limit);
+  void kill9();
+  std::string output() const;  // everything written to `out` so far
+
+ private:
+  std::string out_;
+  pid_t pid_ = -1;
 };
 
 // Prints the standard skip line; tests registered with SKIP_RETURN_CODE 77 then exit(77).
