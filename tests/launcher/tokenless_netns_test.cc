@@ -22,23 +22,13 @@ using hvd::test::SshHome;
 
 namespace {
 
-std::string buildDir() {
-  const char* d = std::getenv("HVD_BUILD_DIR");
-  REQUIRE(d);
-  return d;
-}
-
 std::string rawRequest() {
   const char* path = std::getenv("HVD_TEST_RAW_REQUEST");  // set by tests/launcher/CMakeLists.txt
   REQUIRE(path);
   return path;
 }
 
-// hvdrun in the lab's launcher namespace (the fixture's LabHvdrun) with this test's binary.
-struct Hvdrun : hvd::test::LabHvdrun {
-  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args, const std::string& out)
-      : LabHvdrun(lab, home, buildDir() + "/hvdrun", args, out) {}
-};
+using Hvdrun = hvd::test::LabHvdrun;
 
 void requireLab() {
   const std::string why = NetnsLab::unavailable();

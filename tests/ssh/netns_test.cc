@@ -34,17 +34,7 @@ std::string buildDir() {
   return d;
 }
 
-// $HVD_BUILD_DIR/hvdrun, or cmd/hvdrun where the build tree keeps it there.
-std::string hvdrunPath() {
-  const std::string top = buildDir() + "/hvdrun";
-  return ::access(top.c_str(), X_OK) == 0 ? top : buildDir() + "/cmd/hvdrun";
-}
-
-// hvdrun in the lab's launcher namespace (the fixture's LabHvdrun) with this test's binary.
-struct Hvdrun : hvd::test::LabHvdrun {
-  Hvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args, const std::string& out)
-      : LabHvdrun(lab, home, hvdrunPath(), args, out) {}
-};
+using Hvdrun = hvd::test::LabHvdrun;
 
 // Processes in host i whose command line starts with `mark`.
 int countMarked(const NetnsLab& lab, int i, const std::string& mark) {

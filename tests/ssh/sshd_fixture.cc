@@ -363,10 +363,13 @@ void skipTest(const std::string& why) {
   std::_Exit(77);
 }
 
-LabHvdrun::LabHvdrun(const NetnsLab& lab, const SshHome& home, const std::string& hvdrun,
-                     const std::vector<std::string>& args, const std::string& out)
+LabHvdrun::LabHvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args,
+                     const std::string& out)
     : out_(out) {
-  std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(), hvdrun};
+  const char* build = std::getenv("HVD_BUILD_DIR");
+  if (!build) throw std::runtime_error("HVD_BUILD_DIR is not set: cannot find hvdrun (run the test through ctest)");
+  std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", lab.launcherNamespace(),
+                                   std::string(build) + "/hvdrun"};
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = spawnWithHome(argv, home.home(), out);
 }

@@ -130,13 +130,12 @@ class NetnsLab {
   std::vector<std::unique_ptr<Sshd>> sshds_;
 };
 
-// hvdrun (the path `hvdrun`) started inside the lab's launcher namespace with the test's HOME (keys,
+// $HVD_BUILD_DIR/hvdrun started inside the lab's launcher namespace with the test's HOME (keys,
 // known_hosts) and no ssh-agent; stdout and stderr go to the file `out`. Killed (SIGKILL) if still running
-// when destroyed.
+// when destroyed. Throws std::runtime_error when HVD_BUILD_DIR is not set.
 class LabHvdrun {
  public:
-  LabHvdrun(const NetnsLab& lab, const SshHome& home, const std::string& hvdrun, const std::vector<std::string>& args,
-            const std::string& out);
+  LabHvdrun(const NetnsLab& lab, const SshHome& home, const std::vector<std::string>& args, const std::string& out);
   ~LabHvdrun();
   LabHvdrun(const LabHvdrun&) = delete;
   LabHvdrun& operator=(const LabHvdrun&) = delete;
