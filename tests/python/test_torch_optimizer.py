@@ -335,15 +335,19 @@ optimizer_module.grouped_allreduce_async_ = real_grouped
 for groups in (None, 1):
     torch.manual_seed(0)
     model = torch.nn.ModuleDict({"used": torch.nn.Linear(4, 2), "sometimes": torch.nn.Linear(4, 2)})
+    # This rank's own gradients come from a copy without hooks: once every rank has submitted, the reduction
+    # overwrites the model's gradients in place, so reading them after backward() would race with it.
+    ref = copy.deepcopy(model)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters(), groups=groups)
     x, y = batch(20, R)
-    out = model["used"](x)
-    if R == 0:
-        out = out + model["sometimes"](x)
-    ((out - y) ** 2).mean().backward()
+    for m in (model, ref):
+        out = m["used"](x)
+        if R == 0:
+            out = out + m["sometimes"](x)
+        ((out - y) ** 2).mean().backward()
     mine = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for n, p in
-            model.named_parameters()}
+            ref.named_parameters()}
     opt.synchronize()
     for n, p in model.named_parameters():
         assert torch.allclose(p.grad, gathered(mine[n]).mean(0), rtol=1e-6, atol=1e-7), (groups, n)
