@@ -136,6 +136,10 @@ po::options_description makeDescription() {
       ("horovod-compat",
        "make `import horovod` (horovod.torch, ...) in the workers resolve to hvd's compatibility package on "
        "libhvd, for Horovod scripts without a Horovod install; also HVD_HOROVOD_COMPAT=1")
+      ("no-malloc-tuning",
+       "leave the workers' glibc malloc as it is; by default hvdrun adds glibc.malloc.mmap_threshold=32 MiB and "
+       "glibc.malloc.trim_threshold=1 GiB to their GLIBC_TUNABLES, so gradients freed at the end of a step "
+       "stay mapped for the next one; also HVD_MALLOC_TUNING=0")
       ("disable-cache", "accepted for compatibility (hvdrun keeps no cache)")
       ("gloo", "use Gloo (the only controller hvdrun supports)")
       ("mpi", "not supported")
@@ -683,6 +687,13 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   } else if (const auto* v = findEnv(env, "HVD_HOROVOD_COMPAT"); v && !v->empty()) {
     usageCheck(*v == "0" || *v == "1", "HVD_HOROVOD_COMPAT must be 1 (on) or 0, got '", *v, "'");
     o.horovod_compat = *v == "1";
+  }
+  // Workers' malloc thresholds: flag > HVD_MALLOC_TUNING > on.
+  if (given("no-malloc-tuning")) {
+    o.malloc_tuning = false;
+  } else if (const auto* v = findEnv(env, "HVD_MALLOC_TUNING"); v && !v->empty()) {
+    usageCheck(*v == "0" || *v == "1", "HVD_MALLOC_TUNING must be 1 (on) or 0, got '", *v, "'");
+    o.malloc_tuning = *v == "1";
   }
 
   // Tuning: flag > environment > config file > default (the worker's own default: nothing is set).

@@ -56,6 +56,9 @@ struct HvdrunOptions {
   // --horovod-compat or HVD_HOROVOD_COMPAT=1: `import horovod` in the workers resolves to hvd's
   // compatibility package (launcher/python_path.h).
   bool horovod_compat = false;
+  // Workers' GLIBC_TUNABLES keep freed heap memory mapped between steps (launcher/worker_heap.h). false:
+  // --no-malloc-tuning or HVD_MALLOC_TUNING=0.
+  bool malloc_tuning = true;
 
   // Variables set on every worker: tuning/diagnostic flags and config-file values, then -x.
   std::vector<std::pair<std::string, std::string>> worker_env;

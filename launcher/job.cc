@@ -19,6 +19,7 @@
 #include "launcher/network.h"
 #include "launcher/output.h"
 #include "launcher/python_path.h"
+#include "launcher/worker_heap.h"
 #include "launcher/token_guard.h"
 #include "rendezvous/error.h"
 #include "rendezvous/server.h"
@@ -105,6 +106,11 @@ std::vector<std::pair<std::string, std::string>> workerEnvironment(const Placeme
   }
   if (const std::string path = workerPythonPath(options.horovod_compat, python_path); !path.empty()) {
     env.set("PYTHONPATH", path);
+  }
+  if (options.malloc_tuning) {
+    std::vector<std::pair<std::string, std::string>> chosen(inherited.begin(), inherited.end());
+    chosen.insert(chosen.end(), options.worker_env.begin(), options.worker_env.end());
+    if (auto tunables = workerGlibcTunables(chosen)) env.set("GLIBC_TUNABLES", *tunables);
   }
   setJobVariables(env, placement, endpoint);
   return env.take();

@@ -110,6 +110,39 @@ TEST_CASE("workers get horovodrun's environment, the token only through it", "[j
   }
 }
 
+TEST_CASE("workers keep the memory they free mapped, unless told otherwise", "[job][env]") {
+  const char* worker = std::getenv("HVD_TEST_HEAP_WORKER");  // set by tests/launcher/CMakeLists.txt
+  REQUIRE(worker != nullptr);
+  const auto faults = [](const Completed& r) {
+    std::smatch m;
+    REQUIRE(std::regex_search(r.out, m, std::regex("faults after round 1: ([0-9]+)")));
+    return std::stol(m[1]);
+  };
+  const std::string show = "echo \"tunables=[$GLIBC_TUNABLES]\"; exec " + std::string(worker);
+  // Rounds 2-5 write 4 x 72 MiB = 73728 pages: given back to the kernel, every one faults again.
+  const auto tuned = hvdrun({"-np", "1", "sh", "-c", show});
+  REQUIRE(tuned.exit_code == 0);
+  CHECK_THAT(tuned.out, Catch::Contains("tunables=[glibc.malloc.mmap_threshold=33554432:"
+                                        "glibc.malloc.trim_threshold=1073741824]"));
+  CHECK(faults(tuned) < 2000);
+  for (const auto& off : {hvdrun({"-np", "1", "--no-malloc-tuning", "sh", "-c", show}),
+                          hvdrun({"-np", "1", "sh", "-c", show}, {"HVD_MALLOC_TUNING=0"})}) {
+    REQUIRE(off.exit_code == 0);
+    CHECK_THAT(off.out, Catch::Contains("tunables=[]"));
+    CHECK(faults(off) > 60000);
+  }
+  // The worker's own choice is left as it is, from hvdrun's environment or -x.
+  const auto own = hvdrun({"-np", "1", "-x", "GLIBC_TUNABLES=glibc.malloc.trim_threshold=0", "sh", "-c", show});
+  REQUIRE(own.exit_code == 0);
+  CHECK_THAT(own.out, Catch::Contains("tunables=[glibc.malloc.trim_threshold=0]"));
+  const auto added = hvdrun({"-np", "1", "sh", "-c", show}, {"GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
+  REQUIRE(added.exit_code == 0);
+  CHECK_THAT(added.out, Catch::Contains("tunables=[glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold="));
+  const auto bad = hvdrun({"-np", "1", "true"}, {"HVD_MALLOC_TUNING=yes"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("HVD_MALLOC_TUNING must be 1 (on) or 0, got 'yes'"));
+}
+
 TEST_CASE("output: tags, \\r segments, missing final newline, raw bytes", "[job][output]") {
   const auto r = hvdrun({"-np", "1", "sh", "-c", "printf 'a\\rb\\nc'; printf '\\377\\376x\\n' >&2"});
   REQUIRE(r.exit_code == 0);
