@@ -23,12 +23,12 @@ NAMES = {
     "gloo_bench": "raw Gloo (bench/allreduce)", "torch": "torch.distributed gloo",
     "torchrun": "torchrun (default)", "torchrun_mi01": "torchrun --monitor_interval 0.1",
     "torch_tcpstore": "torch TCPStore",
-    "ddp": "torch DDP (gloo)", "horovod": "Horovod",
+    "ddp": "torch DDP (gloo)", "ddp_malloc": "torch DDP, hvdrun's malloc settings", "horovod": "Horovod",
 }
 ALLREDUCE_SUBJECTS = ["hvd", "hvd_bench", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
 LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
 SWEEP_SUBJECTS = ["hvdrun", "hydra", "openmpi"]
-TRAIN_SUBJECTS = ["hvd", "ddp", "horovod"]
+TRAIN_SUBJECTS = ["hvd", "ddp", "ddp_malloc", "horovod"]
 TRAIN_MODELS = [("resnet18", "ResNet-18"), ("mlp", "wide MLP")]
 TRAIN_FIGURES = [("samples_per_s", "samples/s, global (higher is better)", True),
                  ("step_ms", "step, ms", False),
@@ -186,9 +186,17 @@ def evaluate_targets(data):
                                 + (f" = {fmt_ratio(t['ours']['median'] / h['median'])}" if t.get("ours") else ""))
         if t["id"].startswith("train-") and t.get("ours"):
             model = t["id"].split("-")[1]
+            checks = []
+            d = get(data, f"train.{model}.samples_per_s.ddp_malloc")
+            if d:
+                checks.append(f"like for like, DDP given hvdrun's malloc settings: {cell(d)} samples/s = "
+                              f"{fmt_ratio(t['ours']['median'] / d['median'])}")
             h = get(data, f"train.{model}.samples_per_s.horovod")
             if h:
-                t["cross_check"] = f"against Horovod, same run: {cell(h)} samples/s = {fmt_ratio(t['ours']['median'] / h['median'])}"
+                checks.append(f"against Horovod, same run: {cell(h)} samples/s = "
+                              f"{fmt_ratio(t['ours']['median'] / h['median'])}")
+            if checks:
+                t["cross_check"] = "; ".join(checks)
     return ts
 
 
@@ -610,11 +618,13 @@ def train_md(data):
           f"(16.8 M parameters, 67 MB of gradients a step), batch {batch.get('mlp', '-')} per rank, so that its "
           "step is mostly gradient exchange (Linear runs on the BLAS named above). "
           f"Steps per job: {steps or '-'}. ours: `hvd.torch.DistributedOptimizer` under `hvdrun`; "
-          "torch DDP: `DistributedDataParallel` (default buckets) over gloo under `torchrun`; Horovod: "
-          "`horovod.torch.DistributedOptimizer` under its own `horovodrun --gloo`.", ""]
+          "torch DDP: `DistributedDataParallel` (default buckets) over gloo under `torchrun`; torch DDP, hvdrun's "
+          "malloc settings: the same under `torchrun` with the `GLIBC_TUNABLES` hvdrun gives its workers (read from "
+          "`hvdrun --dry-run`; docs/launcher.md, Worker memory), so that the comparison with ours is like for like "
+          "below the launcher; Horovod: `horovod.torch.DistributedOptimizer` under its own `horovodrun --gloo`.", ""]
     subs = [s for s in TRAIN_SUBJECTS if s in ("hvd", "ddp") or any(
         k.startswith("train.") and k.endswith("." + s) for k in data["summary"]) or s in data["status"]]
-    owners = {"hvd": ["train:hvd", "hvdrun"], "ddp": ["torch"], "horovod": ["horovod"]}
+    owners = {"hvd": ["train:hvd", "hvdrun"], "ddp": ["torch"], "ddp_malloc": ["torch"], "horovod": ["horovod"]}
     rows = []
     for model, label in TRAIN_MODELS:
         for fig, text, higher in TRAIN_FIGURES:
