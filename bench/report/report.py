@@ -430,13 +430,22 @@ def ceilings_md(data):
         ("TCP loopback one-way, 64 KiB sends", "ceiling.tcp_oneway_64k", "GB/s"),
         ("TCP loopback both directions at once, 1 MiB sends, per direction", "ceiling.tcp_bidir_1m", "GB/s"),
         ("4 KiB TCP ping-pong round trip, blocking", "ceiling.tcp_pingpong_4k", "us"),
+        ("shared-memory allreduce np=2 (bench/ceilings/shm_allreduce.cc, chunked, polls then futex), 4 KiB",
+         "ceiling.shm_allreduce_4k", "us"),
+        ("the same, 1 MiB", "ceiling.shm_allreduce_1m", "us"),
+        ("the same, 64 MiB", "ceiling.shm_allreduce_64m", "us"),
+        ("the same at 4 KiB, futex only (no polling)", "ceiling.shm_allreduce_4k_sleep", "us"),
     ]
     L = ["## Physical ceilings (same run)", "",
          table(["measure", "value", "unit"], [[a, cell(get(data, k)), u] for a, k, u in rows]), "",
          "How to read them: a 2-rank ring allreduce of B bytes sends and receives B/2 bytes in each direction "
          "at once and reduces B/2 floats, so its bus bandwidth cannot exceed the per-direction TCP figure "
          "(and not the reduce figure either). One blocking ping-pong is the floor of a small allreduce "
-         "over TCP; MPI beats it because it busy-polls shared memory instead of sleeping in the kernel.", ""]
+         "over TCP; MPI beats it because it busy-polls shared memory instead of sleeping in the kernel. The "
+         "shared-memory rows are a probe of what an intra-host path could reach (libhvd has none yet): two "
+         "processes on one memfd, each copying its input into the segment chunk by chunk and adding both "
+         "chunks in rank order into its output, waiting for the other by polling 2000 times and then on a futex; "
+         "the last row waits on the futex only.", ""]
     return L
 
 
