@@ -419,6 +419,18 @@ const std::vector<Tunable> kTunables = {
     {"log-without-timestamp", "HOROVOD_LOG_HIDE_TIME", "logging", "with_timestamp", Kind::kBool, true},
 };
 
+// Tunables that libhvd does not act on (key, why). Horovod's own workers under hvdrun do.
+const std::vector<std::pair<std::string, std::string>> kIgnoredByLibhvd = {
+    {"hierarchical-allreduce", "libhvd has no hierarchical allreduce yet"},
+    {"hierarchical-allgather", "libhvd has no hierarchical allgather yet"},
+    {"torus-allreduce", "libhvd has no torus allreduce"},
+    {"autotune", "libhvd does not autotune yet"},
+    {"mpi-threads-disable", "libhvd does not use MPI"},
+    {"num-nccl-streams", "libhvd does not use NCCL"},
+    {"tcp", "libhvd does not use NCCL"},
+    {"thread-affinity", "libhvd does not pin its background thread"},
+};
+
 // The canonical text of a tunable's value (what the worker variable holds), validated.
 std::string convertTunable(const po::options_description& desc, const Tunable& t, const std::string& text,
                            const std::string& origin) {
@@ -469,10 +481,88 @@ std::optional<std::string> yamlValue(const YAML::Node& root, const Tunable& t, c
   return node.Scalar();
 }
 
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate closest to word, when it is close enough to be a likely typo.
+std::optional<std::string> closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    if (const size_t d = editDistance(word, c); d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+// horovodrun's config format knows `controller` and the sections and keys of kTunables; it ignores
+// anything else, so a typo silently leaves a default. Here an unknown key is a usage error naming it,
+// with the closest known key when there is one.
+void checkConfigKeys(const YAML::Node& root, const std::string& file) {
+  if (!root.IsMap()) return;
+  std::vector<std::string> sections = {"controller"};
+  std::vector<std::string> qualified;  // section.key
+  for (const auto& t : kTunables) {
+    if (!t.section) continue;
+    if (std::find(sections.begin(), sections.end(), t.section) == sections.end()) sections.push_back(t.section);
+    qualified.push_back(std::string(t.section) + "." + t.yaml);
+  }
+  const auto suggestion = [](const std::optional<std::string>& s) {
+    return s ? " (did you mean " + *s + "?)" : std::string();
+  };
+  for (const auto& entry : root) {
+    const std::string section = entry.first.as<std::string>("");
+    if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+      // A tunable's key written at the top level is the likeliest mistake: suggest it with its section.
+      std::optional<std::string> near = closest(section, sections);
+      for (const auto& q : qualified) {
+        if (!near && editDistance(section, q.substr(q.find('.') + 1)) <= 2) near = q;
+      }
+      throw UsageError(detail::concat("config file ", file, ": unknown key '", section, "'", suggestion(near)));
+    }
+    if (section == "controller") continue;
+    const YAML::Node& keys = entry.second;
+    usageCheck(keys.IsMap() || keys.IsNull(), "config file ", file, ": '", section,
+               "' must be a mapping of settings");
+    if (keys.IsNull()) continue;
+    std::vector<std::string> own;  // this section's keys
+    for (const auto& q : qualified) {
+      if (q.compare(0, section.size() + 1, section + ".") == 0) own.push_back(q.substr(section.size() + 1));
+    }
+    for (const auto& kv : keys) {
+      const std::string key = kv.first.as<std::string>("");
+      if (std::find(own.begin(), own.end(), key) != own.end()) continue;
+      std::optional<std::string> near = closest(key, own);
+      if (!near) {  // perhaps a key of another section
+        for (const auto& q : qualified) {
+          if (q.substr(q.find('.') + 1) == key) near = q;
+        }
+      }
+      throw UsageError(
+          detail::concat("config file ", file, ": unknown key '", section, ".", key, "'", suggestion(near)));
+    }
+  }
+}
+
 YAML::Node loadConfig(const std::string& path) {
   try {
     YAML::Node root = YAML::LoadFile(path);
     usageCheck(root.IsMap() || root.IsNull(), "config file ", path, ": expected a mapping at the top level");
+    checkConfigKeys(root, path);
     return root;
   } catch (const YAML::BadFile&) {
     throw UsageError(detail::concat("cannot read config file \"", path, "\": ", errnoText(errno)));
@@ -587,6 +677,11 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
              "argument -hostfile/--hostfile: not allowed with argument -H/--hosts");
   const bool in_slurm = findEnv(env, "SLURM_JOB_NODELIST") && !given("hosts") && !given("hostfile");
   usageCheck(given("num-proc") || in_slurm, "the following arguments are required: -np/--num-proc");
+  // horovodrun runs `env` when the command is missing: every rank prints its environment, the job's
+  // secret included. Nobody wants that; a forgotten program is a usage error here.
+  usageCheck(!tokens.command.empty(),
+             "no command to run: put the program and its arguments after the options, as in "
+             "hvdrun -np 2 python train.py");
   if (given("num-proc")) {
     o.num_proc = toInt(desc, "num-proc", last["num-proc"]);
     usageCheck(o.num_proc >= 1, "argument -np/--num-proc: must be at least 1, got ", o.num_proc);
@@ -712,6 +807,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     }
   }
   std::map<std::string, std::string> resolved;  // key -> worker value ("" never stored)
+  std::map<std::string, std::string> asked_by;  // key -> the flag or config entry that set it
   for (const auto& t : kTunables) {
     std::optional<std::string> text;
     std::string origin;
@@ -721,6 +817,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     } else if (given(t.key)) {
       text = last[t.key];
     }
+    if (text) asked_by[t.key] = std::string("--") + t.key;
     if (!text && findEnv(env, t.env)) {
       resolved[t.key] = *findEnv(env, t.env);  // inherited by the workers as is
       continue;
@@ -728,8 +825,19 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     if (!text && config) {
       text = yamlValue(config, t, config_path);
       origin = config_path + ": ";
+      if (text) asked_by[t.key] = detail::concat(config_path, ": ", t.section, ".", t.yaml);
     }
     if (text) resolved[t.key] = convertTunable(desc, t, *text, origin);
+  }
+  // Settings Horovod's own workers act on and libhvd does not: passed on, with a warning, so that nobody
+  // believes they took effect in an hvd worker.
+  for (const auto& [key, why] : kIgnoredByLibhvd) {
+    const auto it = resolved.find(key);
+    const auto by = asked_by.find(key);
+    if (it == resolved.end() || by == asked_by.end() || it->second == "0") continue;
+    const auto t = std::find_if(kTunables.begin(), kTunables.end(), [&](const Tunable& x) { return key == x.key; });
+    result.warnings.push_back(detail::concat(by->second, ": ", why, "; ", t->env, "=", it->second,
+                                             " is passed on for Horovod's own workers"));
   }
   for (const auto& t : kTunables) {
     const auto it = resolved.find(t.key);
@@ -768,7 +876,6 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   }
 
   o.command = tokens.command;
-  if (o.command.empty()) o.command = {"env"};  // horovodrun runs `env ...` with nothing after it
   return result;
 }
 

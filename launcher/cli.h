@@ -62,7 +62,7 @@ struct HvdrunOptions {
 
   // Variables set on every worker: tuning/diagnostic flags and config-file values, then -x.
   std::vector<std::pair<std::string, std::string>> worker_env;
-  std::vector<std::string> command;  // never empty: horovodrun's empty command runs `env`
+  std::vector<std::string> command;  // never empty: a missing command is a usage error (horovodrun runs `env`)
 };
 
 struct CliResult {
@@ -70,6 +70,9 @@ struct CliResult {
   Action action = Action::kRun;
   HvdrunOptions options;  // kRun
   std::string text;       // kPrintAndExit: --help, --version, --check-build output
+  // kRun: one line each, for stderr ("hvdrun: warning: ..."): settings that are passed on to the workers
+  // but that libhvd does not act on.
+  std::vector<std::string> warnings;
 };
 
 // Parses argv (without argv[0]) against `env`. Reads the --config-file and --hostfile only when named.

@@ -37,6 +37,7 @@ int hvdrunMain(int argc, char** argv) {
       std::fputs(cli.text.c_str(), stdout);
       return 0;
     }
+    for (const auto& w : cli.warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
     HvdrunOptions& options = cli.options;
     const auto hosts = hostsFor(options, env);
     if (options.num_proc == 0) {  // inside Slurm without -np: every task of the allocation

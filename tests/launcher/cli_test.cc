@@ -52,7 +52,8 @@ TEST_CASE("horovodrun spellings of -np and the command split", "[cli]") {
         Cmd{"python", "train.py", "--verbose", "-H", "x"});
   CHECK(parse({"-np", "2", "--", "python", "x.py"}).command == Cmd{"python", "x.py"});  // one "--" stripped
   CHECK(parse({"-np", "2", "--", "--", "x"}).command == Cmd{"--", "x"});
-  CHECK(parse({"-np", "2"}).command == Cmd{"env"});  // horovodrun runs `env` for an empty command
+  // horovodrun runs `env` for an empty command; hvdrun refuses (see "every bad input").
+  CHECK_THROWS_AS(parseCommandLine({"-np", "2"}, {}), hvd::UsageError);
   CHECK(parse({"-np", "2", "--verbose", "t"}).verbose);
   CHECK(parse({"-np", "2", "--verb", "t"}).verbose);  // unambiguous prefix
 }
@@ -207,7 +208,6 @@ library_options:
 logging:
   level: warning
   with_timestamp: false
-unknown_section: {ignored: 1}
 )");
   const auto o = parse({"-np", "1", "--config-file", cfg, "--cycle-time-ms", "2", "t"},
                        {{"HOROVOD_CACHE_CAPACITY", "7"}});
@@ -263,6 +263,13 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
   const std::string mpi_yaml = writeTemp(dir, "mpi.yaml", "controller: mpi\n");
   const std::string odd_yaml = writeTemp(dir, "odd.yaml", "controller: nccl\n");
   const std::string type_yaml = writeTemp(dir, "type.yaml", "params:\n  hierarchical_allreduce: maybe\n");
+  const std::string typo_yaml = writeTemp(dir, "typo.yaml", "params: {fusion_threshold_mbb: 3}\n");
+  const std::string far_yaml = writeTemp(dir, "far.yaml", "params: {compression: fp16}\n");
+  const std::string moved_yaml = writeTemp(dir, "moved.yaml", "library_options: {fusion_threshold_mb: 3}\n");
+  const std::string section_yaml = writeTemp(dir, "section.yaml", "parms: {fusion_threshold_mb: 3}\n");
+  const std::string top_yaml = writeTemp(dir, "top.yaml", "fusion_threshold_mb: 3\n");
+  const std::string scalar_yaml = writeTemp(dir, "scalar.yaml", "timeline: tl.json\n");
+  const std::string quirk_yaml = writeTemp(dir, "quirk.yaml", "logging: {hide_timestamp: true}\n");
   struct Case {
     Cmd args;
     std::string message;
@@ -334,6 +341,23 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
       {{"-np", "1", "--config-file", odd_yaml, "true"}, "No such controller supported: nccl"},
       {{"-np", "1", "--config-file", type_yaml, "true"},
        "params.hierarchical_allreduce: expected true or false, got 'maybe'"},
+      {{"-np", "1", "--config-file", typo_yaml, "true"},
+       "config file " + typo_yaml + ": unknown key 'params.fusion_threshold_mbb' (did you mean fusion_threshold_mb?)"},
+      {{"-np", "1", "--config-file", far_yaml, "true"},
+       "config file " + far_yaml + ": unknown key 'params.compression'"},
+      {{"-np", "1", "--config-file", moved_yaml, "true"},
+       "unknown key 'library_options.fusion_threshold_mb' (did you mean params.fusion_threshold_mb?)"},
+      {{"-np", "1", "--config-file", section_yaml, "true"}, "unknown key 'parms' (did you mean params?)"},
+      {{"-np", "1", "--config-file", top_yaml, "true"},
+       "unknown key 'fusion_threshold_mb' (did you mean params.fusion_threshold_mb?)"},
+      {{"-np", "1", "--config-file", scalar_yaml, "true"}, "'timeline' must be a mapping of settings"},
+      // horovodrun's own test file uses hide_timestamp, which horovodrun silently ignores.
+      {{"-np", "1", "--config-file", quirk_yaml, "true"},
+       "unknown key 'logging.hide_timestamp' (did you mean with_timestamp?)"},
+      {{"-np", "2"},
+       "no command to run: put the program and its arguments after the options, as in hvdrun -np 2 python "
+       "train.py"},
+      {{"-np", "2", "-H", "localhost:2", "--verbose"}, "no command to run"},
       {{"-np", "1", "--config-file", dir + "/none.yaml", "true"},
        "cannot read config file \"" + dir + "/none.yaml\""},
       {{"true"}, "SLURM_JOB_NODELIST: unterminated '[' in \"node[1-\"", {"SLURM_JOB_NODELIST=node[1-"}},
@@ -356,4 +380,39 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
     // The message and the --help hint: two lines, nothing else.
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 2);
   }
+}
+
+TEST_CASE("a missing command is refused, and nothing of the job (its token) is printed", "[cli]") {
+  const auto r = runProcess({test::hvdrunPath(), "-np", "2", "-H", "localhost:2"}, {}, "",
+                            std::chrono::milliseconds(20000));
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::StartsWith("hvdrun: error: no command to run: "));
+  CHECK_THAT(r.err, !Catch::Contains("HVD_RENDEZVOUS_TOKEN") && !Catch::Contains("HOROVOD_RANK"));
+}
+
+TEST_CASE("settings libhvd does not act on are passed on with a one-line warning", "[cli]") {
+  const std::string dir = test::makeTempDir();
+  const std::string cfg = writeTemp(dir, "hvd.yaml",
+                                    "params: {hierarchical_allreduce: true, hierarchical_allgather: false}\n"
+                                    "library_options: {num_nccl_streams: 2}\n");
+  const CliResult parsed = parseCommandLine({"-np", "1", "--autotune", "--config-file", cfg, "t"}, {});
+  CHECK(parsed.warnings == std::vector<std::string>{
+                               cfg + ": params.hierarchical_allreduce: libhvd has no hierarchical allreduce yet; "
+                                     "HOROVOD_HIERARCHICAL_ALLREDUCE=1 is passed on for Horovod's own workers",
+                               "--autotune: libhvd does not autotune yet; HOROVOD_AUTOTUNE=1 is passed on for "
+                               "Horovod's own workers",
+                               cfg + ": library_options.num_nccl_streams: libhvd does not use NCCL; "
+                                     "HOROVOD_NUM_NCCL_STREAMS=2 is passed on for Horovod's own workers"});
+  CHECK(envOf(parsed.options, "HOROVOD_AUTOTUNE") == "1");
+  // Off, or set in hvdrun's own environment (the user chose the variable itself): no warning.
+  CHECK(parseCommandLine({"-np", "1", "--no-hierarchical-allreduce", "t"}, {}).warnings.empty());
+  CHECK(parseCommandLine({"-np", "1", "t"}, {{"HOROVOD_AUTOTUNE", "1"}}).warnings.empty());
+  // The real binary prints them on stderr and runs the job.
+  const auto r = runProcess({test::hvdrunPath(), "-np", "1", "--autotune", "true"}, {}, "",
+                            std::chrono::milliseconds(20000));
+  CHECK(r.exit_code == 0);
+  CHECK(r.err ==
+        "hvdrun: warning: --autotune: libhvd does not autotune yet; HOROVOD_AUTOTUNE=1 is passed on for Horovod's "
+        "own workers\n");
 }
