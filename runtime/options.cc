@@ -41,22 +41,36 @@ double readDouble(const Getenv& getenv, const char* name, double fallback, doubl
   return x;
 }
 
-// Horovod's SetBoolFromEnv: strtol(v) > 0.
+// An integer counts as Horovod's SetBoolFromEnv counts it (strtol(v) > 0); true/false, yes/no and on/off
+// (any case) are read as meant, where Horovod reads every word as false ("true" -> strtol -> 0). Any other
+// text is an error naming it, not a silent false.
 bool readBool(const Getenv& getenv, const char* name, bool fallback) {
   auto v = read(getenv, name);
   if (!v || v->empty()) return fallback;
-  return std::strtol(v->c_str(), nullptr, 10) > 0;
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  if (errno == 0 && end != v->c_str() && *end == '\0') return x > 0;
+  for (const char* yes : {"true", "yes", "on"}) {
+    if (strcasecmp(v->c_str(), yes) == 0) return true;
+  }
+  for (const char* no : {"false", "no", "off"}) {
+    if (strcasecmp(v->c_str(), no) == 0) return false;
+  }
+  throw UsageError(detail::concat(name, "='", *v, "' is not a boolean (1 or 0, true or false, yes or no, on or off)"));
 }
 
+// Horovod turns an unknown level into WARNING without a word; a typo here is an error naming it.
 LogLevel parseLogLevel(const std::optional<std::string>& v) {
-  if (!v) return LogLevel::kWarning;
+  if (!v || v->empty()) return LogLevel::kWarning;
   static const std::pair<const char*, LogLevel> kLevels[] = {
       {"trace", LogLevel::kTrace}, {"debug", LogLevel::kDebug},     {"info", LogLevel::kInfo},
       {"warning", LogLevel::kWarning}, {"error", LogLevel::kError}, {"fatal", LogLevel::kFatal}};
   for (const auto& [text, level] : kLevels) {
     if (strcasecmp(v->c_str(), text) == 0) return level;
   }
-  return LogLevel::kWarning;  // Horovod: unknown values become WARNING
+  throw UsageError(detail::concat("HOROVOD_LOG_LEVEL='", *v,
+                                  "' is not one of trace, debug, info, warning, error, fatal (any case)"));
 }
 
 }  // namespace

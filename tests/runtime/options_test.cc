@@ -100,10 +100,29 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
       {{{"HOROVOD_CYCLE_TIME", "fast"}}, "HOROVOD_CYCLE_TIME='fast' is not a number"},
       {{{"HOROVOD_FUSION_THRESHOLD", "64MB"}}, "HOROVOD_FUSION_THRESHOLD='64MB' is not an integer"},
       {{{"HOROVOD_STALL_CHECK_TIME_SECONDS", "nan"}}, "HOROVOD_STALL_CHECK_TIME_SECONDS='nan' is not a number"},
+      // Horovod reads both as a silent default (WARNING; false).
+      {{{"HOROVOD_LOG_LEVEL", "verbose"}},
+       "HOROVOD_LOG_LEVEL='verbose' is not one of trace, debug, info, warning, error, fatal (any case)"},
+      {{{"HOROVOD_TIMELINE_MARK_CYCLES", "enabled"}},
+       "HOROVOD_TIMELINE_MARK_CYCLES='enabled' is not a boolean (1 or 0, true or false, yes or no, on or off)"},
+      {{{"HOROVOD_STALL_CHECK_DISABLE", "1x"}}, "HOROVOD_STALL_CHECK_DISABLE='1x' is not a boolean"},
+      {{{"HVD_DISABLE_GPU_PINNING", "y"}}, "HVD_DISABLE_GPU_PINNING='y' is not a boolean"},
   };
   for (const auto& [env, message] : cases) {
     INFO(message);
     REQUIRE_THROWS_AS(parse(env), hvd::UsageError);
     REQUIRE_THROWS_WITH(parse(env), Catch::StartsWith(message));
   }
+}
+
+TEST_CASE("booleans: integers as Horovod reads them, words as meant", "[options]") {
+  using Env = std::map<std::string, std::string>;
+  for (const auto& [text, want] : std::vector<std::pair<std::string, bool>>{
+           {"1", true}, {"2", true}, {"0", false}, {"-1", false}, {"true", true}, {"TRUE", true}, {"yes", true},
+           {"On", true}, {"false", false}, {"No", false}, {"off", false}, {"", false}}) {
+    INFO(text);
+    CHECK(parse(Env{{"HOROVOD_TIMELINE_MARK_CYCLES", text}}).timeline_mark_cycles == want);
+  }
+  CHECK(parse(Env{{"HOROVOD_LOG_LEVEL", ""}}).log_level == hvd::runtime::LogLevel::kWarning);
+  CHECK(parse(Env{{"HOROVOD_LOG_LEVEL", "Info"}}).log_level == hvd::runtime::LogLevel::kInfo);
 }
