@@ -138,8 +138,8 @@ po::options_description makeDescription() {
        "libhvd, for Horovod scripts without a Horovod install; also HVD_HOROVOD_COMPAT=1")
       ("no-malloc-tuning",
        "leave the workers' glibc malloc as it is; by default hvdrun adds glibc.malloc.mmap_threshold=32 MiB and "
-       "glibc.malloc.trim_threshold=1 GiB to their GLIBC_TUNABLES, so gradients freed at the end of a step "
-       "stay mapped for the next one; also HVD_MALLOC_TUNING=0")
+       "glibc.malloc.trim_threshold=1 GiB to their GLIBC_TUNABLES, so the gradients and activations each step "
+       "allocates and frees stay mapped for the next one; also HVD_MALLOC_TUNING=0")
       ("disable-cache", "accepted for compatibility (hvdrun keeps no cache)")
       ("gloo", "use Gloo (the only controller hvdrun supports)")
       ("mpi", "not supported")
@@ -527,17 +527,25 @@ void checkConfigKeys(const YAML::Node& root, const std::string& file) {
   for (const auto& entry : root) {
     const std::string section = entry.first.as<std::string>("");
     if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
-      // A tunable's key written at the top level is the likeliest mistake: suggest it with its section.
+      // A tunable's key written at the top level is the likeliest mistake: suggest it with its section
+      // (every section that has the closest key: stall_check.enabled and autotune.enabled mean different
+      // things).
       std::optional<std::string> near = closest(section, sections);
-      for (const auto& q : qualified) {
-        if (!near && editDistance(section, q.substr(q.find('.') + 1)) <= 2) near = q;
+      if (!near) {
+        std::vector<std::string> bare;
+        for (const auto& q : qualified) bare.push_back(q.substr(q.find('.') + 1));
+        if (const auto key = closest(section, bare)) {
+          for (const auto& q : qualified) {
+            if (q.substr(q.find('.') + 1) == *key) near = near ? *near + " or " + q : q;
+          }
+        }
       }
       throw UsageError(detail::concat("config file ", file, ": unknown key '", section, "'", suggestion(near)));
     }
     if (section == "controller") continue;
     const YAML::Node& keys = entry.second;
     usageCheck(keys.IsMap() || keys.IsNull(), "config file ", file, ": '", section,
-               "' must be a mapping of settings");
+               "' must be a mapping of settings, got '", keys.IsScalar() ? keys.Scalar() : "a list", "'");
     if (keys.IsNull()) continue;
     std::vector<std::string> own;  // this section's keys
     for (const auto& q : qualified) {
@@ -834,8 +842,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   for (const auto& [key, why] : kIgnoredByLibhvd) {
     const auto it = resolved.find(key);
     const auto by = asked_by.find(key);
-    if (it == resolved.end() || by == asked_by.end() || it->second == "0") continue;
     const auto t = std::find_if(kTunables.begin(), kTunables.end(), [&](const Tunable& x) { return key == x.key; });
+    if (it == resolved.end() || by == asked_by.end() || (t->kind == Kind::kBool && it->second == "0")) continue;
     result.warnings.push_back(detail::concat(by->second, ": ", why, "; ", t->env, "=", it->second,
                                              " is passed on for Horovod's own workers"));
   }

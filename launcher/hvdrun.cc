@@ -37,13 +37,14 @@ int hvdrunMain(int argc, char** argv) {
       std::fputs(cli.text.c_str(), stdout);
       return 0;
     }
-    for (const auto& w : cli.warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
     HvdrunOptions& options = cli.options;
     const auto hosts = hostsFor(options, env);
     if (options.num_proc == 0) {  // inside Slurm without -np: every task of the allocation
       for (const auto& h : hosts) options.num_proc += h.slots;
     }
     auto plan = assignRanks(hosts, options.num_proc);
+    // After every usage check: a usage error stays the only line on stderr.
+    for (const auto& w : cli.warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
     if (options.dry_run) {
       std::fputs(describePlan(plan, options, env).c_str(), stdout);
       return 0;

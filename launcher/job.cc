@@ -60,6 +60,14 @@ class EnvBuilder {
   std::map<std::string, size_t> index_;
 };
 
+// The GLIBC_TUNABLES a worker gets (launcher/worker_heap.h), decided from hvdrun's environment and -x.
+std::optional<std::string> mallocTunables(const HvdrunOptions& options, const Environment& inherited) {
+  if (!options.malloc_tuning) return std::nullopt;
+  Environment chosen(inherited.begin(), inherited.end());
+  chosen.insert(chosen.end(), options.worker_env.begin(), options.worker_env.end());
+  return workerGlibcTunables(chosen);
+}
+
 void setJobVariables(EnvBuilder& env, const Placement& p, const RendezvousEndpoint& endpoint) {
   env.set("HOROVOD_HOSTNAME", p.host.name);
   env.set("HOROVOD_RANK", std::to_string(p.rank));
@@ -107,11 +115,7 @@ std::vector<std::pair<std::string, std::string>> workerEnvironment(const Placeme
   if (const std::string path = workerPythonPath(options.horovod_compat, python_path); !path.empty()) {
     env.set("PYTHONPATH", path);
   }
-  if (options.malloc_tuning) {
-    std::vector<std::pair<std::string, std::string>> chosen(inherited.begin(), inherited.end());
-    chosen.insert(chosen.end(), options.worker_env.begin(), options.worker_env.end());
-    if (auto tunables = workerGlibcTunables(chosen)) env.set("GLIBC_TUNABLES", *tunables);
-  }
+  if (auto tunables = mallocTunables(options, inherited)) env.set("GLIBC_TUNABLES", *tunables);
   setJobVariables(env, placement, endpoint);
   return env.take();
 }
@@ -148,15 +152,19 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
                                                            : options.network_interfaces;
   if (remote.empty() && options.network_interfaces.empty()) endpoint.interfaces = {"lo"};
   std::ostringstream out;
-  // Only what hvdrun sets is shown; hvdrun's own environment is passed on as well.
+  // Only what hvdrun sets is shown; hvdrun's own environment is passed on as well. GLIBC_TUNABLES depends
+  // on that environment, so it is decided from the real one.
   const Environment none;
+  const auto tunables = mallocTunables(options, inherited);
   for (const auto& p : plan) {
     const bool local = !options.ssh.force_ssh && isLocalHost(p.host.name);
     out << "rank " << p.rank << " on " << displayName(p.host) << " (" << (local ? "local" : "ssh")
         << "): env";
     for (const auto& [name, value] : workerEnvironment(p, options, none, nullptr, endpoint)) {
+      if (name == "GLIBC_TUNABLES") continue;
       out << ' ' << name << '=' << shellQuote(value);
     }
+    if (tunables) out << " GLIBC_TUNABLES=" << shellQuote(*tunables);
     for (const auto& arg : options.command) out << ' ' << shellQuote(arg);
     out << '\n';
   }

@@ -19,13 +19,13 @@ bool namesTunable(const std::string& tunables, const std::string& tunable) {
 }  // namespace
 
 std::optional<std::string> workerGlibcTunables(const std::vector<std::pair<std::string, std::string>>& env) {
-  std::string tunables;
-  bool chosen = false;  // the environment picks a threshold itself
+  std::string tunables, mmap_alias, trim_alias;  // the last value of each (glibc ignores an empty alias)
   for (const auto& [name, value] : env) {
     if (name == "GLIBC_TUNABLES") tunables = value;
-    if (name == "MALLOC_MMAP_THRESHOLD_" || name == "MALLOC_TRIM_THRESHOLD_") chosen = true;
+    if (name == "MALLOC_MMAP_THRESHOLD_") mmap_alias = value;
+    if (name == "MALLOC_TRIM_THRESHOLD_") trim_alias = value;
   }
-  if (chosen || namesTunable(tunables, "glibc.malloc.mmap_threshold") ||
+  if (!mmap_alias.empty() || !trim_alias.empty() || namesTunable(tunables, "glibc.malloc.mmap_threshold") ||
       namesTunable(tunables, "glibc.malloc.trim_threshold")) {
     return std::nullopt;
   }

@@ -46,16 +46,19 @@ double readDouble(const Getenv& getenv, const char* name, double fallback, doubl
 // text is an error naming it, not a silent false.
 bool readBool(const Getenv& getenv, const char* name, bool fallback) {
   auto v = read(getenv, name);
-  if (!v || v->empty()) return fallback;
+  if (!v) return fallback;
+  const size_t first = v->find_first_not_of(" \t\n");
+  if (first == std::string::npos) return fallback;  // empty or blank: unset
+  const std::string word = v->substr(first, v->find_last_not_of(" \t\n") - first + 1);
   errno = 0;
   char* end = nullptr;
-  const long long x = std::strtoll(v->c_str(), &end, 10);
-  if (errno == 0 && end != v->c_str() && *end == '\0') return x > 0;
+  const long long x = std::strtoll(word.c_str(), &end, 10);  // out of range: clamped, as strtol does
+  if (end != word.c_str() && *end == '\0') return x > 0;
   for (const char* yes : {"true", "yes", "on"}) {
-    if (strcasecmp(v->c_str(), yes) == 0) return true;
+    if (strcasecmp(word.c_str(), yes) == 0) return true;
   }
   for (const char* no : {"false", "no", "off"}) {
-    if (strcasecmp(v->c_str(), no) == 0) return false;
+    if (strcasecmp(word.c_str(), no) == 0) return false;
   }
   throw UsageError(detail::concat(name, "='", *v, "' is not a boolean (1 or 0, true or false, yes or no, on or off)"));
 }

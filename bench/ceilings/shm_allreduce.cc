@@ -4,11 +4,12 @@
 //
 // Two algorithms (--algo):
 //   split:  each rank copies its input into its slot of the segment and publishes a sequence number;
-//           once the peer's is there, rank r adds the two slots' half r into a result area (a + b in rank
-//           order, so both ranks hold the same bits) and publishes again; each copies the whole result
+//           once the peer's is there, rank r adds the two slots' half r into a result area (each element is
+//           added once, so both ranks hold the same bits) and publishes again; each copies the whole result
 //           out, and a third publish lets the slots be reused. 3 waits, each rank adds half the bytes.
 //   direct: slots are double-buffered by operation parity; each rank copies its input into its slot,
-//           publishes, waits for the peer's, and adds both slots (rank order) straight into its output.
+//           publishes, waits for the peer's, and adds both slots straight into its output (slot 0 + slot 1;
+//           at np=2 a + b == b + a, so both ranks hold the same bits; more ranks would need one order).
 //           1 wait; each rank adds all the bytes. A slot is rewritten two operations later, after the
 //           peer has published once more, i.e. after it finished reading it. With --chunk, the same
 //           chunk by chunk through the first BYTES of the slots (one wait per chunk; the data stays in
@@ -18,12 +19,15 @@
 // sleeps. --spin 0 is sleep only (every wait is a futex round trip); a large value is pure polling.
 //
 // Usage: shm_allreduce [--algo split|direct] [--chunk BYTES] [--spin N] [--sizes B,B,...] [--iters N]
-// Prints one JSON line per size: {"op":"shm_allreduce","algo","bytes","spin","iters","median_us","min_us"}
+// Prints one JSON line per size: {"op":"shm_allreduce","algo","bytes","spin","iters","chunk","median_us","min_us"}
 // (rank 0's time per operation; the two ranks are in lock step).
 #include <linux/futex.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,8 +55,18 @@ struct Header {
   Flag flag[2];
 };
 
-long futex(std::atomic<uint32_t>* addr, int op, uint32_t value) {
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, value, nullptr, nullptr, 0);
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t value, const timespec* timeout = nullptr) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, value, timeout, nullptr, 0);
+}
+
+pid_t g_peer = 0;  // the other process: the child for the parent, the parent for the child
+
+// A peer that died (a failed result check, a crash) must not leave this one waiting forever.
+void exitIfPeerGone() {
+  if (g_peer > 0 && kill(g_peer, 0) != 0) {
+    std::fprintf(stderr, "shm_allreduce: the other process (pid %d) is gone\n", static_cast<int>(g_peer));
+    std::exit(1);
+  }
 }
 
 class Peer {
@@ -76,8 +90,10 @@ class Peer {
       const uint32_t seen = theirs.seq.load(std::memory_order_acquire);
       if (seen >= target) return;
       theirs.sleeping.store(1, std::memory_order_seq_cst);
-      if (theirs.seq.load(std::memory_order_seq_cst) < target) futex(&theirs.seq, FUTEX_WAIT, seen);
+      const timespec tick{0, 100 * 1000 * 1000};
+      if (theirs.seq.load(std::memory_order_seq_cst) < target) futex(&theirs.seq, FUTEX_WAIT, seen, &tick);
       theirs.sleeping.store(0, std::memory_order_relaxed);
+      exitIfPeerGone();
     }
   }
 
@@ -189,6 +205,10 @@ int main(int argc, char** argv) {
       }
     } else if (flag == "--chunk") {
       chunk = std::stoull(argv[i + 1]);
+      if (chunk < 4) {
+        std::fprintf(stderr, "shm_allreduce: --chunk must be at least 4 bytes (one float), got %s\n", argv[i + 1]);
+        return 2;
+      }
     } else if (flag == "--spin") {
       spin = std::atol(argv[i + 1]);
     } else if (flag == "--iters") {
@@ -219,11 +239,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   new (base) Header();
+  const pid_t parent = getpid();
   const pid_t child = fork();
   if (child < 0) {
     std::perror("shm_allreduce: fork");
     return 1;
   }
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);  // the parent died before the line above
+  }
+  g_peer = child == 0 ? parent : child;
   run(child == 0 ? 1 : 0, base, max_bytes, sizes, spin, iters, direct, chunk);
   if (child == 0) _exit(0);
   int status = 0;

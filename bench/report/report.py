@@ -433,6 +433,7 @@ def ceilings_md(data):
         ("shared-memory allreduce np=2 (bench/ceilings/shm_allreduce.cc, chunked, polls then futex), 4 KiB",
          "ceiling.shm_allreduce_4k", "us"),
         ("the same, 1 MiB", "ceiling.shm_allreduce_1m", "us"),
+        ("the same, 16 MiB", "ceiling.shm_allreduce_16m", "us"),
         ("the same, 64 MiB", "ceiling.shm_allreduce_64m", "us"),
         ("the same at 4 KiB, futex only (no polling)", "ceiling.shm_allreduce_4k_sleep", "us"),
     ]
@@ -444,7 +445,7 @@ def ceilings_md(data):
          "over TCP; MPI beats it because it busy-polls shared memory instead of sleeping in the kernel. The "
          "shared-memory rows are a probe of what an intra-host path could reach (libhvd has none yet): two "
          "processes on one memfd, each copying its input into the segment chunk by chunk and adding both "
-         "chunks in rank order into its output, waiting for the other by polling 2000 times and then on a futex; "
+         "chunks into its output, waiting for the other by polling 2000 times and then on a futex; "
          "the last row waits on the futex only.", ""]
     return L
 

@@ -270,6 +270,7 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
   const std::string top_yaml = writeTemp(dir, "top.yaml", "fusion_threshold_mb: 3\n");
   const std::string scalar_yaml = writeTemp(dir, "scalar.yaml", "timeline: tl.json\n");
   const std::string quirk_yaml = writeTemp(dir, "quirk.yaml", "logging: {hide_timestamp: true}\n");
+  const std::string enabled_yaml = writeTemp(dir, "enabled.yaml", "enabled: true\n");
   struct Case {
     Cmd args;
     std::string message;
@@ -350,7 +351,10 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
       {{"-np", "1", "--config-file", section_yaml, "true"}, "unknown key 'parms' (did you mean params?)"},
       {{"-np", "1", "--config-file", top_yaml, "true"},
        "unknown key 'fusion_threshold_mb' (did you mean params.fusion_threshold_mb?)"},
-      {{"-np", "1", "--config-file", scalar_yaml, "true"}, "'timeline' must be a mapping of settings"},
+      {{"-np", "1", "--config-file", scalar_yaml, "true"},
+       "config file " + scalar_yaml + ": 'timeline' must be a mapping of settings, got 'tl.json'"},
+      {{"-np", "1", "--config-file", enabled_yaml, "true"},
+       "unknown key 'enabled' (did you mean autotune.enabled or stall_check.enabled?)"},
       // horovodrun's own test file uses hide_timestamp, which horovodrun silently ignores.
       {{"-np", "1", "--config-file", quirk_yaml, "true"},
        "unknown key 'logging.hide_timestamp' (did you mean with_timestamp?)"},
@@ -382,7 +386,7 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
   }
 }
 
-TEST_CASE("a missing command is refused, and nothing of the job (its token) is printed", "[cli]") {
+TEST_CASE("a missing command is refused before any worker starts or prints", "[cli]") {
   const auto r = runProcess({test::hvdrunPath(), "-np", "2", "-H", "localhost:2"}, {}, "",
                             std::chrono::milliseconds(20000));
   CHECK(r.exit_code == 2);
@@ -408,6 +412,15 @@ TEST_CASE("settings libhvd does not act on are passed on with a one-line warning
   // Off, or set in hvdrun's own environment (the user chose the variable itself): no warning.
   CHECK(parseCommandLine({"-np", "1", "--no-hierarchical-allreduce", "t"}, {}).warnings.empty());
   CHECK(parseCommandLine({"-np", "1", "t"}, {{"HOROVOD_AUTOTUNE", "1"}}).warnings.empty());
+  // A number is a setting even when it is 0 (thread affinity 0 is core 0).
+  CHECK(parseCommandLine({"-np", "1", "--thread-affinity", "0", "t"}, {}).warnings ==
+        std::vector<std::string>{"--thread-affinity: libhvd does not pin its background thread; "
+                                 "HOROVOD_THREAD_AFFINITY=0 is passed on for Horovod's own workers"});
+  // Warnings wait for every usage check: a usage error stays the only line.
+  const auto both = runProcess({test::hvdrunPath(), "-np", "3", "-H", "localhost:2", "--autotune", "true"}, {}, "",
+                               std::chrono::milliseconds(20000));
+  CHECK(both.exit_code == 2);
+  CHECK_THAT(both.err, Catch::StartsWith("hvdrun: error: Requested more processes (3)"));
   // The real binary prints them on stderr and runs the job.
   const auto r = runProcess({test::hvdrunPath(), "-np", "1", "--autotune", "true"}, {}, "",
                             std::chrono::milliseconds(20000));

@@ -119,6 +119,15 @@ TEST_CASE("workers keep the memory they free mapped, unless told otherwise", "[j
     return std::stol(m[1]);
   };
   const std::string show = "echo \"tunables=[$GLIBC_TUNABLES]\"; exec " + std::string(worker);
+  // hvdrun with no malloc setting of the caller's own, then exactly the variables of env.
+  const auto hvdrun = [](Cmd args, const std::vector<std::string>& env = {}) {
+    Cmd argv{"/usr/bin/env", "-u", "GLIBC_TUNABLES", "-u", "MALLOC_MMAP_THRESHOLD_", "-u", "MALLOC_TRIM_THRESHOLD_",
+             "-u", "HVD_MALLOC_TUNING"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.push_back(hvdrunPath());
+    argv.insert(argv.end(), args.begin(), args.end());
+    return runProcess(argv, {}, "", 60000ms);
+  };
   // Rounds 2-5 write 4 x 72 MiB = 73728 pages: given back to the kernel, every one faults again.
   const auto tuned = hvdrun({"-np", "1", "sh", "-c", show});
   REQUIRE(tuned.exit_code == 0);
@@ -141,6 +150,17 @@ TEST_CASE("workers keep the memory they free mapped, unless told otherwise", "[j
   const auto bad = hvdrun({"-np", "1", "true"}, {"HVD_MALLOC_TUNING=yes"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("HVD_MALLOC_TUNING must be 1 (on) or 0, got 'yes'"));
+  // --dry-run shows what the workers will get, decided from hvdrun's real environment.
+  const auto dry = hvdrun({"-np", "1", "--dry-run", "true"}, {"GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
+  REQUIRE(dry.exit_code == 0);
+  CHECK_THAT(dry.out, Catch::Contains(" GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold="
+                                      "33554432:glibc.malloc.trim_threshold=1073741824 true"));
+  const auto own_dry = hvdrun({"-np", "1", "--dry-run", "true"}, {"MALLOC_TRIM_THRESHOLD_=0"});
+  REQUIRE(own_dry.exit_code == 0);
+  CHECK_THAT(own_dry.out, !Catch::Contains("GLIBC_TUNABLES"));
+  const auto off_dry = hvdrun({"-np", "1", "--dry-run", "--no-malloc-tuning", "true"});
+  REQUIRE(off_dry.exit_code == 0);
+  CHECK_THAT(off_dry.out, !Catch::Contains("GLIBC_TUNABLES"));
 }
 
 TEST_CASE("output: tags, \\r segments, missing final newline, raw bytes", "[job][output]") {

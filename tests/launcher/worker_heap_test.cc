@@ -30,6 +30,9 @@ TEST_CASE("a worker environment that chooses either threshold keeps its own mall
        }) {
     CHECK_FALSE(workerGlibcTunables(env).has_value());
   }
+  // glibc ignores an empty alias, and so does hvdrun.
+  CHECK(workerGlibcTunables({{"MALLOC_TRIM_THRESHOLD_", ""}}) == kOurs);
+  CHECK_FALSE(workerGlibcTunables({{"MALLOC_MMAP_THRESHOLD_", "65536"}, {"MALLOC_TRIM_THRESHOLD_", ""}}).has_value());
   // The last value of a variable counts (-x after the inherited environment).
   CHECK(workerGlibcTunables({{"GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0"}, {"GLIBC_TUNABLES", ""}}) ==
         kOurs);

@@ -119,7 +119,8 @@ TEST_CASE("booleans: integers as Horovod reads them, words as meant", "[options]
   using Env = std::map<std::string, std::string>;
   for (const auto& [text, want] : std::vector<std::pair<std::string, bool>>{
            {"1", true}, {"2", true}, {"0", false}, {"-1", false}, {"true", true}, {"TRUE", true}, {"yes", true},
-           {"On", true}, {"false", false}, {"No", false}, {"off", false}, {"", false}}) {
+           {"On", true}, {"false", false}, {"No", false}, {"off", false}, {"", false}, {" ", false},
+           {"1 ", true}, {" true\n", true}, {"99999999999999999999", true}}) {
     INFO(text);
     CHECK(parse(Env{{"HOROVOD_TIMELINE_MARK_CYCLES", text}}).timeline_mark_cycles == want);
   }
