@@ -168,10 +168,16 @@ assert hvd.synchronize(12345) is None
 # Ranks disagreeing on a shape: every rank gets the mismatch error, and the job goes on.
 e = expect_error(HorovodInternalError, "", hvd.allreduce, np.ones(2 + r), name="bad.shape")
 assert isinstance(e, MismatchError), type(e)
-# The same name twice in flight on one rank.
-h = hvd.allreduce_async(np.ones(2), name="twice")
-expect_error(ValueError, "twice", hvd.allreduce_async, np.ones(2), name="twice")
-assert np.array_equal(hvd.synchronize(h), np.ones(2))
+# The same name twice in flight on one rank. A name is free again once its operation completes, which can
+# happen as soon as every rank has submitted: the holder submits only after the other ranks have checked.
+for holder in range(hvd.size()):
+    if r == holder:
+        hvd.barrier()
+    h = hvd.allreduce_async(np.ones(2), name="twice")
+    if r != holder:
+        expect_error(ValueError, "twice", hvd.allreduce_async, np.ones(2), name="twice")
+        hvd.barrier()
+    assert np.array_equal(hvd.synchronize(h), np.ones(2))
 assert np.array_equal(hvd.allreduce(np.ones(2), op=hvd.Sum), [2.0, 2.0])
 print("OK")
 """)

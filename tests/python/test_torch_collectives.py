@@ -309,10 +309,23 @@ expect(hvd.HorovodInternalError, "Mismatched allgather shapes",
 assert torch.equal(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after"), torch.full((3,), float(n)))
 
 # a name in flight twice on one rank
-h = hvd.allreduce_async(torch.ones(2), name="dup")
-expect(ValueError, "same name as another tensor that is currently being processed",
-       hvd.allreduce_async, torch.ones(2), name="dup")
-hvd.synchronize(h)
+
+
+def twice_in_flight(submit, name, message):
+    # A name is free again once its operation completes, which can happen as soon as every rank has
+    # submitted: the holder submits only after the other ranks have checked, so the operation cannot
+    # finish during their check.
+    for holder in range(n):
+        if r == holder:
+            hvd.barrier()
+        h = submit(torch.ones(2), name=name)
+        if r != holder:
+            expect(ValueError, message, submit, torch.ones(2), name=name)
+            hvd.barrier()
+        hvd.synchronize(h)
+
+
+twice_in_flight(hvd.allreduce_async, "dup", "same name as another tensor that is currently being processed")
 hvd.synchronize(hvd.allreduce_async(torch.ones(2), name="dup"))  # reuse after completion is fine
 
 expect(ValueError, "invalid root rank 7", hvd.broadcast, torch.ones(2), 7)
@@ -327,9 +340,7 @@ expect(ValueError, "0-dimensional", hvd.allgather, torch.tensor(1.0))
 expect(ValueError, "bool tensor", hvd.allreduce, torch.ones(2, dtype=torch.bool), op=hvd.Average)
 # the in-place fast path reports the same errors
 expect(ValueError, "bool tensor", hvd.allreduce_async_, torch.ones(2, dtype=torch.bool))
-h = hvd.allreduce_async_(torch.ones(2), name="dup_")
-expect(ValueError, "same name as another tensor", hvd.allreduce_async_, torch.ones(2), name="dup_")
-hvd.synchronize(h)
+twice_in_flight(hvd.allreduce_async_, "dup_", "same name as another tensor")
 expect(ValueError, "Tensor type torch.ComplexFloatTensor is not supported.", hvd.allreduce_async_,
        torch.ones(2, dtype=torch.complex64))
 expect(NotImplementedError, "Adasum", hvd.allreduce_async_, torch.ones(2), op=hvd.Adasum)

@@ -11,6 +11,7 @@ from conftest import assert_ok
 PRELUDE = r"""
 import copy
 import os
+import time
 import warnings
 
 import torch
@@ -228,6 +229,10 @@ assert_close(grads_of(model), expected(local_grads(ref, [batch(5, R), batch(6, R
 opt.zero_grad()
 loss_fn(model, *batch(7, R)).backward()
 loss_fn(model, *batch(8, R)).backward()
+# The third backward adds into the gradients before its hook raises: let the reductions that the second one
+# started finish first, so that nothing writes a gradient they are still reading.
+while not all(hvd.poll(h) for h, _ in opt._handles.values()):
+    time.sleep(0.001)
 expect_error(AssertionError, "Gradients were computed more than backward_passes_per_step times before call "
              "to step()", lambda: loss_fn(model, *batch(9, R)).backward())
 opt.synchronize()
@@ -257,9 +262,9 @@ loss_fn(model, *batch(14, R)).backward()
 in_flight = [h for h, _ in opt._handles.values()]
 assert len(in_flight) == 4 and all(isinstance(h, int) for h in in_flight)
 opt.load_state_dict(opt.state_dict())
-opt.zero_grad()  # no AssertionError: nothing outstanding any more
-for h in in_flight:
+for h in in_flight:  # they still write the gradients: finish them before zero_grad() zeroes those
     hvd.synchronize(h)
+opt.zero_grad()  # no AssertionError: the optimizer has forgotten them
 
 # --- fp16 compression ----------------------------------------------------------------------------------
 model, ref = make_model(), make_model()
