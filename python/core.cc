@@ -80,12 +80,12 @@ int released(F f) {
 
 void* address(uintptr_t a) { return reinterpret_cast<void*>(a); }
 
-hvd_request makeRequest(int op, const std::optional<std::string>& name, uintptr_t input, uintptr_t output,
+hvd_request makeRequest(int op, const char* name, uintptr_t input, uintptr_t output,
                         size_t rows, size_t row_elements, int dtype, int reduce_op, double prescale,
                         double postscale, int root, int process_set) {
   hvd_request r = HVD_REQUEST_INIT;
   r.op = static_cast<hvd_op>(op);
-  r.name = name ? name->c_str() : nullptr;
+  r.name = name;
   r.input = address(input);
   r.output = address(output);
   r.rows = rows;
@@ -221,7 +221,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("enqueue", [](int op, const std::optional<std::string>& name, uintptr_t input, uintptr_t output, size_t rows,
                       size_t row_elements, int dtype, int reduce_op, double prescale, double postscale, int root,
                       const std::optional<std::vector<int64_t>>& splits, int process_set) {
-    hvd_request r = makeRequest(op, name, input, output, rows, row_elements, dtype, reduce_op, prescale, postscale,
+    hvd_request r = makeRequest(op, name ? name->c_str() : nullptr, input, output, rows, row_elements, dtype, reduce_op, prescale, postscale,
                                 root, process_set);
     if (splits) r.splits = splits->data();
     return checked(hvd_enqueue(&r));
@@ -231,16 +231,8 @@ PYBIND11_MODULE(_core, m) {
   // prescale, postscale, process_set) -> handle.
   m.def("enqueue_allreduce", [](const char* name, uintptr_t input, uintptr_t output, size_t count, int dtype,
                                 int reduce_op, double prescale, double postscale, int process_set) {
-    hvd_request r = HVD_REQUEST_INIT;
-    r.name = name;
-    r.input = address(input);
-    r.output = address(output);
-    r.rows = count;
-    r.dtype = static_cast<hvd_dtype>(dtype);
-    r.reduce_op = static_cast<hvd_reduce_op>(reduce_op);
-    r.prescale = prescale;
-    r.postscale = postscale;
-    r.process_set = process_set;
+    hvd_request r = makeRequest(HVD_OP_ALLREDUCE, name, input, output, count, 1, dtype, reduce_op, prescale,
+                                postscale, 0, process_set);
     return checked(hvd_enqueue(&r));
   });
   // enqueue_group([(op, name, input, output, rows, row_elements, dtype, reduce_op, prescale, postscale, root,
@@ -258,7 +250,7 @@ PYBIND11_MODULE(_core, m) {
     std::vector<hvd_request> requests;
     requests.reserve(group.size());
     for (const auto& o : group) {
-      requests.push_back(makeRequest(o.op, o.name, o.input, o.output, o.rows, o.row_elements, o.dtype, o.reduce_op,
+      requests.push_back(makeRequest(o.op, o.name ? o.name->c_str() : nullptr, o.input, o.output, o.rows, o.row_elements, o.dtype, o.reduce_op,
                                      o.prescale, o.postscale, o.root, o.process_set));
       if (o.splits) requests.back().splits = o.splits->data();
     }
