@@ -606,6 +606,17 @@ std::chrono::seconds toSeconds(const po::options_description& desc, const std::s
   return std::chrono::seconds(v);
 }
 
+// One of hvdrun's own on/off settings: the flag's value when given, else NAME in hvdrun's environment (1 or
+// 0; anything else is a usage error naming it), else fallback. one_means says what 1 turns on.
+bool hvdSwitch(std::optional<bool> flag, const Environment& env, const char* name, const char* one_means,
+               bool fallback) {
+  if (flag) return *flag;
+  const auto* v = findEnv(env, name);
+  if (!v || v->empty()) return fallback;
+  usageCheck(*v == "0" || *v == "1", name, " must be 1 (", one_means, ") or 0, got '", *v, "'");
+  return *v == "1";
+}
+
 bool isEnvName(const std::string& name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
   for (unsigned char c : name) {
@@ -778,26 +789,15 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   o.dry_run = given("dry-run");
   o.disable_cache = given("disable-cache");
   // Rendezvous token: flag > HVD_NO_RENDEZVOUS_TOKEN > on.
-  if (given("no-rendezvous-token")) {
-    o.rendezvous_token = false;
-  } else if (const auto* v = findEnv(env, "HVD_NO_RENDEZVOUS_TOKEN"); v && !v->empty()) {
-    usageCheck(*v == "0" || *v == "1", "HVD_NO_RENDEZVOUS_TOKEN must be 1 (no token) or 0, got '", *v, "'");
-    o.rendezvous_token = *v == "0";
-  }
+  o.rendezvous_token =
+      !hvdSwitch(given("no-rendezvous-token") ? std::optional(true) : std::nullopt, env, "HVD_NO_RENDEZVOUS_TOKEN",
+                 "no token", false);
   // Horovod compatibility package: flag > HVD_HOROVOD_COMPAT > off.
-  if (given("horovod-compat")) {
-    o.horovod_compat = true;
-  } else if (const auto* v = findEnv(env, "HVD_HOROVOD_COMPAT"); v && !v->empty()) {
-    usageCheck(*v == "0" || *v == "1", "HVD_HOROVOD_COMPAT must be 1 (on) or 0, got '", *v, "'");
-    o.horovod_compat = *v == "1";
-  }
+  o.horovod_compat =
+      hvdSwitch(given("horovod-compat") ? std::optional(true) : std::nullopt, env, "HVD_HOROVOD_COMPAT", "on", false);
   // Workers' malloc thresholds: flag > HVD_MALLOC_TUNING > on.
-  if (given("no-malloc-tuning")) {
-    o.malloc_tuning = false;
-  } else if (const auto* v = findEnv(env, "HVD_MALLOC_TUNING"); v && !v->empty()) {
-    usageCheck(*v == "0" || *v == "1", "HVD_MALLOC_TUNING must be 1 (on) or 0, got '", *v, "'");
-    o.malloc_tuning = *v == "1";
-  }
+  o.malloc_tuning =
+      hvdSwitch(given("no-malloc-tuning") ? std::optional(false) : std::nullopt, env, "HVD_MALLOC_TUNING", "on", true);
 
   // Tuning: flag > environment > config file > default (the worker's own default: nothing is set).
   YAML::Node config;
