@@ -20,8 +20,10 @@
 #include "rendezvous/memory_store.h"
 #include "runtime/channel.h"
 #include "runtime/coordinator.h"
+#include "runtime/gloo_transport.h"
 #include "runtime/gpu.h"
 #include "runtime/log.h"
+#include "runtime/shm/transport.h"
 #include "runtime/timeline.h"
 #include "runtime/wire.h"
 
@@ -34,6 +36,14 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr const char* kControlKey = "hvd_control/coordinator";
+
+// The timeline's name of what a transport does: "SHM_ALLREDUCE", "GLOO_BCAST", ...
+std::string activity(const Transport& comm, const char* what) {
+  std::string name = comm.path();
+  name += '_';
+  name += what;
+  return name;
+}
 
 // Why everything pending fails when the job stops.
 std::string shutDownMessage(const std::string& reason) {
@@ -111,8 +121,10 @@ class Runtime::Impl {
   void broadcastToWorkers(const ResponseList& list);
   bool execute(const ResponseList& list);  // false: leave the loop
   void execute(const Response& response);
-  void executeAllreduce(const Response& s, Communicator& comm);
-  void executeOther(const Response& s, Communicator& comm, int set_rank);
+  void executeAllreduce(const Response& s, Transport& comm);
+  void executeOther(const Response& s, Transport& comm, int set_rank);
+  // The data path of the global set: shared memory on one host, Gloo otherwise (see init).
+  std::shared_ptr<Transport> globalTransport();
   void executeProcessSet(const Response& s);
   Entry* find(int32_t set, const std::string& name);
   void complete(int32_t set, const std::string& name, std::exception_ptr error = nullptr);
@@ -127,8 +139,10 @@ class Runtime::Impl {
   // local_ and cross_ are global_ itself where their members are the same ranks in the same order (one
   // host; one rank per host): Gloo would otherwise connect and close a second identical mesh.
   std::shared_ptr<Communicator> global_, local_, cross_;
-  // Background thread only: the Gloo context of every process set this rank is a member of (0: global_).
-  std::map<int32_t, std::shared_ptr<Communicator>> set_comms_;
+  // The ranks of this host over shared memory (HVD_SHARED_MEMORY, more than one local rank).
+  std::shared_ptr<shm::Transport> shm_;
+  // Background thread only: the data path of every process set this rank is a member of (0: the job).
+  std::map<int32_t, std::shared_ptr<Transport>> set_comms_;
   // Every registered set, members or not (user threads read it through processSet()).
   mutable std::mutex sets_mutex_;
   std::map<int32_t, SetInfo> set_info_;
@@ -207,6 +221,21 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
                  ? global_
                  : connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
     phase("cross rendezvous");
+    if (options_.shared_memory && options_.local_size > 1) {
+      shm::Options o;
+      o.scope = "shm_" + options_.hostname;
+      o.rank = options_.local_rank;
+      o.size = options_.local_size;
+      o.timeout = options_.gloo_timeout;
+      if (options_.local_size == options_.size) {
+        o.names.clear();  // one host: local ranks are the job's ranks
+      } else {
+        o.names.assign(static_cast<size_t>(options_.local_size), -1);  // unknown: messages say local rank
+      }
+      log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
+      shm_ = shm::Transport::connect(store_, o);
+      phase("shared memory");
+    }
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     HVD_CHECK(wake_fd_ >= 0, NetworkError, "eventfd failed: ", errnoText(errno));
     connectControlPlane();
@@ -217,6 +246,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     for (const auto& c : {global_, local_, cross_}) {
       if (c) c->close(false);
     }
+    if (shm_) shm_->close(false);
     if (wake_fd_ >= 0) ::close(wake_fd_);
     wake_fd_ = -1;
     throw;
@@ -227,7 +257,10 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     for (int r = 0; r < options_.size; ++r) global.ranks[r] = r;
     global.is_static = true;
     set_info_[0] = std::move(global);
-    set_comms_[0] = global_;
+    set_comms_[0] = globalTransport();
+    log(options_.rank == 0 ? LogLevel::kInfo : LogLevel::kDebug,
+        detail::concat("data path of the job: ", set_comms_[0]->path(), " (", options_.size, " ranks, ",
+                       options_.cross_size, " host(s))"));
   }
   if (options_.rank == 0) {
     CoordinatorOptions c;
@@ -497,6 +530,7 @@ void Runtime::Impl::run() {
   failAll(reason_);
   // Orderly close in the rendezvous order, the same on every rank (see Communicator::close()); close()
   // is idempotent, so an aliased context closes once.
+  if (shm_) shm_->close(!abort_);
   global_->close(!abort_);
   local_->close(!abort_);
   cross_->close(!abort_);
@@ -757,7 +791,7 @@ void Runtime::Impl::executeProcessSet(const Response& s) {
       o.size = static_cast<int>(info.ranks.size());
       o.timeout = options_.gloo_timeout;
       log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", o.rank, ", size=", o.size));
-      set_comms_[id] = std::shared_ptr<Communicator>(Communicator::connect(store_, gloo_device_, o));
+      set_comms_[id] = std::make_shared<GlooTransport>(Communicator::connect(store_, gloo_device_, o));
     }
     std::lock_guard lock(sets_mutex_);
     set_info_[id] = std::move(info);
@@ -786,7 +820,12 @@ void Runtime::Impl::timelineEnd(const Response& s) {
   }
 }
 
-void Runtime::Impl::executeAllreduce(const Response& s, Communicator& comm) {
+std::shared_ptr<Transport> Runtime::Impl::globalTransport() {
+  if (shm_ && options_.cross_size == 1) return shm_;
+  return std::make_shared<GlooTransport>(global_);
+}
+
+void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
   const size_t esize = gloo_backend::elementSize(s.dtype);
   const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / comm.size() : 1.0);
   Entry* single = s.names.size() == 1 ? find(s.process_set, s.names[0]) : nullptr;
@@ -796,7 +835,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Communicator& comm) {
     const size_t n = static_cast<size_t>(s.counts[0]);
     if (n && q.input != q.output) std::memcpy(q.output, q.input, n * esize);
     gloo_backend::scale(s.dtype, q.output, n, s.prescale);
-    timeline_->activityStart(s.names, "GLOO_ALLREDUCE");
+    timeline_->activityStart(s.names, activity(comm, "ALLREDUCE").c_str());
     comm.allreduce(q.output, n, s.dtype, s.op);
     timeline_->activityEnd(s.names);
     gloo_backend::scale(s.dtype, q.output, n, post);
@@ -822,7 +861,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Communicator& comm) {
   }
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, s.prescale);
-  timeline_->activityStart(s.names, "GLOO_ALLREDUCE");
+  timeline_->activityStart(s.names, activity(comm, "ALLREDUCE").c_str());
   comm.allreduce(buffer, total, s.dtype, s.op);
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, post);
@@ -838,7 +877,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Communicator& comm) {
   }
 }
 
-void Runtime::Impl::executeOther(const Response& s, Communicator& comm, int set_rank) {
+void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_rank) {
   const size_t esize = gloo_backend::elementSize(s.dtype);
   const size_t row_bytes = static_cast<size_t>(s.row_elements) * esize;
   const int n = comm.size();
@@ -852,7 +891,7 @@ void Runtime::Impl::executeOther(const Response& s, Communicator& comm, int set_
       if (bytes && e->request.input && e->request.input != e->request.output) {
         std::memcpy(e->request.output, e->request.input, bytes);
       }
-      timeline_->activityStart(s.names, "GLOO_BCAST");
+      timeline_->activityStart(s.names, activity(comm, "BCAST").c_str());
       // The root is a global rank; the set's context numbers its members by set rank.
       // set_info_ changes only on this thread, so reading it here needs no lock.
       const auto& ranks = set_info_.at(s.process_set).ranks;
@@ -872,7 +911,7 @@ void Runtime::Impl::executeOther(const Response& s, Communicator& comm, int set_
       Work& w = *e->work;
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
-      timeline_->activityStart(s.names, "GLOO_ALLGATHER");
+      timeline_->activityStart(s.names, activity(comm, "ALLGATHER").c_str());
       comm.allgatherv(e->request.input, w.result.data(), bytes);
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);
@@ -891,7 +930,7 @@ void Runtime::Impl::executeOther(const Response& s, Communicator& comm, int set_
       }
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
-      timeline_->activityStart(s.names, "GLOO_ALLTOALL");
+      timeline_->activityStart(s.names, activity(comm, "ALLTOALL").c_str());
       comm.alltoallv(e->request.input, send, w.result.data(), recv);
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);
@@ -910,7 +949,7 @@ void Runtime::Impl::executeOther(const Response& s, Communicator& comm, int set_
       for (int p = 0; p < n; ++p) {
         block_elements[p] = static_cast<size_t>((base + (p < extra ? 1 : 0)) * s.row_elements);
       }
-      timeline_->activityStart(s.names, "GLOO_REDUCESCATTER");
+      timeline_->activityStart(s.names, activity(comm, "REDUCESCATTER").c_str());
       comm.reduceScatter(buffer, block_elements, s.dtype, s.op);
       timeline_->activityEnd(s.names);
       const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
@@ -925,7 +964,7 @@ void Runtime::Impl::executeOther(const Response& s, Communicator& comm, int set_
       return;
     }
     case OpType::kBarrier:
-      timeline_->activityStart(s.names, "GLOO_BARRIER");
+      timeline_->activityStart(s.names, activity(comm, "BARRIER").c_str());
       comm.barrier();
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);

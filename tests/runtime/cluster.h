@@ -1,7 +1,11 @@
 // Ranks as threads: n Runtimes in this process over one MemoryStore (each with its own Gloo device,
 // control plane and background thread), for fast sweeps over sizes, types and operations.
+// All ranks are on one host, so the job's data path is shared memory; HVD_SHARED_MEMORY=0 in the test's
+// environment runs the same cases over Gloo's TCP pairs (ctest registers the binary both ways).
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -24,6 +28,8 @@ class Cluster {
       o.local_rank = r;
       o.local_size = n;
       o.gloo_timeout = std::chrono::seconds(20);
+      const char* shm = std::getenv("HVD_SHARED_MEMORY");
+      o.shared_memory = !(shm && std::strcmp(shm, "0") == 0);
       if (tweak) tweak(o);
       runtimes_[r] = std::make_unique<Runtime>(o, store);
     });

@@ -106,12 +106,15 @@ TEST_CASE("stall inspector names the tensor and the missing ranks, then shuts do
   CHECK(results[1].output.find("rank 1 other status -6") != std::string::npos);
 }
 
-TEST_CASE("HOROVOD_TIMELINE writes a Chrome trace from rank 0", "[multiprocess][timeline]") {
+TEST_CASE("HOROVOD_TIMELINE writes a Chrome trace from rank 0, naming the data path", "[multiprocess][timeline]") {
   const std::string path = "/tmp/hvd_timeline_test_" + std::to_string(::getpid()) + ".json";
+  // One host: shared memory unless HVD_SHARED_MEMORY=0 keeps it on Gloo's TCP pairs.
+  const auto [shared_memory, data_path] = GENERATE(std::pair<std::string, std::string>{"1", "SHM_ALLREDUCE"},
+                                                   std::pair<std::string, std::string>{"0", "GLOO_ALLREDUCE"});
   JobOptions o;
   o.np = 2;
   o.argv = {buildPath("tests/runtime/scenario_worker"), "timeline"};
-  o.env = {{"HOROVOD_TIMELINE", path}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}};
+  o.env = {{"HOROVOD_TIMELINE", path}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}, {"HVD_SHARED_MEMORY", shared_memory}};
   const auto results = runJob(o);
   INFO(describe(results));
   for (const auto& r : results) REQUIRE(r.exit_code == 0);
@@ -142,7 +145,7 @@ TEST_CASE("HOROVOD_TIMELINE writes a Chrome trace from rank 0", "[multiprocess][
     CHECK(events.count(t + ":X:0") == 3);  // one per reporting rank
     CHECK(events.count(t + ":X:1") == 3);
     CHECK(events.count(t + ":B:ALLREDUCE") == 3);
-    CHECK(events.count(t + ":B:GLOO_ALLREDUCE") == 3);
+    CHECK(events.count(t + ":B:" + data_path) == 3);
   }
   bool cycles = false;
   for (const auto& e : trace) cycles = cycles || (e["ph"] == "i" && e["name"] == "CYCLE_START");

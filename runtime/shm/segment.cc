@@ -1,0 +1,188 @@
+#include "runtime/shm/segment.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "rendezvous/error.h"
+
+namespace hvd::runtime::shm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kKey = "shm";
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// The abstract address "\0<name>"; its length counts the leading NUL and not a trailing one.
+socklen_t abstractAddress(const std::string& name, sockaddr_un& addr) {
+  std::memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  HVD_INTERNAL_ASSERT(name.size() + 1 < sizeof addr.sun_path, "socket name too long: ", name);
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+// Waits until fd is readable; false once deadline passed.
+bool waitReadable(int fd, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int rv = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (rv > 0) return true;
+    if (rv < 0 && errno != EINTR) return false;
+  }
+}
+
+std::byte* mapFd(int fd, size_t bytes, const std::string& scope) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  HVD_CHECK(p != MAP_FAILED, BackendError, "shared memory of scope '", scope, "': mmap of ", bytes,
+            " bytes failed: ", errnoText(errno));
+  return static_cast<std::byte*>(p);
+}
+
+void sendFd(int conn, int fd, const std::string& scope) {
+  char byte = 'm';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ssize_t rv;
+  do {
+    rv = ::sendmsg(conn, &msg, MSG_NOSIGNAL);
+  } while (rv < 0 && errno == EINTR);
+  HVD_CHECK(rv == 1, BackendError, "shared memory of scope '", scope, "': handing the segment to a peer failed: ",
+            errnoText(errno));
+}
+
+int receiveFd(int conn, const std::string& scope) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t rv;
+  do {
+    rv = ::recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+  } while (rv < 0 && errno == EINTR);
+  HVD_CHECK(rv == 1, BackendError, "shared memory of scope '", scope, "': receiving the segment from rank 0 failed: ",
+            rv == 0 ? std::string("connection closed") : errnoText(errno));
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  HVD_CHECK(c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS, BackendError, "shared memory of scope '",
+            scope, "': rank 0 sent no file descriptor");
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  return fd;
+}
+
+
+}  // namespace
+
+Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const SegmentOptions& options) {
+  const auto deadline = Clock::now() + options.timeout;
+  rendezvous::PrefixStore scoped(options.scope, store);
+  if (options.rank == 0) {
+    Fd mem(::memfd_create(("hvd:" + options.scope).c_str(), MFD_CLOEXEC));
+    HVD_CHECK(mem.get() >= 0, BackendError, "shared memory of scope '", options.scope,
+              "': memfd_create failed: ", errnoText(errno));
+    HVD_CHECK(::ftruncate(mem.get(), static_cast<off_t>(options.bytes)) == 0, BackendError,
+              "shared memory of scope '", options.scope, "': sizing the segment to ", options.bytes,
+              " bytes failed: ", errnoText(errno));
+    Segment segment(mapFd(mem.get(), options.bytes, options.scope), options.bytes);
+    if (options.size == 1) return segment;
+    std::random_device random;
+    const std::string name = detail::concat("hvd-shm-", ::getpid(), "-", std::hex, random(), random());
+    Fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr;
+    const socklen_t len = abstractAddress(name, addr);
+    HVD_CHECK(listener.get() >= 0 && ::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+                  ::listen(listener.get(), options.size) == 0,
+              BackendError, "shared memory of scope '", options.scope, "': listening on unix socket @", name,
+              " failed: ", errnoText(errno));
+    scoped.set(kKey, rendezvous::Bytes(name.begin(), name.end()));
+    for (int handed = 1; handed < options.size;) {
+      HVD_CHECK(waitReadable(listener.get(), deadline), BackendError, "shared memory of scope '", options.scope,
+                "': only ", handed - 1, " of ", options.size - 1, " local peers fetched the segment within ",
+                options.timeout.count(), " ms (are the ranks of this host in different network namespaces? "
+                "HVD_SHARED_MEMORY=0 keeps the job on TCP)");
+      Fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (conn.get() < 0) continue;
+      ucred cred{};
+      socklen_t cred_len = sizeof cred;
+      if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 || cred.uid != ::geteuid()) {
+        continue;  // not this job's user: no memory for it
+      }
+      sendFd(conn.get(), mem.get(), options.scope);
+      ++handed;
+    }
+    scoped.deleteKey(kKey);
+    return segment;
+  }
+  const auto raw = scoped.get(kKey, options.timeout);
+  const std::string name(raw.begin(), raw.end());
+  Fd conn(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr;
+  const socklen_t len = abstractAddress(name, addr);
+  HVD_CHECK(conn.get() >= 0 && ::connect(conn.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0, BackendError,
+            "shared memory of scope '", options.scope, "': cannot reach local rank 0 at unix socket @", name, ": ",
+            errnoText(errno),
+            " (are the ranks of this host in different network namespaces? HVD_SHARED_MEMORY=0 keeps the job on TCP)");
+  HVD_CHECK(waitReadable(conn.get(), deadline), BackendError, "shared memory of scope '", options.scope,
+            "': local rank 0 did not hand over the segment within ", options.timeout.count(), " ms");
+  Fd mem(receiveFd(conn.get(), options.scope));
+  struct stat st{};
+  HVD_CHECK(::fstat(mem.get(), &st) == 0 && static_cast<size_t>(st.st_size) == options.bytes, BackendError,
+            "shared memory of scope '", options.scope, "': the segment has ", st.st_size, " bytes, expected ",
+            options.bytes, " (ranks of this host disagree on the group size or chunk)");
+  return Segment(mapFd(mem.get(), options.bytes, options.scope), options.bytes);
+}
+
+Segment::Segment(Segment&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(bytes_, other.bytes_);
+  return *this;
+}
+
+Segment::~Segment() {
+  if (data_) ::munmap(data_, bytes_);
+}
+
+}  // namespace hvd::runtime::shm

@@ -1,0 +1,53 @@
+// Segment: one anonymous shared mapping for the ranks of one host, and how they get it.
+//
+// Rank 0 of the group creates a memfd (no name in any file system: nothing is left in /dev/shm or
+// elsewhere after any exit, SIGKILL included; the memory goes when the last process that maps it does).
+// It listens on an abstract unix socket with a random name (abstract: no file either, and gone with the
+// socket), publishes that name in the rendezvous store under <scope>/shm, and hands the memfd to each
+// peer that connects (SCM_RIGHTS), after checking that the peer runs as the same user (SO_PEERCRED).
+// Once every peer has it, rank 0 closes the socket and deletes the key; everyone unmaps on destruction.
+//
+// Abstract unix sockets belong to a network namespace: the ranks of one host must share theirs (they do
+// under hvdrun, srun and mpirun). A rank that cannot reach the socket fails with a BackendError that says
+// so and names HVD_SHARED_MEMORY=0, which keeps such a job on TCP.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "rendezvous/store.h"
+
+namespace hvd::runtime::shm {
+
+struct SegmentOptions {
+  std::string scope;  // store prefix, e.g. "shm_localhost"
+  int rank = 0;
+  int size = 1;
+  size_t bytes = 0;  // the mapping's size (rank 0 sets it; the others check it)
+  std::chrono::milliseconds timeout{rendezvous::Store::kDefaultTimeout};
+};
+
+class Segment {
+ public:
+  // Collective over the group: blocks until this rank has the mapping, or throws BackendError /
+  // StoreError / RendezvousTimeout naming the scope and the cause. Contents start zeroed.
+  static Segment share(const std::shared_ptr<rendezvous::Store>& store, const SegmentOptions& options);
+
+  Segment() = default;
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  std::byte* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Segment(std::byte* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  std::byte* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace hvd::runtime::shm

@@ -1,0 +1,411 @@
+#include "runtime/shm/transport.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstring>
+
+#include "rendezvous/error.h"
+
+namespace hvd::runtime::shm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kMagic = 0x68766473686d3031ull;  // "hvdshm01"
+constexpr size_t kLine = 64;
+
+struct alignas(kLine) Control {
+  uint64_t magic;
+  std::atomic<int32_t> abort;  // 0; else 1 + the rank that was lost (kind 1) or gave up (kind 2)
+  std::atomic<int32_t> abort_kind;
+};
+
+struct alignas(kLine) Counter {
+  std::atomic<uint32_t> seq;      // rounds published
+  std::atomic<uint32_t> waiters;  // ranks asleep on seq (FUTEX_WAIT)
+  std::atomic<int32_t> pid;       // the member's pid, written when it attaches
+};
+
+size_t align(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+bool reached(uint32_t seq, uint32_t target) { return static_cast<int32_t>(seq - target) >= 0; }
+
+void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+long futexWait(std::atomic<uint32_t>* word, uint32_t expected, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, timeout, nullptr, 0);
+}
+
+void futexWake(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+int pidfdOpen(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+int onlineCores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+}  // namespace
+
+struct Transport::Layout {
+  Layout(std::byte* base, int size, size_t chunk) : size(size), chunk(chunk) {
+    control = reinterpret_cast<Control*>(base);
+    counters = reinterpret_cast<Counter*>(base + sizeof(Control));
+    data = base + align(sizeof(Control) + sizeof(Counter) * static_cast<size_t>(size), 4096);
+  }
+  static size_t bytes(int size, size_t chunk) {
+    return align(sizeof(Control) + sizeof(Counter) * static_cast<size_t>(size), 4096) +
+           (2 * static_cast<size_t>(size) + 2) * chunk;
+  }
+  int size;
+  size_t chunk;
+  Control* control;
+  Counter* counters;
+  std::byte* data;
+};
+
+std::unique_ptr<Transport> Transport::connect(const std::shared_ptr<rendezvous::Store>& store, Options options) {
+  HVD_INTERNAL_ASSERT(options.size >= 1 && options.rank >= 0 && options.rank < options.size &&
+                          options.chunk_bytes >= kLine && options.chunk_bytes % kLine == 0,
+                      "bad shared-memory options: rank ", options.rank, ", size ", options.size, ", chunk ",
+                      options.chunk_bytes);
+  SegmentOptions s;
+  s.scope = options.scope;
+  s.rank = options.rank;
+  s.size = options.size;
+  s.bytes = Layout::bytes(options.size, options.chunk_bytes);
+  s.timeout = options.timeout;
+  auto segment = Segment::share(store, s);
+  return std::unique_ptr<Transport>(new Transport(std::move(options), std::move(segment)));
+}
+
+Transport::Transport(Options options, Segment segment)
+    : options_(std::move(options)), segment_(std::move(segment)) {
+  layout_ = std::make_unique<Layout>(segment_.data(), options_.size, options_.chunk_bytes);
+  oversubscribed_ = options_.size > onlineCores();
+  if (options_.spin < 0) options_.spin = oversubscribed_ ? 16 : 20000;
+  if (options_.rank == 0) {
+    layout_->control->magic = kMagic;
+  }
+  layout_->counters[options_.rank].pid.store(::getpid(), std::memory_order_relaxed);
+  pidfds_.assign(options_.size, -1);
+  // Round 0 tells everyone every pid is written (and rank 0's magic).
+  guarded("setup", [&] {
+    publish();
+    awaitAll(0);
+  });
+  HVD_CHECK(layout_->control->magic == kMagic, BackendError, "shared memory of scope '", options_.scope,
+            "' holds no hvd segment");
+  for (int r = 0; r < options_.size; ++r) {
+    const pid_t pid = layout_->counters[r].pid.load(std::memory_order_relaxed);
+    if (pid == ::getpid()) continue;  // ranks as threads of this process
+    pidfds_[r] = pidfdOpen(pid);      // -1 (no pidfd support, another pid namespace): the timeout decides
+  }
+}
+
+Transport::~Transport() { close(true); }
+
+void Transport::close(bool orderly) noexcept {
+  if (closed_) return;
+  closed_ = true;
+  if (!orderly && !failed_) {
+    // Peers still waiting for this rank fail now rather than at the timeout.
+    int32_t expected = 0;
+    if (layout_->control->abort.compare_exchange_strong(expected, options_.rank + 1)) {
+      layout_->control->abort_kind.store(2);
+      for (int r = 0; r < options_.size; ++r) futexWake(&layout_->counters[r].seq);
+    }
+  }
+  for (int fd : pidfds_) {
+    if (fd >= 0) ::close(fd);
+  }
+  pidfds_.clear();
+}
+
+std::string Transport::who(int rank) const {
+  const int name = options_.names.empty() ? rank : options_.names[rank];
+  return detail::concat("rank ", name, " (pid ", layout_->counters[rank].pid.load(std::memory_order_relaxed), ")");
+}
+
+template <typename F>
+void Transport::guarded(const char* what, F&& body) {
+  HVD_CHECK(!failed_ && !closed_, BackendError, "shared memory of scope '", options_.scope, "' on ", who(options_.rank),
+            " is unusable after an earlier failure (", what, ")");
+  op_ = what;
+  try {
+    body();
+  } catch (...) {
+    failed_ = true;
+    throw;
+  }
+}
+
+void Transport::fail(int lost, const std::string& why) {
+  failed_ = true;
+  int32_t expected = 0;
+  if (layout_->control->abort.compare_exchange_strong(expected, lost + 1)) {
+    layout_->control->abort_kind.store(1);
+    for (int r = 0; r < options_.size; ++r) futexWake(&layout_->counters[r].seq);
+  }
+  throw BackendError(detail::concat("shared-memory ", op_, " on scope '", options_.scope, "' failed on ",
+                                    who(options_.rank), ": ", why));
+}
+
+uint32_t Transport::publish() {
+  Counter& mine = layout_->counters[options_.rank];
+  const uint32_t round = round_++;
+  mine.seq.store(round + 1, std::memory_order_seq_cst);
+  if (mine.waiters.load(std::memory_order_seq_cst) != 0) futexWake(&mine.seq);
+  return round;
+}
+
+// What a waiting rank checks every tick: the abort word, the peer's liveness, the timeout.
+void Transport::checkPeer(int peer, uint32_t round) {
+  const int32_t abort = layout_->control->abort.load(std::memory_order_acquire);
+  if (abort != 0) {
+    failed_ = true;
+    const int lost = abort - 1;
+    throw BackendError(detail::concat(
+        "shared-memory ", op_, " on scope '", options_.scope, "' failed on ", who(options_.rank), ": ", who(lost),
+        layout_->control->abort_kind.load() == 1 ? " is gone (it died or was killed)" : " gave up after a failure"));
+  }
+  if (pidfds_[peer] >= 0) {
+    pollfd p{pidfds_[peer], POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) fail(peer, detail::concat(who(peer), " died or was killed (round ", round, ")"));
+  }
+}
+
+void Transport::awaitPeer(int peer, uint32_t round) {
+  Counter& theirs = layout_->counters[peer];
+  const uint32_t target = round + 1;
+  if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
+  for (long i = 0; i < options_.spin; ++i) {
+    if (oversubscribed_) {
+      ::sched_yield();
+    } else {
+      cpuRelax();
+    }
+    if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
+  }
+  const auto deadline = Clock::now() + options_.timeout;
+  theirs.waiters.fetch_add(1, std::memory_order_seq_cst);
+  struct Leave {
+    Counter& c;
+    ~Leave() { c.waiters.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{theirs};
+  for (;;) {
+    const uint32_t seen = theirs.seq.load(std::memory_order_seq_cst);
+    if (reached(seen, target)) return;
+    checkPeer(peer, round);
+    if (Clock::now() > deadline) {
+      fail(options_.rank, detail::concat("timed out after ", options_.timeout.count(), " ms waiting for ", who(peer),
+                                         " (round ", round, ")"));
+    }
+    const timespec tick{0, 10 * 1000 * 1000};
+    futexWait(&theirs.seq, seen, &tick);
+  }
+}
+
+void Transport::awaitAll(uint32_t round) {
+  for (int r = 0; r < options_.size; ++r) {
+    if (r != options_.rank) awaitPeer(r, round);
+  }
+}
+
+std::byte* Transport::slot(uint32_t round, int rank) const {
+  return layout_->data + ((round & 1) * static_cast<size_t>(options_.size) + static_cast<size_t>(rank)) *
+                             options_.chunk_bytes;
+}
+
+std::byte* Transport::result(uint32_t round) const {
+  return layout_->data + (2 * static_cast<size_t>(options_.size) + (round & 1)) * options_.chunk_bytes;
+}
+
+void Transport::allreduce(void* data, size_t count, DataType type, ReduceOp op) {
+  guarded("allreduce", [&] {
+    const size_t es = gloo_backend::elementSize(type);
+    const int n = options_.size;
+    const int me = options_.rank;
+    const size_t per = options_.chunk_bytes / es;
+    const bool direct = n == 2 || count * es <= kDirectBytes;
+    auto* bytes = static_cast<std::byte*>(data);
+    for (size_t at = 0; at < count; at += per) {
+      const size_t m = std::min(per, count - at);
+      std::byte* mine = bytes + at * es;
+      const uint32_t round = round_;
+      std::memcpy(slot(round, me), mine, m * es);
+      publish();
+      awaitAll(round);
+      if (direct) {
+        // Every rank: slot 0 op slot 1 op ... in rank order, the same operands everywhere.
+        gloo_backend::reduce(type, op, mine, slot(round, 0), slot(round, 1), m);
+        for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, mine, mine, slot(round, r), m);
+        continue;
+      }
+      // This rank's share of the chunk, reduced once into the result area; everyone copies all shares.
+      const size_t lo = m * static_cast<size_t>(me) / n, hi = m * static_cast<size_t>(me + 1) / n;
+      std::byte* out = result(round) + lo * es;
+      if (hi > lo) {
+        gloo_backend::reduce(type, op, out, slot(round, 0) + lo * es, slot(round, 1) + lo * es, hi - lo);
+        for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, out, out, slot(round, r) + lo * es, hi - lo);
+      }
+      awaitAll(publish());
+      std::memcpy(mine, result(round), m * es);
+    }
+  });
+}
+
+void Transport::broadcast(void* data, size_t bytes, int root) {
+  HVD_CHECK(root >= 0 && root < options_.size, UsageError, "broadcast root ", root, " out of range for scope '",
+            options_.scope, "' of size ", options_.size);
+  guarded("broadcast", [&] {
+    auto* p = static_cast<std::byte*>(data);
+    for (size_t at = 0; at < bytes; at += options_.chunk_bytes) {
+      const size_t m = std::min(options_.chunk_bytes, bytes - at);
+      const uint32_t round = round_;
+      // Everyone waits for everyone, not only for the root: every round must end so (transport.h).
+      if (options_.rank == root) std::memcpy(slot(round, root), p + at, m);
+      awaitAll(publish());
+      if (options_.rank != root) std::memcpy(p + at, slot(round, root), m);
+    }
+  });
+}
+
+void Transport::allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
+  HVD_INTERNAL_ASSERT(static_cast<int>(bytesPerRank.size()) == options_.size, "allgatherv counts for ",
+                      bytesPerRank.size(), " ranks, scope size ", options_.size);
+  guarded("allgather", [&] {
+    const int n = options_.size;
+    const int me = options_.rank;
+    std::vector<size_t> offset(n + 1, 0);
+    for (int r = 0; r < n; ++r) offset[r + 1] = offset[r] + bytesPerRank[r];
+    const size_t longest = *std::max_element(bytesPerRank.begin(), bytesPerRank.end());
+    auto* o = static_cast<std::byte*>(out);
+    if (bytesPerRank[me]) std::memcpy(o + offset[me], in, bytesPerRank[me]);
+    for (size_t at = 0; at < longest; at += options_.chunk_bytes) {
+      const uint32_t round = round_;
+      auto piece = [&](int r) { return at < bytesPerRank[r] ? std::min(options_.chunk_bytes, bytesPerRank[r] - at) : 0; };
+      if (const size_t m = piece(me)) std::memcpy(slot(round, me), static_cast<const std::byte*>(in) + at, m);
+      publish();
+      awaitAll(round);
+      for (int r = 0; r < n; ++r) {
+        if (r == me) continue;
+        if (const size_t m = piece(r)) std::memcpy(o + offset[r] + at, slot(round, r), m);
+      }
+    }
+  });
+}
+
+void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                          const std::vector<size_t>& recvBytes) {
+  const int n = options_.size;
+  HVD_INTERNAL_ASSERT(static_cast<int>(sendBytes.size()) == n && static_cast<int>(recvBytes.size()) == n,
+                      "alltoallv counts for ", sendBytes.size(), "/", recvBytes.size(), " ranks, scope size ", n);
+  guarded("alltoall", [&] {
+    const int me = options_.rank;
+    std::vector<size_t> send_at(n + 1, 0), recv_at(n + 1, 0);
+    for (int p = 0; p < n; ++p) {
+      send_at[p + 1] = send_at[p] + sendBytes[p];
+      recv_at[p + 1] = recv_at[p] + recvBytes[p];
+    }
+    const auto* src = static_cast<const std::byte*>(in);
+    auto* dst = static_cast<std::byte*>(out);
+    HVD_CHECK(sendBytes[me] == recvBytes[me], BackendError, "alltoall on scope '", options_.scope, "': rank ", me,
+              " sends itself ", sendBytes[me], " bytes but expects ", recvBytes[me]);
+    if (sendBytes[me]) std::memcpy(dst + recv_at[me], src + send_at[me], sendBytes[me]);
+    // Every rank must run the same number of rounds; each knows only its own row of the matrix, so the
+    // first round exchanges the longest message each rank sends.
+    const size_t mine = *std::max_element(sendBytes.begin(), sendBytes.end());
+    uint32_t round = round_;
+    std::memcpy(slot(round, me), &mine, sizeof mine);
+    publish();
+    awaitAll(round);
+    size_t longest = 0;
+    for (int r = 0; r < n; ++r) {
+      size_t theirs = 0;
+      std::memcpy(&theirs, slot(round, r), sizeof theirs);
+      longest = std::max(longest, theirs);
+    }
+    // Each slot holds one sub-slot per destination.
+    const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine;
+    for (size_t at = 0; at < longest; at += sub) {
+      round = round_;
+      for (int p = 0; p < n; ++p) {
+        if (p != me && at < sendBytes[p]) {
+          std::memcpy(slot(round, me) + p * sub, src + send_at[p] + at, std::min(sub, sendBytes[p] - at));
+        }
+      }
+      publish();
+      awaitAll(round);
+      for (int q = 0; q < n; ++q) {
+        if (q != me && at < recvBytes[q]) {
+          std::memcpy(dst + recv_at[q] + at, slot(round, q) + me * sub, std::min(sub, recvBytes[q] - at));
+        }
+      }
+    }
+  });
+}
+
+void Transport::reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) {
+  const int n = options_.size;
+  HVD_INTERNAL_ASSERT(static_cast<int>(counts.size()) == n, "reducescatter counts for ", counts.size(),
+                      " ranks, scope size ", n);
+  if (n == 1) return;  // block 0 is data itself
+  guarded("reducescatter", [&] {
+    const int me = options_.rank;
+    const size_t es = gloo_backend::elementSize(type);
+    std::vector<size_t> first(n + 1, 0);
+    for (int p = 0; p < n; ++p) first[p + 1] = first[p] + counts[p];
+    const size_t longest = *std::max_element(counts.begin(), counts.end());
+    // One sub-slot per block: rank me reduces sub-slot me of every rank, in rank order.
+    const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine / es;
+    auto* base = static_cast<std::byte*>(data);
+    for (size_t at = 0; at < longest; at += sub) {
+      const uint32_t round = round_;
+      for (int p = 0; p < n; ++p) {
+        if (at < counts[p]) {
+          std::memcpy(slot(round, me) + p * sub * es, base + (first[p] + at) * es, std::min(sub, counts[p] - at) * es);
+        }
+      }
+      publish();
+      awaitAll(round);
+      if (at < counts[me]) {
+        const size_t m = std::min(sub, counts[me] - at);
+        std::byte* o = base + (first[me] + at) * es;
+        const size_t within = me * sub * es;
+        gloo_backend::reduce(type, op, o, slot(round, 0) + within, slot(round, 1) + within, m);
+        for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, o, o, slot(round, r) + within, m);
+      }
+    }
+  });
+}
+
+void Transport::barrier() {
+  guarded("barrier", [&] { awaitAll(publish()); });
+}
+
+}  // namespace hvd::runtime::shm

@@ -1,0 +1,103 @@
+// shm::Transport: the collectives of the ranks of one host over one shared-memory segment.
+//
+// Layout (Segment, see segment.h): a control block, one counter per rank, the ranks' pids, then the data
+// area: two parities of `size` slots of chunk bytes (one slot per rank), and two result areas of chunk
+// bytes. The default chunk (256 KiB) was chosen by measurement (bench/ceilings/shm_allreduce, see
+// docs/runtime.md): big enough that a round's fixed cost is small, small enough that what one rank wrote
+// is still in a shared cache when the others read it.
+//
+// Rounds. Every operation is a sequence of rounds, numbered across operations (the same on every rank,
+// since every rank runs the same operations). In round k a rank writes its slot of parity k % 2, publishes
+// (its counter becomes k + 1, a futex wake only when someone sleeps on it), waits until the peers it reads
+// from have published k + 1, and reads. The rule that makes reuse safe: a slot is read only in the round
+// it was written, and a result area only in that round or the next, after which every reader has
+// published again; a writer of round k + 2 has seen those publishes (every round ends with a wait for all
+// the readers it has), so nothing is overwritten while someone reads it.
+//
+// Waiting: poll the peer's counter (a CPU pause between polls) for `spin` polls, then sleep on it with
+// FUTEX_WAIT in ticks of 10 ms. Where the host has fewer cores than ranks, the polls yield the core
+// (sched_yield) and stop after a few, so that an oversubscribed host does not starve the rank being
+// waited for. Each tick checks:
+//   - the peer's liveness (a pidfd, polled): a rank that died makes every other fail at its next tick,
+//     naming it; a stopped rank (SIGSTOP) is alive and is waited for;
+//   - the group's abort word, set by a rank that found a peer dead or gave up, so that ranks waiting on
+//     a survivor fail too instead of waiting for the timeout;
+//   - the timeout (HOROVOD_GLOO_TIMEOUT_SECONDS, as for Gloo).
+//
+// Results are bit-identical on every rank: every element is reduced once, by one rank, in rank order
+// (allreduce of more than two ranks and reducescatter), or by every rank with the same operands in the
+// same order (allreduce of two ranks, or of any number up to kDirectBytes: fewer rounds).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+#include "runtime/shm/segment.h"
+#include "runtime/transport.h"
+
+namespace hvd::runtime::shm {
+
+struct Options {
+  std::string scope = "shm_localhost";  // store prefix of the segment's rendezvous
+  int rank = 0;
+  int size = 1;
+  std::vector<int> names;  // the job's rank of each member, for messages; empty: the same as rank
+  std::chrono::milliseconds timeout{rendezvous::Store::kDefaultTimeout};
+  size_t chunk_bytes = 256 * 1024;  // a multiple of 64
+  long spin = -1;                    // polls before sleeping; -1: 20000, or 16 yields when oversubscribed
+};
+
+// Allreduces up to this many bytes reduce everything on every rank (one round) at any group size.
+inline constexpr size_t kDirectBytes = 64 * 1024;
+
+class Transport final : public runtime::Transport {
+ public:
+  // Collective over the group (see Segment::share). Throws BackendError / StoreError naming the cause.
+  static std::unique_ptr<Transport> connect(const std::shared_ptr<rendezvous::Store>& store, Options options);
+  ~Transport() override;
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  const char* path() const override { return "SHM"; }
+
+  void allreduce(void* data, size_t count, DataType type, ReduceOp op) override;
+  void broadcast(void* data, size_t bytes, int root) override;
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override;
+  void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                 const std::vector<size_t>& recvBytes) override;
+  void reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) override;
+  void barrier() override;
+  void close(bool orderly) noexcept override;
+  bool failed() const override { return failed_; }
+
+ private:
+  struct Layout;
+  Transport(Options options, Segment segment);
+  template <typename F>
+  void guarded(const char* what, F&& body);
+
+  // Round primitives (see the header comment).
+  uint32_t publish();                         // ends this rank's writes of the current round; returns it
+  void awaitPeer(int peer, uint32_t round);   // until peer published `round`
+  void awaitAll(uint32_t round);
+  std::byte* slot(uint32_t round, int rank) const;
+  std::byte* result(uint32_t round) const;
+  [[noreturn]] void fail(int lost, const std::string& why);
+  void checkPeer(int peer, uint32_t round);
+  std::string who(int rank) const;
+
+  Options options_;
+  Segment segment_;
+  std::unique_ptr<Layout> layout_;
+  std::vector<int> pidfds_;  // -1: no pidfd (this process, or pidfd_open unavailable)
+  uint32_t round_ = 0;       // the next round this rank publishes
+  const char* op_ = "";      // the operation in progress, for messages
+  bool oversubscribed_ = false;
+  bool failed_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace hvd::runtime::shm
