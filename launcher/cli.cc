@@ -84,6 +84,8 @@ const std::map<std::string, std::pair<std::string, bool>> kSwitches = {
     {"hierarchical-allgather", {"hierarchical-allgather", true}},
     {"no-hierarchical-allgather", {"hierarchical-allgather", false}},
     {"torus-allreduce", {"torus-allreduce", true}},
+    {"shared-memory", {"shared-memory", true}},
+    {"no-shared-memory", {"shared-memory", false}},
     {"no-torus-allreduce", {"torus-allreduce", false}},
     {"autotune", {"autotune", true}},
     {"no-autotune", {"autotune", false}},
@@ -165,6 +167,8 @@ po::options_description makeDescription() {
       ("no-hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE=0")
       ("hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER=1")
       ("no-hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER=0")
+      ("shared-memory", "HVD_SHARED_MEMORY=1 (the default): ranks of one host exchange data through shared memory")
+      ("no-shared-memory", "HVD_SHARED_MEMORY=0: ranks of one host exchange data over TCP loopback, as between hosts")
       ("torus-allreduce", "HOROVOD_TORUS_ALLREDUCE=1")
       ("no-torus-allreduce", "HOROVOD_TORUS_ALLREDUCE=0")
       ("autotune", "HOROVOD_AUTOTUNE=1")
@@ -387,6 +391,7 @@ const std::vector<Tunable> kTunables = {
     {"hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", "params", "hierarchical_allgather",
      Kind::kBool},
     {"torus-allreduce", "HOROVOD_TORUS_ALLREDUCE", "params", "torus_allreduce", Kind::kBool},
+    {"shared-memory", "HVD_SHARED_MEMORY", "params", "shared_memory", Kind::kBool},
     {"autotune", "HOROVOD_AUTOTUNE", "autotune", "enabled", Kind::kBool},
     {"autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "autotune", "log_file", Kind::kString, false, false, 1,
      "autotune"},

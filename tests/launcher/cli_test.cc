@@ -170,6 +170,9 @@ TEST_CASE("tuning flags become worker variables", "[cli]") {
   CHECK(envOf(o, "HOROVOD_NUM_NCCL_STREAMS") == "2");
   CHECK(envOf(parse({"-np", "1", "--cycle-time-ms", "0.5", "t"}), "HOROVOD_CYCLE_TIME") == "0.5");
   // The later of a flag pair wins.
+  // The shared-memory switch: off by flag or config key, the later flag wins, on by default (unset).
+  CHECK(envOf(parse({"-np", "1", "--no-shared-memory", "t"}), "HVD_SHARED_MEMORY") == "0");
+  CHECK(envOf(parse({"-np", "1", "--no-shared-memory", "--shared-memory", "t"}), "HVD_SHARED_MEMORY") == "1");
   CHECK(envOf(parse({"-np", "1", "--hierarchical-allreduce", "--no-hierarchical-allreduce", "t"}),
               "HOROVOD_HIERARCHICAL_ALLREDUCE") == "0");
   // Autotune variables only with autotune on; mark-cycles only with a timeline file.

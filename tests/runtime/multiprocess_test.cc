@@ -1,6 +1,10 @@
 // Multi-process tests: real worker processes, a real rendezvous server, real Gloo over loopback.
 #include <catch2/catch.hpp>
 
+#include <dirent.h>
+#include <signal.h>
+
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <unistd.h>
@@ -89,6 +93,86 @@ TEST_CASE("a peer that dies mid-run fails every survivor's pending handle, no ha
     REQUIRE_FALSE(results[r].timed_out);
     CHECK(results[r].output.find("survived: step 5 failed") != std::string::npos);
   }
+}
+
+TEST_CASE("shared memory: a rank SIGKILLed inside a collective fails every survivor within 2 s, naming it",
+          "[multiprocess][failure][shm]") {
+  JobOptions o;
+  o.np = 3;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "kill_mid"};
+  o.env = {{"HOROVOD_GLOO_TIMEOUT_SECONDS", "30"}};  // the timeout is not what ends it
+  o.timeout = std::chrono::seconds(40);
+  const auto results = runJob(o);
+  INFO(describe(results));
+  REQUIRE(results[1].signal == SIGKILL);
+  for (int r : {0, 2}) {
+    REQUIRE(results[r].exit_code == 0);
+    const auto& out = results[r].output;
+    CHECK(out.find("shared-memory allreduce") != std::string::npos);
+    CHECK(out.find("rank 1 (pid ") != std::string::npos);
+    const auto at = out.find("failed with status");
+    REQUIRE(at != std::string::npos);
+    const auto after = out.find(" after ", at);
+    REQUIRE(after != std::string::npos);
+    CHECK(std::stod(out.substr(after + 7)) < 2.0);
+  }
+}
+
+TEST_CASE("shared memory: a rank stopped for 3 s (SIGSTOP, SIGCONT) is waited for, not failed",
+          "[multiprocess][shm]") {
+  JobOptions o;
+  o.np = 2;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "stop"};
+  o.timeout = std::chrono::seconds(40);
+  const auto results = runJob(o);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("stop ok after") != std::string::npos);
+  }
+}
+
+namespace {
+
+// What a job could leave behind: entries of /dev/shm, and abstract unix sockets of the segment's handover.
+std::set<std::string> leftovers() {
+  std::set<std::string> found;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (const dirent* e = ::readdir(d)) {
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) found.insert(e->d_name);
+    }
+    ::closedir(d);
+  }
+  std::ifstream unix_sockets("/proc/net/unix");
+  for (std::string line; std::getline(unix_sockets, line);) {
+    if (line.find("@hvd-shm-") != std::string::npos) found.insert(line.substr(line.find("@hvd-shm-")));
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("shared memory: nothing is left in /dev/shm or as a socket after a job, even one SIGKILLed whole",
+          "[multiprocess][shm]") {
+  const auto before = leftovers();
+  JobOptions o;
+  o.np = 3;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "forever"};
+  o.timeout = std::chrono::seconds(2);  // then every worker is SIGKILLed
+  auto results = runJob(o);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    REQUIRE(r.timed_out);
+    REQUIRE(r.signal == SIGKILL);
+    REQUIRE(r.output.find("running") != std::string::npos);  // it was past init, inside the loop
+  }
+  CHECK(leftovers() == before);
+  // And after an orderly job.
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "timeline"};
+  o.timeout = std::chrono::seconds(30);
+  results = runJob(o);
+  for (const auto& r : results) REQUIRE(r.exit_code == 0);
+  CHECK(leftovers() == before);
 }
 
 TEST_CASE("stall inspector names the tensor and the missing ranks, then shuts down", "[multiprocess][stall]") {

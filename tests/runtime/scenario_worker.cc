@@ -3,9 +3,16 @@
 //           the error it gets (the stall shutdown)
 //   die     every rank allreduces in a loop; rank 1 exits abruptly (_exit) after a few steps; the
 //           survivors print the error their pending handle failed with and exit 0
+//   kill_mid  every rank allreduces 64 MiB in a loop; at step 3 rank 1 submits, waits 2 ms (the others are
+//           then inside the collective) and SIGKILLs itself; the survivors print their error as for die
+//   stop    (2 ranks) allreduces of 1 MiB for 4 s, checked each step, while rank 0 stops rank 1 with
+//           SIGSTOP for 3 s and then continues it; prints "stop ok after N steps" or what differed
+//   forever  allreduces until killed (for the tests that SIGKILL a whole job)
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
 //   process_sets  (3 ranks, HOROVOD_DYNAMIC_PROCESS_SETS=1) the C++ ProcessSet API and hvd_enqueue_group;
 //           prints "process_sets ok" or what differed
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -54,6 +61,76 @@ int main(int argc, char** argv) {
         hvd_shutdown();
         return 0;
       }
+    }
+  }
+  if (std::strcmp(scenario, "kill_mid") == 0) {
+    std::vector<float> big(16u << 20, 1.0f);
+    for (int step = 0;; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      const int h = hvd_allreduce_async("big", big.data(), big.data(), big.size(), HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      if (rank == 1 && step == 3) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        ::raise(SIGKILL);
+      }
+      const int status = h < 0 ? h : hvd_wait(h);
+      if (status != HVD_SUCCESS) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::printf("rank %d survived: step %d failed with status %d after %.3f s: %s\n", rank, step, status, s,
+                    hvd_error_text());
+        hvd_shutdown();
+        return 0;
+      }
+    }
+  }
+  if (std::strcmp(scenario, "stop") == 0) {
+    // Every rank's pid, so that rank 0 can stop rank 1.
+    std::vector<int64_t> pids(hvd_size(), 0);
+    pids[rank] = ::getpid();
+    int h = hvd_allreduce_async("pids", pids.data(), pids.data(), pids.size(), HVD_INT64, HVD_SUM, 1.0, 1.0);
+    if (h < 0 || hvd_wait(h) != HVD_SUCCESS) return 3;
+    std::thread stopper;
+    if (rank == 0) {
+      stopper = std::thread([victim = static_cast<pid_t>(pids[1])] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::kill(victim, SIGSTOP);
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        ::kill(victim, SIGCONT);
+      });
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<float> data((1u << 18) + 1);
+    int steps = 0;
+    for (;; ++steps) {
+      for (size_t i = 0; i + 1 < data.size(); ++i) data[i] = static_cast<float>(rank + (i + steps) % 5);
+      // The last element: 1 from rank 0 once it has run 4 s, telling every rank to stop after this step.
+      data.back() = rank == 0 && std::chrono::steady_clock::now() - start > std::chrono::seconds(4) ? 1.0f : 0.0f;
+      h = hvd_allreduce_async("step", data.data(), data.data(), data.size(), HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      const int status = h < 0 ? h : hvd_wait(h);
+      if (status != HVD_SUCCESS) {
+        std::printf("rank %d: step %d failed with status %d: %s\n", rank, steps, status, hvd_error_text());
+        if (stopper.joinable()) stopper.join();
+        return 1;
+      }
+      for (size_t i = 0; i + 1 < data.size(); ++i) {
+        const float want = static_cast<float>(2 * ((i + steps) % 5) + 1);
+        if (data[i] != want) {
+          std::printf("rank %d: step %d element %zu is %g, want %g\n", rank, steps, i, data[i], want);
+          return 1;
+        }
+      }
+      if (data.back() != 0.0f) break;
+    }
+    if (stopper.joinable()) stopper.join();
+    std::printf("rank %d: stop ok after %d steps\n", rank, steps + 1);
+    hvd_shutdown();
+    return 0;
+  }
+  if (std::strcmp(scenario, "forever") == 0) {
+    std::vector<float> data(1u << 16, 1.0f);
+    std::printf("rank %d: running\n", rank);
+    std::fflush(stdout);
+    for (;;) {
+      if (allreduceOnce("forever", data.data(), data.size()) != HVD_SUCCESS) return 1;
     }
   }
   if (std::strcmp(scenario, "timeline") == 0) {
