@@ -426,7 +426,6 @@ const std::vector<Tunable> kTunables = {
 
 // Tunables that libhvd does not act on (key, why). Horovod's own workers under hvdrun do.
 const std::vector<std::pair<std::string, std::string>> kIgnoredByLibhvd = {
-    {"hierarchical-allreduce", "libhvd has no hierarchical allreduce yet"},
     {"hierarchical-allgather", "libhvd has no hierarchical allgather yet"},
     {"torus-allreduce", "libhvd has no torus allreduce"},
     {"autotune", "libhvd does not autotune yet"},

@@ -115,6 +115,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.log_level = parseLogLevel(read(getenv, "HOROVOD_LOG_LEVEL"));
   o.gpu_pinning = !readBool(getenv, "HVD_DISABLE_GPU_PINNING", false);
   o.shared_memory = readBool(getenv, "HVD_SHARED_MEMORY", true);
+  o.hierarchical_allreduce = readBool(getenv, "HOROVOD_HIERARCHICAL_ALLREDUCE", false);
   o.validate();
   HVD_CHECK(o.size == 1 || o.rendezvous_addr.has_value(), UsageError, "HOROVOD_SIZE=", o.size,
             " but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: a multi-process job needs the rendezvous "

@@ -17,6 +17,8 @@
 //   HOROVOD_LOG_LEVEL                     trace|debug|info|warning|error|fatal (warning)
 //   HOROVOD_DYNAMIC_PROCESS_SETS          1: process sets may be added and removed after init
 //   HVD_DISABLE_GPU_PINNING               1: do not select a CUDA device at init
+//   HOROVOD_HIERARCHICAL_ALLREDUCE        1: allreduce within hosts over shared memory, across hosts over Gloo
+//                                         (several ranks on each of several hosts; default 0)
 //   HVD_SHARED_MEMORY                     0: ranks of one host exchange data over TCP (Gloo) instead of
 //                                         shared memory (default 1)
 //   CUDA_VISIBLE_DEVICES                  honoured by the CUDA runtime when pinning
@@ -68,6 +70,7 @@ struct RuntimeOptions {
   LogLevel log_level = LogLevel::kWarning;
   bool gpu_pinning = true;
   bool shared_memory = true;
+  bool hierarchical_allreduce = false;
 
   // Reads the variables above through getenv (injectable for tests) and validates them. SIZE > 1
   // without a rendezvous server is a UsageError (Horovod silently runs every rank as a single process

@@ -22,6 +22,7 @@
 #include "runtime/coordinator.h"
 #include "runtime/gloo_transport.h"
 #include "runtime/gpu.h"
+#include "runtime/hierarchical.h"
 #include "runtime/log.h"
 #include "runtime/shm/transport.h"
 #include "runtime/timeline.h"
@@ -141,6 +142,7 @@ class Runtime::Impl {
   std::shared_ptr<Communicator> global_, local_, cross_;
   // The ranks of this host over shared memory (HVD_SHARED_MEMORY, more than one local rank).
   std::shared_ptr<shm::Transport> shm_;
+  bool hierarchical_ = false;  // allreduce: shared memory within hosts, Gloo across (all ranks agree)
   // Background thread only: the data path of every process set this rank is a member of (0: the job).
   std::map<int32_t, std::shared_ptr<Transport>> set_comms_;
   // Every registered set, members or not (user threads read it through processSet()).
@@ -235,6 +237,17 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
       shm_ = shm::Transport::connect(store_, o);
       phase("shared memory");
+    }
+    if (options_.hierarchical_allreduce && options_.size > 1) {
+      // Every rank must take the same path: hierarchical only where every host has as many ranks as this
+      // one and shared memory works on all of them (a MIN over the job, once).
+      int32_t ok = shm_ && options_.cross_size > 1 && options_.local_size * options_.cross_size == options_.size;
+      global_->allreduce(&ok, 1, DataType::kInt32, ReduceOp::kMin);
+      hierarchical_ = ok == 1;
+      if (!hierarchical_ && options_.rank == 0) {
+        log(LogLevel::kWarning, "HOROVOD_HIERARCHICAL_ALLREDUCE=1 ignored: it needs several hosts with the same "
+                                "number of ranks each, and shared memory on (HVD_SHARED_MEMORY)");
+      }
     }
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     HVD_CHECK(wake_fd_ >= 0, NetworkError, "eventfd failed: ", errnoText(errno));
@@ -822,7 +835,9 @@ void Runtime::Impl::timelineEnd(const Response& s) {
 
 std::shared_ptr<Transport> Runtime::Impl::globalTransport() {
   if (shm_ && options_.cross_size == 1) return shm_;
-  return std::make_shared<GlooTransport>(global_);
+  auto flat = std::make_shared<GlooTransport>(global_);
+  if (hierarchical_) return std::make_shared<HierarchicalTransport>(shm_, std::make_shared<GlooTransport>(cross_), flat);
+  return flat;
 }
 
 void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {

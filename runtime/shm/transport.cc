@@ -305,7 +305,8 @@ void Transport::allgatherv(const void* in, void* out, const std::vector<size_t>&
     for (int r = 0; r < n; ++r) offset[r + 1] = offset[r] + bytesPerRank[r];
     const size_t longest = *std::max_element(bytesPerRank.begin(), bytesPerRank.end());
     auto* o = static_cast<std::byte*>(out);
-    if (bytesPerRank[me]) std::memcpy(o + offset[me], in, bytesPerRank[me]);
+    // In place (in is this rank's block of out) needs no copy.
+    if (bytesPerRank[me] && in != o + offset[me]) std::memcpy(o + offset[me], in, bytesPerRank[me]);
     for (size_t at = 0; at < longest; at += options_.chunk_bytes) {
       const uint32_t round = round_;
       auto piece = [&](int r) { return at < bytesPerRank[r] ? std::min(options_.chunk_bytes, bytesPerRank[r] - at) : 0; };

@@ -7,6 +7,8 @@
 //           then inside the collective) and SIGKILLs itself; the survivors print their error as for die
 //   stop    (2 ranks) allreduces of 1 MiB for 4 s, checked each step, while rank 0 stops rank 1 with
 //           SIGSTOP for 3 s and then continues it; prints "stop ok after N steps" or what differed
+//   checksum  allreduces of several sizes, types and ops (sums, averages, maxima of small integers, exact in
+//           any order); prints "rank R checksum H", H a hash of every result (for comparing data paths)
 //   forever  allreduces until killed (for the tests that SIGKILL a whole job)
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
 //   process_sets  (3 ranks, HOROVOD_DYNAMIC_PROCESS_SETS=1) the C++ ProcessSet API and hvd_enqueue_group;
@@ -122,6 +124,45 @@ int main(int argc, char** argv) {
     }
     if (stopper.joinable()) stopper.join();
     std::printf("rank %d: stop ok after %d steps\n", rank, steps + 1);
+    hvd_shutdown();
+    return 0;
+  }
+  if (std::strcmp(scenario, "checksum") == 0) {
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over every result byte
+    auto mix = [&](const void* p, size_t bytes) {
+      for (size_t i = 0; i < bytes; ++i) hash = (hash ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+    };
+    int k = 0;
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{300001}, size_t{1} << 20}) {
+      std::vector<float> f(count);
+      std::vector<double> d(count);
+      std::vector<int32_t> x(count);
+      for (size_t i = 0; i < count; ++i) {
+        f[i] = static_cast<float>((rank * 7 + i) % 11);
+        d[i] = static_cast<double>((rank * 5 + i) % 13) * 0.5;
+        x[i] = static_cast<int32_t>((rank * 3 + i) % 17) - 8;
+      }
+      std::vector<float> avg = f;
+      const struct {
+        void* data;
+        hvd_dtype type;
+        hvd_reduce_op op;
+        size_t bytes;
+      } ops[] = {{f.data(), HVD_FLOAT32, HVD_SUM, count * 4},
+                 {avg.data(), HVD_FLOAT32, HVD_AVERAGE, count * 4},
+                 {d.data(), HVD_FLOAT64, HVD_SUM, count * 8},
+                 {x.data(), HVD_INT32, HVD_MAX, count * 4}};
+      for (const auto& o : ops) {
+        const std::string name = "checksum." + std::to_string(k++);
+        const int h = hvd_allreduce_async(name.c_str(), o.data, o.data, count, o.type, o.op, 1.0, 1.0);
+        if (h < 0 || hvd_wait(h) != HVD_SUCCESS) {
+          std::printf("rank %d: %s failed: %s\n", rank, name.c_str(), hvd_error_text());
+          return 1;
+        }
+        mix(o.data, o.bytes);
+      }
+    }
+    std::printf("rank %d checksum %016llx\n", rank, static_cast<unsigned long long>(hash));
     hvd_shutdown();
     return 0;
   }

@@ -131,6 +131,42 @@ TEST_CASE("6 ranks over 3 ssh hosts: rank, local_rank, cross_rank, and an allred
   }
 }
 
+TEST_CASE("hierarchical allreduce on 2 and 3 hosts x 2 ranks: the same results as the flat path") {
+  requireLab();
+  SshHome home;
+  NetnsLab lab(3, home);
+  const std::string worker = buildDir() + "/tests/runtime/scenario_worker";
+  for (int hosts : {2, 3}) {
+    std::string list;
+    for (int i = 0; i < hosts; ++i) list += (i ? "," : "") + lab.hostAddress(i) + ":2";
+    std::map<std::string, std::string> checksums;  // path -> the checksum every rank printed
+    for (const std::string path : {"GLOO", "HIERARCHICAL"}) {
+      CAPTURE(hosts, path);
+      std::vector<std::string> args = {"-np", std::to_string(2 * hosts), "-H", list, "--ssh-known-hosts", "strict",
+                                       "-x", "HOROVOD_LOG_LEVEL=info"};
+      if (path == "HIERARCHICAL") args.push_back("--hierarchical-allreduce");
+      args.insert(args.end(), {worker, "checksum"});
+      Hvdrun run(lab, home, args, home.home() + "/hvdrun.out");
+      const int rc = run.wait(90s);
+      INFO(run.output());
+      REQUIRE(rc == 0);
+      CHECK(run.output().find("data path of the job: " + path) != std::string::npos);
+      const std::regex re(R"(\[(\d+)\]<stdout>:rank (\d+) checksum ([0-9a-f]+))");
+      std::set<std::string> seen;
+      int ranks = 0;
+      const std::string out = run.output();
+      for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+        seen.insert((*it)[3]);
+        ++ranks;
+      }
+      REQUIRE(ranks == 2 * hosts);
+      REQUIRE(seen.size() == 1);  // bit-identical on every rank
+      checksums[path] = *seen.begin();
+    }
+    CHECK(checksums["GLOO"] == checksums["HIERARCHICAL"]);
+  }
+}
+
 TEST_CASE("without hvd-proxy (HVD_SSH_PROXY=never): one channel per rank, same result") {
   requireLab();
   SshHome home;

@@ -1,0 +1,53 @@
+// HierarchicalTransport: allreduce in three steps for jobs with several ranks on each of several hosts
+// (HOROVOD_HIERARCHICAL_ALLREDUCE=1):
+//   1. reduce-scatter within the host over shared memory: local rank k ends up with block k of the
+//      buffer reduced over its host (blocks: count / local_size elements, the first count % local_size
+//      one more);
+//   2. allreduce of block k across hosts over Gloo, in the context of the ranks with local rank k
+//      (cross_<k>), so every local rank carries 1/local_size of the traffic between hosts, in parallel;
+//   3. allgather within the host over shared memory.
+// Every block is reduced in the same order on every host's rank k, then by one Gloo allreduce that is
+// bit-identical across its members, so results are bit-identical on every rank, as on the flat path.
+// Needs the same number of ranks on every host (the runtime checks this on every rank together and
+// falls back to the flat path otherwise). The other collectives run on the flat path.
+#pragma once
+
+#include <memory>
+
+#include "runtime/transport.h"
+
+namespace hvd::runtime {
+
+class HierarchicalTransport final : public Transport {
+ public:
+  // local: the ranks of this host; cross: the ranks with this local rank, one per host; flat: the job.
+  HierarchicalTransport(std::shared_ptr<Transport> local, std::shared_ptr<Transport> cross,
+                        std::shared_ptr<Transport> flat)
+      : local_(std::move(local)), cross_(std::move(cross)), flat_(std::move(flat)) {}
+
+  int rank() const override { return flat_->rank(); }
+  int size() const override { return flat_->size(); }
+  const char* path() const override { return "HIERARCHICAL"; }
+
+  void allreduce(void* data, size_t count, DataType type, ReduceOp op) override;
+  void broadcast(void* data, size_t bytes, int root) override { flat_->broadcast(data, bytes, root); }
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override {
+    flat_->allgatherv(in, out, bytesPerRank);
+  }
+  void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                 const std::vector<size_t>& recvBytes) override {
+    flat_->alltoallv(in, sendBytes, out, recvBytes);
+  }
+  void reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) override {
+    flat_->reduceScatter(data, counts, type, op);
+  }
+  void barrier() override { flat_->barrier(); }
+  // The parts are closed by their owner (the runtime closes each context once, in rendezvous order).
+  void close(bool) noexcept override {}
+  bool failed() const override { return local_->failed() || cross_->failed() || flat_->failed(); }
+
+ private:
+  std::shared_ptr<Transport> local_, cross_, flat_;
+};
+
+}  // namespace hvd::runtime
