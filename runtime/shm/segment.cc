@@ -65,51 +65,52 @@ std::byte* mapFd(int fd, size_t bytes, const std::string& scope) {
   return static_cast<std::byte*>(p);
 }
 
-void sendFd(int conn, int fd, const std::string& scope) {
+// One byte of payload with room for one descriptor: what sendFd and receiveFd exchange.
+struct FdMessage {
   char byte = 'm';
   iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+void sendFd(int conn, int fd, const std::string& scope) {
+  FdMessage m;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   ssize_t rv;
   do {
-    rv = ::sendmsg(conn, &msg, MSG_NOSIGNAL);
+    rv = ::sendmsg(conn, &m.msg, MSG_NOSIGNAL);
   } while (rv < 0 && errno == EINTR);
   HVD_CHECK(rv == 1, BackendError, "shared memory of scope '", scope, "': handing the segment to a peer failed: ",
             errnoText(errno));
 }
 
 int receiveFd(int conn, const std::string& scope) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  FdMessage m;
   ssize_t rv;
   do {
-    rv = ::recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+    rv = ::recvmsg(conn, &m.msg, MSG_CMSG_CLOEXEC);
   } while (rv < 0 && errno == EINTR);
   HVD_CHECK(rv == 1, BackendError, "shared memory of scope '", scope, "': receiving the segment from rank 0 failed: ",
             rv == 0 ? std::string("connection closed") : errnoText(errno));
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   HVD_CHECK(c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS, BackendError, "shared memory of scope '",
             scope, "': rank 0 sent no file descriptor");
   int fd = -1;
   std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
   return fd;
 }
-
 
 }  // namespace
 
