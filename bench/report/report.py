@@ -24,6 +24,7 @@ NAMES = {
     "torchrun": "torchrun (default)", "torchrun_mi01": "torchrun --monitor_interval 0.1",
     "torch_tcpstore": "torch TCPStore",
     "ddp": "torch DDP (gloo)", "ddp_malloc": "torch DDP, hvdrun's malloc settings", "horovod": "Horovod",
+    "hvd_tcp": "hvd over TCP (--no-shared-memory)", "openmpi_yield": "Open MPI, mpi_yield_when_idle 1",
 }
 ALLREDUCE_SUBJECTS = ["hvd", "hvd_bench", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
 LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
@@ -34,6 +35,10 @@ TRAIN_FIGURES = [("samples_per_s", "samples/s, global (higher is better)", True)
                  ("step_ms", "step, ms", False),
                  ("comm_wait_ms", "waiting on communication per step, ms", False),
                  ("local_step_ms", "the same step on one rank without communication, ms", False)]
+SHM_SUBJECTS = ["hvd", "hvd_tcp", "openmpi", "mpich"]            # np=2 allreduce and fusion
+SHM_COLLECTIVE_SUBJECTS = ["hvd", "openmpi", "mpich"]           # np=2 allgather, broadcast, ...
+SHM_NP4_SUBJECTS = ["hvd", "hvd_tcp", "openmpi_yield"]          # np=4 allreduce, oversubscribed
+SHM_COLLECTIVES = ["allgather", "broadcast", "alltoall", "reducescatter"]
 FUSION_VARIANTS = [("fused", "fused by the runtime (async, then wait)"), ("async", "all async, then wait"),
                    ("one_by_one", "one by one, synchronous"), ("manual_cat", "manual cat + 1 allreduce + copy back"),
                    ("single_400k", "one 400 KiB allreduce (lower bound)")]
@@ -86,6 +91,7 @@ def get(data, key):
 def why_absent(data, *subjects):
     for s in subjects:
         section = s.split(":")[0] if s in ("rendezvous", "ssh") or s.startswith("train") else None
+        section = "shm" if s.startswith("shm") else section
         if section and section not in data.get("sections", [section]):
             return f"section `{section}` not selected in this run"
         st = data["status"].get(s)
@@ -117,6 +123,43 @@ def absolute_target(data, tid, issue, text, key, limit, higher_better, unit, abs
     t.update(status="MET" if met else "MISSED", ours=v,
              measured=f"{fmt(v['median'])} {unit} [{fmt(v['min'])}-{fmt(v['max'])}]")
     return t
+
+
+def faster_peer_target(data, tid, text, ours_key, peer_keys, limit, unit, absent):
+    """ratio_target against whichever of peer_keys has the lower median (a latency: lower is better)."""
+    measured = [k for k in peer_keys if get(data, k)]
+    peer = min(measured, key=lambda k: get(data, k)["median"]) if measured else peer_keys[0]
+    t = ratio_target(data, tid, None, text, ours_key, peer, limit, False, unit, absent)
+    if t.get("measured"):
+        t["measured"] += f" (the faster MPI here: {name(peer.rsplit('.', 1)[1])})"
+    return t
+
+
+def shm_targets(data):
+    """Targets of the shm section (libhvd's shared-memory path, bench/compare section `shm`)."""
+    absent = ["shm:hvd", "hvdrun", "openmpi"]
+    ts = [ratio_target(data, f"shm-allreduce-{label}", None, f"np=2 on one host, {size_label(n)} allreduce "
+                       f"(shared memory) latency <= {limit}x Open MPI", f"shm.np2.allreduce.{n}.hvd",
+                       f"shm.np2.allreduce.{n}.openmpi", limit, False, "us", absent)
+          for n, label, limit in ((4 << 10, "4k", 1.0), (1 << 20, "1m", 1.0), (64 << 20, "64m", 0.8))]
+    ts.append(absolute_target(data, "shm-fusion-100x4k", None, "np=2 on one host, 100 x 4 KiB allreduces submitted "
+                              "asynchronously then waited (shared memory): <= 0.2 ms", "shm.np2.fusion.fused.hvd",
+                              200.0, False, "us", ["shm:hvd", "hvdrun"]))
+    for op in SHM_COLLECTIVES:
+        for n, label in ((4 << 10, "4k"), (16 << 20, "16m")):
+            ts.append(faster_peer_target(data, f"shm-{op}-{label}", f"np=2 on one host, {op} of {size_label(n)} per "
+                                         "rank (shared memory) latency <= 1.0x the faster of Open MPI and MPICH",
+                                         f"shm.np2.{op}.{n}.hvd", [f"shm.np2.{op}.{n}.openmpi", f"shm.np2.{op}.{n}.mpich"],
+                                         1.0, "us", ["shm_collectives:hvd", "hvdrun", "collectives:openmpi",
+                                                     "collectives:mpich", "openmpi", "mpich"]))
+    np4 = data["params"].get("shm_np4", 4)
+    for n, label in ((4 << 10, "4k"), (1 << 20, "1m"), (16 << 20, "16m")):
+        ts.append(ratio_target(data, f"shm-np{np4}-{label}", None, f"np={np4} on {data['machine']['nproc']} cores "
+                               f"(oversubscribed), {size_label(n)} allreduce: shared memory no slower than TCP "
+                               "(<= 1.0x hvd --no-shared-memory)", f"shm.np{np4}.allreduce.{n}.hvd",
+                               f"shm.np{np4}.allreduce.{n}.hvd_tcp", 1.0, False, "us",
+                               ["shm_np4:hvd", "shm_np4:hvd_tcp", "hvdrun"]))
+    return ts
 
 
 def collective_pair(data):
@@ -168,6 +211,7 @@ def evaluate_targets(data):
                         "synchronize each: <= 1.5 ms", "pyfusion.total.hvd", 1500.0, False, "us",
                         ["train:hvd", "hvdrun"]),
     ]
+    ts += shm_targets(data)
     # The same targets read from the other measurement of ours, as a cross-check (not the verdict).
     alt = {"hvd_bench": ("hvd", "gloo"), "hvd": ("hvd_bench", "gloo_bench")}[o]
     checks = {"busbw-64m": (f"busbw.{64 << 20}.{alt[0]}", f"busbw.{64 << 20}.{alt[1]}", "GB/s"),
@@ -407,6 +451,7 @@ def render(data, chart_errors):
     L += launch_md(data, chart_errors)
     L += allreduce_md(data, chart_errors)
     L += fusion_md(data)
+    L += shm_md(data)
     L += rendezvous_md(data)
     L += ssh_md(data)
     L += train_md(data)
@@ -443,7 +488,8 @@ def ceilings_md(data):
          "at once and reduces B/2 floats, so its bus bandwidth cannot exceed the per-direction TCP figure "
          "(and not the reduce figure either). One blocking ping-pong is the floor of a small allreduce "
          "over TCP; MPI beats it because it busy-polls shared memory instead of sleeping in the kernel. The "
-         "shared-memory rows are a probe of what an intra-host path could reach (libhvd has none yet): two "
+         "shared-memory rows are a probe of what an intra-host path could reach (libhvd's own, runtime/shm, is "
+         "measured in the shared-memory section below): two "
          "processes on one memfd, each copying its input into the segment chunk by chunk and adding both "
          "chunks into its output, waiting for the other by polling 2000 times and then on a futex; "
          "the last row waits on the futex only.", ""]
@@ -538,6 +584,99 @@ def fusion_md(data):
         L += [table(["mode"] + [name(s) for s in subs], rows), ""]
     else:
         L += ["No fusion figures in this run.", ""]
+    return L
+
+
+def shm_cell(data, key, failed_key, owners):
+    """A cell of the shm tables: the figure, or why it is absent (status of an owner, or a failed job)."""
+    s = get(data, key)
+    if s:
+        return cell(s)
+    for o in owners:
+        st = data["status"].get(o)
+        if st and st["status"] != "ok":
+            return st["status"]
+    return "failed" if any(f["key"] == failed_key for f in data["failures"]) else "-"
+
+
+def shm_md(data):
+    L = ["## Shared memory within a host", ""]
+    if not any(k.startswith("shm.") for k in data["summary"]):
+        return L + (section_absent(data, "shm", "shm:hvd") or ["No shared-memory figures in this run.", ""])
+    np4 = data["params"].get("shm_np4", 4)
+    it = data["params"]["allreduce_iters"]
+    owners = {"hvd": ["shm:hvd", "hvdrun"], "hvd_tcp": ["shm:hvd_tcp", "hvdrun"], "openmpi": ["openmpi"],
+              "mpich": ["mpich"]}
+
+    def row(label, prefix, what, keys, subjects, owners, ours="hvd"):
+        """keys: subject -> metric key; figures, then ratios ours ÷ each other subject."""
+        vals = [shm_cell(data, keys[s], f"{prefix}.{what}.*.{s}", owners[s]) for s in subjects]
+        return [label] + vals + [ratio_str(get(data, keys[ours]), get(data, keys[s]), False)
+                                 for s in subjects if s != ours]
+
+    L += ["libhvd's data path between the ranks of one host (`runtime/shm`, on by default) against its TCP path "
+          "(`hvdrun --no-shared-memory`, i.e. `HVD_SHARED_MEMORY=0`: Gloo over loopback, as between hosts) and the "
+          "MPIs, all by the harness programs of `bench/peers/` (`hvd_allreduce.c` and `hvd_collectives.c` under "
+          "`hvdrun`, `mpi_allreduce.c` and `mpi_collectives.c` under `mpirun.openmpi` and `mpiexec.hydra`), one job "
+          "per subject, the subjects back to back in rotating order. Method as in the allreduce section: every "
+          "iteration timed on every rank, the slower rank's time per iteration, a round's figure the median over "
+          "its iterations (10 % warm-up, at least 3), the result checked before timing. Latency in µs; a ratio "
+          "below 1 means hvd is faster.", "",
+          "### np=2: allreduce, float32 sum", ""]
+    subs = SHM_SUBJECTS
+    rows = [row(size_label(n), "shm.np2", "allreduce", {s: f"shm.np2.allreduce.{n}.{s}" for s in subs}, subs, owners)
+            for n in sorted({int(k.split(".")[3]) for k in data["summary"] if k.startswith("shm.np2.allreduce.")})]
+    fused = {s: f"shm.np2.fusion.{'fused' if s.startswith('hvd') else 'async'}.{s}" for s in subs}
+    rows.append(row("100 x 4 KiB submitted async, then waited", "shm.np2", "allreduce", fused, subs, owners))
+    rows.append(row("100 x 4 KiB one by one", "shm.np2", "allreduce",
+                    {s: f"shm.np2.fusion.one_by_one.{s}" for s in subs}, subs, owners))
+    L += [table(["size"] + [name(s) for s in subs] + [f"hvd ÷ {name(s)}" for s in subs if s != "hvd"], rows), "",
+          "Iterations per size: " + ", ".join(f"{size_label(k)} {v}" for k, v in sorted(it.items(), key=lambda x: int(x[0]))
+                                              if any(k == k2.split(".")[3] for k2 in data["summary"]
+                                                     if k2.startswith("shm.np2.allreduce."))) + "; "
+          f"the 100 x 4 KiB batches: {data['params']['fusion_reps']} per round after 3 warm-up batches "
+          "(hvd: `hvd_allreduce_async` x 100 then `hvd_wait` each, fused by the runtime; MPI: `MPI_Iallreduce` x 100 "
+          "then `MPI_Waitall`, MPI having no fusion).", ""]
+    subs = SHM_COLLECTIVE_SUBJECTS
+    cowners = {"hvd": ["shm_collectives:hvd", "hvdrun"], "openmpi": ["openmpi", "collectives:openmpi"],
+               "mpich": ["mpich", "collectives:mpich"]}
+    rows = []
+    for op in SHM_COLLECTIVES:
+        for n in sorted({int(k.split(".")[3]) for k in data["summary"] if k.startswith(f"shm.np2.{op}.")}):
+            keys = {s: f"shm.np2.{op}.{n}.{s}" for s in subs}
+            r = row(f"{op} {size_label(n)}", "shm.np2", "collectives", keys, subs, cowners)
+            mpis = [get(data, keys[s]) for s in ("openmpi", "mpich") if get(data, keys[s])]
+            best = min(mpis, key=lambda v: v["median"]) if mpis else None
+            rows.append(r + [ratio_str(get(data, keys["hvd"]), best, False)])
+    L += ["### np=2: allgather, broadcast, alltoall, reducescatter, float32", "",
+          "The size is every rank's input buffer: allgather, each rank contributes it and receives 2x; broadcast, "
+          "rank 0 sends it in place; alltoall, each rank sends half of it to each rank (itself included) and "
+          "receives as much; reducescatter (sum), each rank contributes it and receives its half. hvd: "
+          "`hvd_allgather_async` / `hvd_broadcast_async` / `hvd_alltoall_async` / `hvd_reducescatter_async`, then "
+          "`hvd_wait`, and `hvd_result` + `hvd_release` where libhvd keeps the result (inside the timed iteration: "
+          "what a caller does to get it); MPI: `MPI_Allgather`, `MPI_Bcast`, `MPI_Alltoall`, "
+          "`MPI_Reduce_scatter_block`. Same iterations per size as above.", ""]
+    if rows:
+        L += [table(["operation"] + [name(s) for s in subs] + [f"hvd ÷ {name(s)}" for s in subs if s != "hvd"]
+                    + ["hvd ÷ the faster MPI"], rows), ""]
+    else:
+        L += ["No figures in this run (" + why_absent(data, "shm_collectives:hvd", "hvdrun") + ").", ""]
+    subs = SHM_NP4_SUBJECTS
+    nowners = {"hvd": ["shm_np4:hvd", "hvdrun"], "hvd_tcp": ["shm_np4:hvd_tcp", "hvdrun"], "openmpi_yield": ["openmpi"]}
+    pre = f"shm.np{np4}"
+    rows = [row(size_label(n), pre, "allreduce", {s: f"{pre}.allreduce.{n}.{s}" for s in subs}, subs, nowners)
+            for n in sorted({int(k.split(".")[3]) for k in data["summary"] if k.startswith(f"{pre}.allreduce.")})]
+    n4 = data["params"].get("shm_np4_iters", {})
+    L += [f"### np={np4} on {data['machine']['nproc']} cores (oversubscribed): allreduce, float32 sum", "",
+          f"{np4} ranks on this host's cores, so a rank waiting for another often waits for one that is not running. "
+          "Open MPI with `--oversubscribe --mca mpi_yield_when_idle 1` (it yields the core between polls instead of "
+          "busy-polling); MPICH is left out (its shared-memory path busy-polls and has no such setting). "
+          "Iterations per size: " + (", ".join(f"{size_label(k)} {v}" for k, v in sorted(n4.items(), key=lambda x: int(x[0])))
+                                     or "-") + ".", ""]
+    if rows:
+        L += [table(["size"] + [name(s) for s in subs] + [f"hvd ÷ {name(s)}" for s in subs if s != "hvd"], rows), ""]
+    else:
+        L += ["No figures in this run (" + why_absent(data, "shm_np4:hvd", "hvdrun") + ").", ""]
     return L
 
 

@@ -1,0 +1,117 @@
+/* Allgather, broadcast, alltoall and reducescatter peer for bench/compare: float32, on MPI_COMM_WORLD,
+ * measured like mpi_allreduce.c (and hvd_collectives.c, its counterpart under hvdrun).
+ *
+ * Usage: mpi_collectives OP[,OP...] BYTES:ITERS[,BYTES:ITERS...]
+ * OP: allgather (MPI_Allgather), broadcast (MPI_Bcast), alltoall (MPI_Alltoall), reducescatter
+ * (MPI_Reduce_scatter_block, sum). BYTES is the size of every rank's input buffer (a multiple of
+ * 4 x the number of ranks):
+ *   allgather      each rank contributes BYTES; each receives ranks x BYTES
+ *   broadcast      BYTES from rank 0 to every rank, in place
+ *   alltoall       each rank sends BYTES in all, BYTES / ranks to each rank (itself included), and
+ *                  receives BYTES
+ *   reducescatter  each rank contributes BYTES; each receives its block of BYTES / ranks
+ * Every iteration is timed on every rank; the per-iteration maximum over ranks is what a synchronous
+ * caller waits for, so rank 0 reports statistics of those maxima as JSON lines. Warm-up: 10 % of ITERS,
+ * at least 3. Every operation's result is checked once before timing. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collective_ops.h"
+#include "peer_stats.h"
+
+
+/* Reduces per-iteration times to their max over ranks and prints one JSON line on rank 0. */
+static void report(const char* op, long bytes, double* t, int n, int rank) {
+  MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0) peer_print_stats(op, bytes, t, n);
+}
+
+/* One operation on count floats of in (out: ranks x count floats, unused by broadcast). */
+static void run_op(int op, float* in, float* out, long count, int size) {
+  const int block = (int)(count / size);
+  switch (op) {
+    case kAllgather:
+      MPI_Allgather(in, (int)count, MPI_FLOAT, out, (int)count, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
+    case kBroadcast: MPI_Bcast(in, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    case kAlltoall: MPI_Alltoall(in, block, MPI_FLOAT, out, block, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case kReducescatter: MPI_Reduce_scatter_block(in, out, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+  }
+}
+
+static void check_op(int op, float* in, float* out, long count, int rank, int size) {
+  const long block = count / size;
+  for (long i = 0; i < count; ++i) {
+    switch (op) {
+      case kAllgather: case kReducescatter: in[i] = (float)(rank + 1); break;
+      case kBroadcast: in[i] = rank == 0 ? 7.0f : 0.0f; break;
+      case kAlltoall: in[i] = (float)(rank * size + (int)(i / block) + 1); break; /* block p goes to rank p */
+    }
+  }
+  run_op(op, in, out, count, size);
+  const float* res = op == kBroadcast ? in : out;
+  const long n = op == kAllgather ? count * size : op == kReducescatter ? block : count;
+  for (long i = 0; i < n; i += 1 + n / 97) {
+    const float want = collective_expected(op, (long)i, count, block, rank, size);
+    if (res[i] != want) {
+      fprintf(stderr, "rank %d: %s result %g at %ld, want %g\n", rank, kOpNames[op], res[i], i, want);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc < 3) {
+    if (rank == 0)
+      fprintf(stderr, "usage: %s OP[,OP...] BYTES:ITERS[,...]  (OP: allgather broadcast alltoall reducescatter)\n",
+              argv[0]);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  char* ops = strdup(argv[1]);
+  char* save_op = NULL;
+  for (char* o = strtok_r(ops, ",", &save_op); o; o = strtok_r(NULL, ",", &save_op)) {
+    int op = 0;
+    while (op < kOps && strcmp(o, kOpNames[op]) != 0) ++op;
+    if (op == kOps) {
+      if (rank == 0) fprintf(stderr, "unknown operation '%s'\n", o);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    char* spec = strdup(argv[2]);
+    char* save = NULL;
+    for (char* tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+      long bytes = 0;
+      int iters = 0;
+      if (sscanf(tok, "%ld:%d", &bytes, &iters) != 2 || bytes < 4 || iters < 1 || bytes % (4L * size) != 0) {
+        if (rank == 0)
+          fprintf(stderr, "bad size spec '%s' (want BYTES:ITERS, BYTES a multiple of 4 x %d ranks)\n", tok, size);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+      long count = bytes / 4;
+      float* in = malloc(count * sizeof(float));
+      float* out = malloc(count * size * sizeof(float));
+      double* t = malloc(iters * sizeof(double));
+      check_op(op, in, out, count, rank, size);
+      int warm = iters / 10 < 3 ? 3 : iters / 10;
+      for (int i = 0; i < warm; ++i) run_op(op, in, out, count, size);
+      for (int i = 0; i < iters; ++i) {
+        double t0 = MPI_Wtime();
+        run_op(op, in, out, count, size);
+        t[i] = MPI_Wtime() - t0;
+      }
+      report(kOpNames[op], bytes, t, iters, rank);
+      free(in);
+      free(out);
+      free(t);
+    }
+    free(spec);
+  }
+  free(ops);
+  MPI_Finalize();
+  return 0;
+}
