@@ -38,14 +38,6 @@ namespace {
 
 constexpr const char* kControlKey = "hvd_control/coordinator";
 
-// The timeline's name of what a transport does: "SHM_ALLREDUCE", "GLOO_BCAST", ...
-std::string activity(const Transport& comm, const char* what) {
-  std::string name = comm.path();
-  name += '_';
-  name += what;
-  return name;
-}
-
 // Why everything pending fails when the job stops.
 std::string shutDownMessage(const std::string& reason) {
   if (reason.empty()) return "libhvd has been shut down (hvd_shutdown() on one of the ranks)";
@@ -229,11 +221,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       o.rank = options_.local_rank;
       o.size = options_.local_size;
       o.timeout = options_.gloo_timeout;
-      if (options_.local_size == options_.size) {
-        o.names.clear();  // one host: local ranks are the job's ranks
-      } else {
-        o.names.assign(static_cast<size_t>(options_.local_size), -1);  // unknown: messages say local rank
-      }
+      o.job_rank = options_.rank;
       log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
       shm_ = shm::Transport::connect(store_, o);
       phase("shared memory");
@@ -850,7 +838,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
     const size_t n = static_cast<size_t>(s.counts[0]);
     if (n && q.input != q.output) std::memcpy(q.output, q.input, n * esize);
     gloo_backend::scale(s.dtype, q.output, n, s.prescale);
-    timeline_->activityStart(s.names, activity(comm, "ALLREDUCE").c_str());
+    timeline_->activityStart(s.names, comm.path(), "ALLREDUCE");
     comm.allreduce(q.output, n, s.dtype, s.op);
     timeline_->activityEnd(s.names);
     gloo_backend::scale(s.dtype, q.output, n, post);
@@ -876,7 +864,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
   }
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, s.prescale);
-  timeline_->activityStart(s.names, activity(comm, "ALLREDUCE").c_str());
+  timeline_->activityStart(s.names, comm.path(), "ALLREDUCE");
   comm.allreduce(buffer, total, s.dtype, s.op);
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, post);
@@ -906,7 +894,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       if (bytes && e->request.input && e->request.input != e->request.output) {
         std::memcpy(e->request.output, e->request.input, bytes);
       }
-      timeline_->activityStart(s.names, activity(comm, "BCAST").c_str());
+      timeline_->activityStart(s.names, comm.path(), "BCAST");
       // The root is a global rank; the set's context numbers its members by set rank.
       // set_info_ changes only on this thread, so reading it here needs no lock.
       const auto& ranks = set_info_.at(s.process_set).ranks;
@@ -926,7 +914,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       Work& w = *e->work;
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
-      timeline_->activityStart(s.names, activity(comm, "ALLGATHER").c_str());
+      timeline_->activityStart(s.names, comm.path(), "ALLGATHER");
       comm.allgatherv(e->request.input, w.result.data(), bytes);
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);
@@ -945,7 +933,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       }
       w.result.resize(static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
-      timeline_->activityStart(s.names, activity(comm, "ALLTOALL").c_str());
+      timeline_->activityStart(s.names, comm.path(), "ALLTOALL");
       comm.alltoallv(e->request.input, send, w.result.data(), recv);
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);
@@ -964,7 +952,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       for (int p = 0; p < n; ++p) {
         block_elements[p] = static_cast<size_t>((base + (p < extra ? 1 : 0)) * s.row_elements);
       }
-      timeline_->activityStart(s.names, activity(comm, "REDUCESCATTER").c_str());
+      timeline_->activityStart(s.names, comm.path(), "REDUCESCATTER");
       comm.reduceScatter(buffer, block_elements, s.dtype, s.op);
       timeline_->activityEnd(s.names);
       const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
@@ -979,7 +967,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       return;
     }
     case OpType::kBarrier:
-      timeline_->activityStart(s.names, activity(comm, "BARRIER").c_str());
+      timeline_->activityStart(s.names, comm.path(), "BARRIER");
       comm.barrier();
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);

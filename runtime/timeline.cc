@@ -93,6 +93,11 @@ void Timeline::activityStart(const std::vector<std::string>& names, const char* 
   }
 }
 
+void Timeline::activityStart(const std::vector<std::string>& names, const char* path, const char* what) {
+  if (!file_) return;
+  activityStart(names, detail::concat(path, "_", what).c_str());
+}
+
 void Timeline::activityEnd(const std::vector<std::string>& names) {
   if (!file_) return;
   const auto t = now();

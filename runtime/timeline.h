@@ -44,6 +44,8 @@ class Timeline {
   void negotiateEnd(const std::string& name);
   void start(const std::string& name, OpType type);
   void activityStart(const std::vector<std::string>& names, const char* activity);
+  // The activity "<path>_<what>" of a data path ("SHM" + "ALLREDUCE"), built only when writing.
+  void activityStart(const std::vector<std::string>& names, const char* path, const char* what);
   void activityEnd(const std::vector<std::string>& names);
   void end(const std::string& name, const std::string& dtype, const std::string& shape);
   void cycleStart();

@@ -32,6 +32,7 @@ struct alignas(kLine) Counter {
   std::atomic<uint32_t> seq;      // rounds published
   std::atomic<uint32_t> waiters;  // ranks asleep on seq (FUTEX_WAIT)
   std::atomic<int32_t> pid;       // the member's pid, written when it attaches
+  std::atomic<int32_t> job_rank;  // the member's rank in the job, for messages
 };
 
 size_t align(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -72,7 +73,7 @@ int onlineCores() {
 }  // namespace
 
 struct Transport::Layout {
-  Layout(std::byte* base, int size, size_t chunk) : size(size), chunk(chunk) {
+  Layout(std::byte* base, int size) {
     control = reinterpret_cast<Control*>(base);
     counters = reinterpret_cast<Counter*>(base + sizeof(Control));
     data = base + align(sizeof(Control) + sizeof(Counter) * static_cast<size_t>(size), 4096);
@@ -81,8 +82,6 @@ struct Transport::Layout {
     return align(sizeof(Control) + sizeof(Counter) * static_cast<size_t>(size), 4096) +
            (2 * static_cast<size_t>(size) + 2) * chunk;
   }
-  int size;
-  size_t chunk;
   Control* control;
   Counter* counters;
   std::byte* data;
@@ -105,15 +104,17 @@ std::unique_ptr<Transport> Transport::connect(const std::shared_ptr<rendezvous::
 
 Transport::Transport(Options options, Segment segment)
     : options_(std::move(options)), segment_(std::move(segment)) {
-  layout_ = std::make_unique<Layout>(segment_.data(), options_.size, options_.chunk_bytes);
+  layout_ = std::make_unique<Layout>(segment_.data(), options_.size);
   oversubscribed_ = options_.size > onlineCores();
   if (options_.spin < 0) options_.spin = oversubscribed_ ? 16 : 20000;
   if (options_.rank == 0) {
     layout_->control->magic = kMagic;
   }
   layout_->counters[options_.rank].pid.store(::getpid(), std::memory_order_relaxed);
+  layout_->counters[options_.rank].job_rank.store(options_.job_rank < 0 ? options_.rank : options_.job_rank,
+                                                  std::memory_order_relaxed);
   pidfds_.assign(options_.size, -1);
-  // Round 0 tells everyone every pid is written (and rank 0's magic).
+  // Round 0 tells everyone every pid and job rank is written (and rank 0's magic).
   guarded("setup", [&] {
     publish();
     awaitAll(0);
@@ -147,8 +148,10 @@ void Transport::close(bool orderly) noexcept {
 }
 
 std::string Transport::who(int rank) const {
-  const int name = options_.names.empty() ? rank : options_.names[rank];
-  return detail::concat("rank ", name, " (pid ", layout_->counters[rank].pid.load(std::memory_order_relaxed), ")");
+  const Counter& c = layout_->counters[rank];
+  if (c.pid.load(std::memory_order_relaxed) == 0) return detail::concat("local rank ", rank, " (not attached yet)");
+  return detail::concat("rank ", c.job_rank.load(std::memory_order_relaxed), " (pid ",
+                        c.pid.load(std::memory_order_relaxed), ")");
 }
 
 template <typename F>

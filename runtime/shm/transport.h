@@ -44,7 +44,7 @@ struct Options {
   std::string scope = "shm_localhost";  // store prefix of the segment's rendezvous
   int rank = 0;
   int size = 1;
-  std::vector<int> names;  // the job's rank of each member, for messages; empty: the same as rank
+  int job_rank = -1;  // this member's rank in the job, which messages name; -1: the same as rank
   std::chrono::milliseconds timeout{rendezvous::Store::kDefaultTimeout};
   size_t chunk_bytes = 256 * 1024;  // a multiple of 64
   long spin = -1;                    // polls before sleeping; -1: 20000, or 16 yields when oversubscribed
