@@ -8,6 +8,17 @@
 enum { kAllgather, kBroadcast, kAlltoall, kReducescatter, kOps };
 static const char* const kOpNames[kOps] = {"allgather", "broadcast", "alltoall", "reducescatter"};
 
+/* The input at element i of rank `rank`. block: elements per destination (alltoall). */
+static float collective_input(int op, long i, long block, int rank, int size) {
+  switch (op) {
+    case kAllgather:
+    case kReducescatter: return (float)(rank + 1);
+    case kBroadcast: return rank == 0 ? 7.0f : 0.0f;
+    case kAlltoall: return (float)(rank * size + (int)(i / block) + 1); /* block p goes to rank p */
+  }
+  return 0.0f;
+}
+
 /* count: elements each rank contributes; block: elements per destination (alltoall, reducescatter). */
 static float collective_expected(int op, long i, long count, long block, int rank, int size) {
   switch (op) {

@@ -11,20 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "hvd_peer.h"
 #include "peer_stats.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void check(int status, const char* what) {
-  if (status != HVD_SUCCESS) {
-    fprintf(stderr, "rank %d: %s failed (%d): %s\n", hvd_rank(), what, status, hvd_error_text());
-    exit(3);
-  }
-}
 
 static void allreduce(const char* name, void* buf, size_t count, hvd_dtype dtype, hvd_reduce_op op) {
   int h = hvd_allreduce_async(name, buf, buf, count, dtype, op, 1.0, 1.0);

@@ -23,21 +23,9 @@
 #include <time.h>
 
 #include "collective_ops.h"
+#include "hvd_peer.h"
 #include "peer_stats.h"
 
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void check(int status, const char* what) {
-  if (status != HVD_SUCCESS) {
-    fprintf(stderr, "rank %d: %s failed (%d): %s\n", hvd_rank(), what, status, hvd_error_text());
-    exit(3);
-  }
-}
 
 static void report(const char* op, long bytes, double* t, int n) {
   int h = hvd_allreduce_async("bench.times", t, t, (size_t)n, HVD_FLOAT64, HVD_MAX, 1.0, 1.0);
@@ -76,13 +64,7 @@ static void timed_op(int op, float* buf, size_t count) {
 /* Fills buf for a checked run, runs op once and compares the result with what it must be. */
 static void check_op(int op, float* buf, size_t count, int rank, int size) {
   const size_t block = count / size;
-  for (size_t i = 0; i < count; ++i) {
-    switch (op) {
-      case kAllgather: case kReducescatter: buf[i] = (float)(rank + 1); break;
-      case kBroadcast: buf[i] = rank == 0 ? 7.0f : 0.0f; break;
-      case kAlltoall: buf[i] = (float)(rank * size + (int)(i / block) + 1); break; /* block p goes to rank p */
-    }
-  }
+  for (size_t i = 0; i < count; ++i) buf[i] = collective_input(op, (long)i, (long)block, rank, size);
   int h = run_op(op, buf, count);
   const float* out = buf;
   size_t rows = count, want_rows = count;

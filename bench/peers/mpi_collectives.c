@@ -43,13 +43,7 @@ static void run_op(int op, float* in, float* out, long count, int size) {
 
 static void check_op(int op, float* in, float* out, long count, int rank, int size) {
   const long block = count / size;
-  for (long i = 0; i < count; ++i) {
-    switch (op) {
-      case kAllgather: case kReducescatter: in[i] = (float)(rank + 1); break;
-      case kBroadcast: in[i] = rank == 0 ? 7.0f : 0.0f; break;
-      case kAlltoall: in[i] = (float)(rank * size + (int)(i / block) + 1); break; /* block p goes to rank p */
-    }
-  }
+  for (long i = 0; i < count; ++i) in[i] = collective_input(op, (long)i, (long)block, rank, size);
   run_op(op, in, out, count, size);
   const float* res = op == kBroadcast ? in : out;
   const long n = op == kAllgather ? count * size : op == kReducescatter ? block : count;
