@@ -278,8 +278,9 @@ def size_label(nbytes):
     return f"{nbytes >> 10} KiB"
 
 
-def subject_cell(data, key, subject, owners):
-    """A table cell: the figure, or why it is absent (missing peer, component not built)."""
+def subject_cell(data, key, subject, owners, failed_key=None):
+    """A table cell: the figure, or why it is absent (missing peer, component not built, a failed job:
+    any failure of the subject, or exactly failed_key where given)."""
     s = get(data, key)
     if s:
         return cell(s)
@@ -287,7 +288,8 @@ def subject_cell(data, key, subject, owners):
         st = data["status"].get(o)
         if st and st["status"] != "ok":
             return st["status"]
-    return "failed" if any(f["key"].endswith("." + subject) for f in data["failures"]) else "-"
+    failed = (lambda k: k == failed_key) if failed_key else (lambda k: k.endswith("." + subject))
+    return "failed" if any(failed(f["key"]) for f in data["failures"]) else "-"
 
 
 def owners_of(subject):
@@ -587,18 +589,6 @@ def fusion_md(data):
     return L
 
 
-def shm_cell(data, key, failed_key, owners):
-    """A cell of the shm tables: the figure, or why it is absent (status of an owner, or a failed job)."""
-    s = get(data, key)
-    if s:
-        return cell(s)
-    for o in owners:
-        st = data["status"].get(o)
-        if st and st["status"] != "ok":
-            return st["status"]
-    return "failed" if any(f["key"] == failed_key for f in data["failures"]) else "-"
-
-
 def shm_md(data):
     L = ["## Shared memory within a host", ""]
     if not any(k.startswith("shm.") for k in data["summary"]):
@@ -610,7 +600,7 @@ def shm_md(data):
 
     def row(label, prefix, what, keys, subjects, owners, ours="hvd"):
         """keys: subject -> metric key; figures, then ratios ours ÷ each other subject."""
-        vals = [shm_cell(data, keys[s], f"{prefix}.{what}.*.{s}", owners[s]) for s in subjects]
+        vals = [subject_cell(data, keys[s], s, owners[s], failed_key=f"{prefix}.{what}.*.{s}") for s in subjects]
         return [label] + vals + [ratio_str(get(data, keys[ours]), get(data, keys[s]), False)
                                  for s in subjects if s != ours]
 
