@@ -159,17 +159,19 @@ std::unique_ptr<gloo::Algorithm> makeRing(const std::shared_ptr<gloo::Context>& 
 
 bool Communicator::allreduceSmall(void* data, size_t count, DataType type, ReduceOp op) {
   const size_t bytes = count * elementSize(type);
-  if (bytes > kLegacyRingBytes) return false;
+  // Two ranks only (see allreduce() in the header); there a+b == b+a, so every type and op gives
+  // bit-identical results although each rank accumulates in its own order.
+  if (bytes > kLegacyRingBytes || size() != 2) return false;
   if (type != DataType::kFloat32 && type != DataType::kFloat64 && type != DataType::kInt32 &&
       type != DataType::kInt64) {
     return false;
   }
-  // The legacy ring accumulates the whole buffer around the ring, so each rank adds in its own order.
-  // Floating-point sums and products must come out bit-identical on every rank (training relies on
-  // it): allowed where the order cannot change the bits -- two ranks (a+b == b+a), integers, min/max.
-  const bool floating = type == DataType::kFloat32 || type == DataType::kFloat64;
-  const bool order_free = op == ReduceOp::kMin || op == ReduceOp::kMax;
-  if (floating && !order_free && size() > 2) return false;
+  if (!warmed_up_) {
+    // Every rank reaches this point at the same operation, so the warm-up's slots agree too.
+    std::vector<float> zeros(kLegacyRingBytes / sizeof(float));
+    makeRing<float>(context_, zeros.data(), zeros.size(), ReduceOp::kSum)->run();
+    warmed_up_ = true;
+  }
   std::byte* staging = stagingBuffer(bytes);
   const bool staged = data == staging;  // packed there by the caller
   auto it = small_algorithms_.begin();

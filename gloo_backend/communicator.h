@@ -73,12 +73,20 @@ class Communicator {
 
   // In-place allreduce of count elements. kAverage sums (the caller divides through its postscale).
   // Results are bit-identical on every rank.
-  // Algorithm by size: up to kLegacyRingBytes, for float32/float64/int32/int64 where the reduction order
-  // cannot change the bits (2 ranks, integers, min/max), Gloo's legacy
+  // Algorithm by size: on 2 ranks, up to kLegacyRingBytes of float32/float64/int32/int64, Gloo's legacy
   // AllreduceRing on a fixed staging buffer (pre-registered buffers: data goes straight into the peer's
   // registered inbox, with no ready-to-send/receive notifications; instances are cached per element
   // count, type and op). Other small ones: Gloo's bcube (log2(size) rounds). Above the limit: the ring
   // (bandwidth optimal: each rank sends 2(n-1)/n of the data).
+  //
+  // Why only 2 ranks, and why a warm-up: Gloo's tcp::Pair sets SO_SNDBUF to the size of the first
+  // legacy-buffer message it sends on a pair (and never again), which also turns off the kernel's
+  // send-buffer autotuning for that socket. A first message of a few bytes leaves the socket with the
+  // kernel's minimum (4.5 KiB), and every later large transfer on it crawls (a 16 MiB allreduce went
+  // from 14 to 320 ms). So the first legacy ring of a communicator is preceded by one of
+  // kLegacyRingBytes, which fixes the buffer at about 2 MiB. On 3+ ranks the ring's first message to
+  // the left neighbour is a 4-byte notification, which no warm-up can precede; and there the legacy
+  // ring only ever served integers and min/max (float sums would differ per rank in the last bits).
   void allreduce(void* data, size_t count, DataType type, ReduceOp op);
 
   // A buffer of at least `bytes` (kLegacyRingBytes) that allreduce() reduces without copying in and out
@@ -133,6 +141,7 @@ class Communicator {
   std::vector<std::byte> small_buffer_;         // kLegacyRingBytes, never reallocated
   std::vector<std::byte> inbox_;                // reduceScatter's receive block, grown on demand
   std::list<SmallAlgorithm> small_algorithms_;  // most recently used first
+  bool warmed_up_ = false;                      // the pair's SO_SNDBUF was set by a large first message
 
   CommunicatorOptions options_;
   std::shared_ptr<Device> device_;  // ticks while the pairs close (see device.h)
