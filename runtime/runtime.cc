@@ -162,6 +162,8 @@ class Runtime::Impl {
   // Background thread only.
   std::map<Key, Entry> table_;
   std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
+  // Results of allgather, alltoall and reducescatter; up to 256 MiB of released ones stay mapped.
+  std::shared_ptr<BufferPool> result_pool_ = std::make_shared<BufferPool>(size_t{256} << 20);
   std::unique_ptr<Timeline> timeline_;  // writes only on rank 0 with HOROVOD_TIMELINE
   bool shutdown_sent_ = false;
   std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
@@ -912,7 +914,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
         rows += s.counts[r];
       }
       Work& w = *e->work;
-      w.result.resize(static_cast<size_t>(rows) * row_bytes);
+      w.result.allocate(result_pool_, static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
       timeline_->activityStart(s.names, comm.path(), "ALLGATHER");
       comm.allgatherv(e->request.input, w.result.data(), bytes);
@@ -931,7 +933,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
         recv[p] = static_cast<size_t>(w.received_splits[p]) * row_bytes;
         rows += w.received_splits[p];
       }
-      w.result.resize(static_cast<size_t>(rows) * row_bytes);
+      w.result.allocate(result_pool_, static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
       timeline_->activityStart(s.names, comm.path(), "ALLTOALL");
       comm.alltoallv(e->request.input, send, w.result.data(), recv);
@@ -959,7 +961,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       const int64_t mine = base + (me < extra ? 1 : 0);
       const int64_t first = me * base + std::min<int64_t>(me, extra);
       Work& w = *e->work;
-      w.result.resize(static_cast<size_t>(mine) * row_bytes);
+      w.result.allocate(result_pool_, static_cast<size_t>(mine) * row_bytes);
       w.result_rows = mine;
       if (mine) std::memcpy(w.result.data(), buffer + first * row_bytes, w.result.size());
       gloo_backend::scale(s.dtype, w.result.data(), static_cast<size_t>(mine * s.row_elements), post);

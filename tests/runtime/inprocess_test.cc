@@ -777,3 +777,53 @@ TEST_CASE("small allreduces never pin a socket's send buffer below the kernel de
     CHECK(bytes >= initial);
   }
 }
+
+TEST_CASE("result buffers: released blocks are reused, within the pool's limits", "[inprocess]") {
+  auto pool = std::make_shared<BufferPool>(size_t{64} << 20);
+  const std::byte* first = nullptr;
+  {
+    ResultBuffer a;
+    a.allocate(pool, size_t{32} << 20);
+    first = a.data();
+  }
+  REQUIRE(pool->freeBytes() == size_t{32} << 20);
+  ResultBuffer b;
+  b.allocate(pool, (size_t{32} << 20) - 100);  // fits the released block without wasting half of it
+  CHECK(b.data() == first);
+  CHECK(b.size() == (size_t{32} << 20) - 100);
+  CHECK(pool->freeBytes() == 0);
+  ResultBuffer c;
+  c.allocate(pool, 1024);  // nothing free: a new block
+  CHECK(c.data() != first);
+  b.reset();
+  ResultBuffer d;
+  d.allocate(pool, 1024);  // the 32 MiB block is far too large for 1 KiB: not handed out
+  CHECK(d.data() != first);
+  {
+    ResultBuffer huge;
+    huge.allocate(pool, size_t{65} << 20);
+  }
+  CHECK(pool->freeBytes() == size_t{32} << 20);  // a block above the pool's limit is freed, not kept
+
+  // Through the runtime: a gathered result released before the next one of the same size lends it its memory.
+  Cluster cluster(2);
+  std::vector<const std::byte*> seen(2);
+  cluster.forEach([&](int r) {
+    std::vector<float> in(1 << 20, static_cast<float>(r));
+    for (int step = 0; step < 2; ++step) {
+      Request q;
+      q.type = OpType::kAllgather;
+      q.name = "gather";
+      q.rows = static_cast<int64_t>(in.size());
+      q.input = in.data();
+      auto w = cluster[r].enqueue(q);
+      w->wait();
+      REQUIRE(w->result.size() == 2 * in.size() * sizeof(float));
+      const auto* got = reinterpret_cast<const float*>(w->result.data());
+      REQUIRE(got[0] == 0.0f);
+      REQUIRE(got[in.size()] == 1.0f);
+      if (step == 0) seen[r] = w->result.data();
+      else CHECK(w->result.data() == seen[r]);
+    }
+  });
+}

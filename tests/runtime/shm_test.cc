@@ -121,7 +121,7 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
       q.input = in.data();
       auto w = cluster[r].enqueue(q);
       w->wait();
-      out.push_back(w->result);
+      out.emplace_back(w->result.begin(), w->result.end());
     }
     // alltoall: uneven splits, some messages across several sub-slots.
     {
@@ -140,7 +140,7 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
       q.input = in.data();
       auto w = cluster[r].enqueue(q);
       w->wait();
-      out.push_back(w->result);
+      out.emplace_back(w->result.begin(), w->result.end());
     }
     // reducescatter: uneven blocks, every reducible type.
     for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kFloat16}) {
@@ -158,7 +158,7 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
         q.input = in.data();
         auto w = cluster[r].enqueue(q);
         w->wait();
-        out.push_back(w->result);
+        out.emplace_back(w->result.begin(), w->result.end());
       }
     }
   });
