@@ -116,6 +116,9 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.gpu_pinning = !readBool(getenv, "HVD_DISABLE_GPU_PINNING", false);
   o.shared_memory = readBool(getenv, "HVD_SHARED_MEMORY", true);
   o.hierarchical_allreduce = readBool(getenv, "HOROVOD_HIERARCHICAL_ALLREDUCE", false);
+  if (const auto us = readInt(getenv, "HVD_BUSY_POLL_US", -1, 0, 1000000); us >= 0) {
+    o.busy_poll = std::chrono::microseconds(us);
+  }
   o.validate();
   HVD_CHECK(o.size == 1 || o.rendezvous_addr.has_value(), UsageError, "HOROVOD_SIZE=", o.size,
             " but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: a multi-process job needs the rendezvous "

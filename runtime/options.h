@@ -71,6 +71,13 @@ struct RuntimeOptions {
   bool gpu_pinning = true;
   bool shared_memory = true;
   bool hierarchical_allreduce = false;
+  // HVD_BUSY_POLL_US: after any activity the background thread polls its sockets without sleeping
+  // for this long (yielding the core between polls), and a waiting caller polls its operation for up
+  // to half of it, so back-to-back small operations skip the tens of microseconds a wake-up takes.
+  // An idle job still sleeps. 0: always sleep. Unset (nullopt): kDefaultBusyPoll, or 0 when a host
+  // has more ranks than cores, where every poll would take a core from a rank that has work.
+  std::optional<std::chrono::microseconds> busy_poll;
+  static constexpr std::chrono::microseconds kDefaultBusyPoll{200};
 
   // Reads the variables above through getenv (injectable for tests) and validates them. SIZE > 1
   // without a rendezvous server is a UsageError (Horovod silently runs every rank as a single process

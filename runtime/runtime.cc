@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <poll.h>
+#include <sched.h>
 #include <random>
 #include <set>
 #include <sstream>
@@ -143,6 +144,8 @@ class Runtime::Impl {
 
   // Control plane.
   int wake_fd_ = -1;
+  Clock::time_point busy_until_;  // the background thread polls without sleeping until then
+  std::chrono::microseconds busy_poll_{0};  // RuntimeOptions::busy_poll, resolved
   std::unique_ptr<Channel> coordinator_channel_;           // workers
   std::vector<std::unique_ptr<Channel>> worker_channels_;  // coordinator, index = rank (0 empty)
   std::unique_ptr<Coordinator> coordinator_;               // rank 0 only
@@ -186,6 +189,8 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     last = now;
   };
   options_.validate();
+  busy_poll_ = options_.busy_poll.value_or(options_.local_size > shm::onlineCores() ? std::chrono::microseconds(0)
+                                                                                    : RuntimeOptions::kDefaultBusyPoll);
   const auto pin = pinGpu(options_.local_rank, options_.gpu_pinning);
   device_ = pin.device;
   log(LogLevel::kDebug, pin.detail);
@@ -404,7 +409,7 @@ std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
             " a tensor with the same name as another tensor that is currently being processed: '", r.name,
             "'. If you want to request another tensor, use a different tensor name.");
   names_in_flight_.insert(keyOf(r));
-  auto work = std::make_shared<Work>(r.name);
+  auto work = std::make_shared<Work>(r.name, busy_poll_ / 2);
   queue_.push_back({std::move(r), work, Clock::now(), static_set});
   return work;
 }
@@ -583,8 +588,18 @@ void Runtime::Impl::loop() {
         timeout_ms = static_cast<int>(std::max<int64_t>(0, (left + 999) / 1000));
       }
     }
-    const int rv = ::poll(fds.data(), fds.size(), timeout_ms);
+    int rv = 0;
+    if (timeout_ms != 0 && Clock::now() < busy_until_) {
+      // Busy-poll window after activity (see RuntimeOptions::busy_poll): the next request or response
+      // usually comes within microseconds, and a sleeping thread takes tens of them to wake.
+      while (rv == 0 && Clock::now() < busy_until_) {
+        rv = ::poll(fds.data(), fds.size(), 0);
+        if (rv == 0) ::sched_yield();
+      }
+    }
+    if (rv == 0) rv = ::poll(fds.data(), fds.size(), timeout_ms);
     HVD_CHECK(rv >= 0 || errno == EINTR, NetworkError, "poll failed: ", errnoText(errno));
+    if (rv > 0 && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
     if (fds[0].revents) {
       uint64_t count;
       [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <sched.h>
+
 namespace hvd::runtime {
 
 BufferPool::Block BufferPool::take(size_t bytes) {
@@ -76,7 +78,19 @@ bool Work::poll() const {
   return done_;
 }
 
+bool Work::spinUntilFinished() const {
+  if (finished_.load(std::memory_order_acquire)) return true;
+  if (spin_.count() <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + spin_;
+  while (std::chrono::steady_clock::now() < until) {
+    ::sched_yield();
+    if (finished_.load(std::memory_order_acquire)) return true;
+  }
+  return false;
+}
+
 void Work::wait() const {
+  spinUntilFinished();
   std::unique_lock lock(mutex_);
   done_cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
@@ -100,6 +114,7 @@ void Work::finish(std::exception_ptr error) {
     if (done_) return;
     done_ = true;
     error_ = std::move(error);
+    finished_.store(true, std::memory_order_release);
   }
   done_cv_.notify_all();
 }

@@ -6,6 +6,7 @@
 // Threading: every method is safe from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -134,7 +135,8 @@ class ResultBuffer {
 
 class Work {
  public:
-  explicit Work(std::string name) : name_(std::move(name)) {}
+  // spin: how long wait() polls for completion (yielding the core) before it sleeps.
+  explicit Work(std::string name, std::chrono::microseconds spin = {}) : name_(std::move(name)), spin_(spin) {}
 
   const std::string& name() const { return name_; }
 
@@ -157,7 +159,12 @@ class Work {
   int64_t result_int = -1;                   // join: last rank to join
 
  private:
+  // Polls finished_ for up to spin_; true when the operation finished meanwhile.
+  bool spinUntilFinished() const;
+
   const std::string name_;
+  const std::chrono::microseconds spin_;
+  std::atomic<bool> finished_{false};  // done_, readable without the lock
   mutable std::mutex mutex_;
   mutable std::condition_variable done_cv_;
   bool done_ = false;

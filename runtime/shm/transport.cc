@@ -64,13 +64,14 @@ int pidfdOpen(pid_t pid) {
 #endif
 }
 
+
+}  // namespace
+
 int onlineCores() {
   cpu_set_t set;
   if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
   return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
 }
-
-}  // namespace
 
 struct Transport::Layout {
   Layout(std::byte* base, int size) {

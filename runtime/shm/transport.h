@@ -53,6 +53,9 @@ struct Options {
 // Allreduces up to this many bytes reduce everything on every rank (one round) at any group size.
 inline constexpr size_t kDirectBytes = 64 * 1024;
 
+// Cores this process may run on (its affinity mask): more ranks than that on a host is oversubscribed.
+int onlineCores();
+
 class Transport final : public runtime::Transport {
  public:
   // Collective over the group (see Segment::share). Throws BackendError / StoreError naming the cause.

@@ -59,7 +59,8 @@ TEST_CASE("every variable is read", "[options]") {
                         {"HOROVOD_STALL_CHECK_TIME_SECONDS", "5"},
                         {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "7.5"},
                         {"HOROVOD_LOG_LEVEL", "DEBUG"},
-                        {"HVD_DISABLE_GPU_PINNING", "1"}});
+                        {"HVD_DISABLE_GPU_PINNING", "1"},
+                        {"HVD_BUSY_POLL_US", "0"}});
   CHECK(o.rank == 3);
   CHECK(o.size == 8);
   CHECK(o.local_rank == 1);
@@ -80,6 +81,8 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK(o.stall_shutdown_time == std::chrono::milliseconds(7500));
   CHECK(o.log_level == LogLevel::kDebug);
   CHECK(!o.gpu_pinning);
+  CHECK(o.busy_poll == std::chrono::microseconds(0));
+  CHECK(!parse({}).busy_poll.has_value());  // unset: decided by the ranks per host against the cores
 }
 
 TEST_CASE("bad values: one error naming the variable and the value", "[options]") {
@@ -107,6 +110,7 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
        "HOROVOD_TIMELINE_MARK_CYCLES='enabled' is not a boolean (1 or 0, true or false, yes or no, on or off)"},
       {{{"HOROVOD_STALL_CHECK_DISABLE", "1x"}}, "HOROVOD_STALL_CHECK_DISABLE='1x' is not a boolean"},
       {{{"HVD_DISABLE_GPU_PINNING", "y"}}, "HVD_DISABLE_GPU_PINNING='y' is not a boolean"},
+      {{{"HVD_BUSY_POLL_US", "-5"}}, "HVD_BUSY_POLL_US=-5 is out of range [0, 1000000]"},
   };
   for (const auto& [env, message] : cases) {
     INFO(message);
