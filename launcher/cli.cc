@@ -428,7 +428,6 @@ const std::vector<Tunable> kTunables = {
 const std::vector<std::pair<std::string, std::string>> kIgnoredByLibhvd = {
     {"hierarchical-allgather", "libhvd has no hierarchical allgather yet"},
     {"torus-allreduce", "libhvd has no torus allreduce"},
-    {"autotune", "libhvd does not autotune yet"},
     {"mpi-threads-disable", "libhvd does not use MPI"},
     {"num-nccl-streams", "libhvd does not use NCCL"},
     {"tcp", "libhvd does not use NCCL"},

@@ -64,6 +64,9 @@ class Coordinator {
 
   bool idle() const { return pending_.empty() && ready_.empty(); }
 
+  // Autotune: fuse up to this many bytes from the next response list on.
+  void setFusionThreshold(size_t bytes) { options_.fusion_threshold = bytes; }
+
   // Fusion window: while names are ready but others are still arriving (submitted by some ranks), the
   // ready ones wait up to `window` from the moment the first of them became ready, so one response
   // fuses them all. Returns when to call next() at the latest, or nullopt to call it now. A lone

@@ -116,6 +116,25 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.gpu_pinning = !readBool(getenv, "HVD_DISABLE_GPU_PINNING", false);
   o.shared_memory = readBool(getenv, "HVD_SHARED_MEMORY", true);
   o.hierarchical_allreduce = readBool(getenv, "HOROVOD_HIERARCHICAL_ALLREDUCE", false);
+  o.autotune = readBool(getenv, "HOROVOD_AUTOTUNE", false);
+  {
+    AutotuneOptions& a = o.autotune_options;
+    if (auto l = read(getenv, "HOROVOD_AUTOTUNE_LOG"); l && !l->empty()) a.log_path = *l;
+    a.warmup_samples = static_cast<int>(readInt(getenv, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 3, 0, 1 << 20));
+    a.steps_per_sample = static_cast<int>(readInt(getenv, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 10, 1, 1 << 20));
+    a.max_samples = static_cast<int>(readInt(getenv, "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 20, 1, 1 << 20));
+    // Horovod's Gaussian-process noise: validated as Horovod does, unused by this tuner (no Gaussian process).
+    const double noise = readDouble(getenv, "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.8, 0.0);
+    HVD_CHECK(noise <= 1.0, UsageError, "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=", noise, " must be in [0, 1]");
+    auto set = [&](const char* name) {
+      auto v = read(getenv, name);
+      return v && !v->empty();
+    };
+    a.tune_fusion = !set("HOROVOD_FUSION_THRESHOLD");
+    a.tune_cycle_time = !set("HOROVOD_CYCLE_TIME");
+    a.tune_hierarchical = !set("HOROVOD_HIERARCHICAL_ALLREDUCE");  // and only where possible (Runtime decides)
+    a.cache_enabled = o.cache_capacity > 0;
+  }
   if (const auto us = readInt(getenv, "HVD_BUSY_POLL_US", -1, 0, 1000000); us >= 0) {
     o.busy_poll = std::chrono::microseconds(us);
   }

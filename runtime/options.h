@@ -33,6 +33,7 @@
 #include <string>
 
 #include "rendezvous/store.h"
+#include "runtime/autotune.h"
 
 namespace hvd::runtime {
 
@@ -71,6 +72,10 @@ struct RuntimeOptions {
   bool gpu_pinning = true;
   bool shared_memory = true;
   bool hierarchical_allreduce = false;
+  // HOROVOD_AUTOTUNE and its HOROVOD_AUTOTUNE_* settings (runtime/autotune.h). What the environment sets
+  // explicitly (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_HIERARCHICAL_ALLREDUCE) is not tuned.
+  bool autotune = false;
+  AutotuneOptions autotune_options;
   // HVD_BUSY_POLL_US: after any activity the background thread polls its sockets without sleeping
   // for this long (yielding the core between polls), and a waiting caller polls its operation for up
   // to half of it, so back-to-back small operations skip the tens of microseconds a wake-up takes.

@@ -19,6 +19,7 @@
 #include "gloo_backend/communicator.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/memory_store.h"
+#include "runtime/autotune.h"
 #include "runtime/channel.h"
 #include "runtime/coordinator.h"
 #include "runtime/gloo_transport.h"
@@ -119,6 +120,9 @@ class Runtime::Impl {
   void executeOther(const Response& s, Transport& comm, int set_rank);
   // The data path of the global set: shared memory on one host, Gloo otherwise (see init).
   std::shared_ptr<Transport> globalTransport();
+  // Rank 0 under autotune: feeds the list's allreduces to the tuner and applies what it decides (a path
+  // change goes into the list, for every rank).
+  void autotune(ResponseList& list);
   void executeProcessSet(const Response& s);
   Entry* find(int32_t set, const std::string& name);
   void complete(int32_t set, const std::string& name, std::exception_ptr error = nullptr);
@@ -136,6 +140,9 @@ class Runtime::Impl {
   // The ranks of this host over shared memory (HVD_SHARED_MEMORY, more than one local rank).
   std::shared_ptr<shm::Transport> shm_;
   bool hierarchical_ = false;  // allreduce: shared memory within hosts, Gloo across (all ranks agree)
+  bool hierarchical_possible_ = false;  // every host has as many ranks and shared memory (checked at init)
+  std::shared_ptr<Transport> flat_global_, hierarchical_global_;  // the global set's paths (autotune switches)
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0 under HOROVOD_AUTOTUNE, until it is done
   // Background thread only: the data path of every process set this rank is a member of (0: the job).
   std::map<int32_t, std::shared_ptr<Transport>> set_comms_;
   // Every registered set, members or not (user threads read it through processSet()).
@@ -233,13 +240,15 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       shm_ = shm::Transport::connect(store_, o);
       phase("shared memory");
     }
-    if (options_.hierarchical_allreduce && options_.size > 1) {
+    const bool tune_path = options_.autotune && options_.autotune_options.tune_hierarchical;
+    if ((options_.hierarchical_allreduce || tune_path) && options_.size > 1) {
       // Every rank must take the same path: hierarchical only where every host has as many ranks as this
       // one and shared memory works on all of them (a MIN over the job, once).
       int32_t ok = shm_ && options_.cross_size > 1 && options_.local_size * options_.cross_size == options_.size;
       global_->allreduce(&ok, 1, DataType::kInt32, ReduceOp::kMin);
-      hierarchical_ = ok == 1;
-      if (!hierarchical_ && options_.rank == 0) {
+      hierarchical_possible_ = ok == 1;
+      hierarchical_ = hierarchical_possible_ && options_.hierarchical_allreduce;
+      if (!hierarchical_ && options_.hierarchical_allreduce && options_.rank == 0) {
         log(LogLevel::kWarning, "HOROVOD_HIERARCHICAL_ALLREDUCE=1 ignored: it needs several hosts with the same "
                                 "number of ranks each, and shared memory on (HVD_SHARED_MEMORY)");
       }
@@ -279,6 +288,15 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     c.stall_warning_time = options_.stall_warning_time;
     c.stall_shutdown_time = options_.stall_shutdown_time;
     coordinator_ = std::make_unique<Coordinator>(c);
+    if (options_.autotune && options_.size > 1) {
+      AutotuneOptions a = options_.autotune_options;
+      a.tune_hierarchical = a.tune_hierarchical && hierarchical_possible_;
+      autotuner_ = std::make_unique<Autotuner>(a, TunableParams{options_.fusion_threshold, options_.cycle_time,
+                                                                hierarchical_});
+      if (a.log_path && !autotuner_->logOpen()) {
+        log(LogLevel::kError, detail::concat("cannot write the autotune log ", *a.log_path, ": ", errnoText(errno)));
+      }
+    }
   }
   timeline_ = std::make_unique<Timeline>(options_.rank == 0 ? options_.timeline_path : std::nullopt,
                                          options_.timeline_mark_cycles);
@@ -646,6 +664,7 @@ void Runtime::Impl::loop() {
       if (hold_) continue;
       ResponseList list = coordinator_->next();
       if (list.responses.empty() && !list.shutdown) continue;
+      if (autotuner_) autotune(list);
       timeline_->cycleStart();
       for (const auto& response : list.responses) {
         for (const auto& name : response.names) timeline_->negotiateEnd(name);
@@ -699,6 +718,12 @@ void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {
 }
 
 bool Runtime::Impl::execute(const ResponseList& list) {
+  if (list.path != ResponseList::kPathUnchanged) {
+    hierarchical_ = list.path == ResponseList::kPathHierarchical;
+    HVD_CHECK(!hierarchical_ || hierarchical_global_, BackendError,
+              "the coordinator switched to the hierarchical allreduce, which this rank cannot run");
+    set_comms_[0] = hierarchical_ ? hierarchical_global_ : flat_global_;
+  }
   for (const auto& s : list.responses) execute(s);
   if (!list.shutdown) return true;
   reason_ = list.shutdown_reason;
@@ -840,9 +865,35 @@ void Runtime::Impl::timelineEnd(const Response& s) {
 
 std::shared_ptr<Transport> Runtime::Impl::globalTransport() {
   if (shm_ && options_.cross_size == 1) return shm_;
-  auto flat = std::make_shared<GlooTransport>(global_);
-  if (hierarchical_) return std::make_shared<HierarchicalTransport>(shm_, std::make_shared<GlooTransport>(cross_), flat);
-  return flat;
+  flat_global_ = std::make_shared<GlooTransport>(global_);
+  if (hierarchical_possible_) {
+    hierarchical_global_ =
+        std::make_shared<HierarchicalTransport>(shm_, std::make_shared<GlooTransport>(cross_), flat_global_);
+  }
+  return hierarchical_ ? hierarchical_global_ : flat_global_;
+}
+
+void Runtime::Impl::autotune(ResponseList& list) {
+  const auto now = Clock::now();
+  for (const auto& r : list.responses) {
+    if (r.type != OpType::kAllreduce || r.process_set != 0 || !r.error.empty()) continue;
+    size_t elements = 0;
+    for (int64_t c : r.counts) elements += static_cast<size_t>(c);
+    const auto tuned = autotuner_->record(r.names, elements * gloo_backend::elementSize(r.dtype), now);
+    if (!tuned) continue;
+    coordinator_->setFusionThreshold(tuned->fusion_threshold);
+    options_.cycle_time = tuned->cycle_time;
+    if (tuned->hierarchical != hierarchical_) {
+      list.path = tuned->hierarchical ? ResponseList::kPathHierarchical : ResponseList::kPathFlat;
+    }
+    log(LogLevel::kInfo, detail::concat("autotune: fusion threshold ", tuned->fusion_threshold, " bytes, cycle time ",
+                                        tuned->cycle_time.count(), " us, ",
+                                        tuned->hierarchical ? "hierarchical" : "flat", " allreduce"));
+  }
+  if (autotuner_->done()) {
+    log(LogLevel::kInfo, autotuner_->summary());
+    autotuner_.reset();
+  }
 }
 
 void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {

@@ -62,6 +62,10 @@ struct ResponseList {
   bool shutdown = false;         // every rank leaves after executing responses
   std::string shutdown_reason;   // why (empty: an orderly shutdown requested by a rank)
   bool abort = false;            // a rank was lost: skip the orderly close barrier
+  // Autotune: the global set's allreduce path from this list on (kPathFlat, kPathHierarchical), or
+  // kPathUnchanged. Every rank switches before executing the list's responses.
+  static constexpr uint8_t kPathUnchanged = 0, kPathFlat = 1, kPathHierarchical = 2;
+  uint8_t path = kPathUnchanged;
 };
 
 // Descriptor equality (what the response cache compares): every field but name and pointers.

@@ -25,6 +25,7 @@ NAMES = {
     "torch_tcpstore": "torch TCPStore",
     "ddp": "torch DDP (gloo)", "ddp_malloc": "torch DDP, hvdrun's malloc settings", "horovod": "Horovod",
     "hvd_tcp": "hvd over TCP (--no-shared-memory)", "openmpi_yield": "Open MPI, mpi_yield_when_idle 1",
+    "hvd_hier": "hvd hierarchical", "hvd_flat": "hvd flat Gloo",
 }
 ALLREDUCE_SUBJECTS = ["hvd", "hvd_bench", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
 LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
@@ -39,6 +40,7 @@ SHM_SUBJECTS = ["hvd", "hvd_tcp", "openmpi", "mpich"]            # np=2 allreduc
 SHM_COLLECTIVE_SUBJECTS = ["hvd", "openmpi", "mpich"]           # np=2 allgather, broadcast, ...
 SHM_NP4_SUBJECTS = ["hvd", "hvd_tcp", "openmpi_yield"]          # np=4 allreduce, oversubscribed
 SHM_COLLECTIVES = ["allgather", "broadcast", "alltoall", "reducescatter"]
+HIER_SUBJECTS = ["hvd_hier", "hvd_flat"]                         # 2 ssh hosts x 2 ranks allreduce
 FUSION_VARIANTS = [("fused", "fused by the runtime (async, then wait)"), ("async", "all async, then wait"),
                    ("one_by_one", "one by one, synchronous"), ("manual_cat", "manual cat + 1 allreduce + copy back"),
                    ("single_400k", "one 400 KiB allreduce (lower bound)")]
@@ -90,7 +92,7 @@ def get(data, key):
 
 def why_absent(data, *subjects):
     for s in subjects:
-        section = s.split(":")[0] if s in ("rendezvous", "ssh") or s.startswith("train") else None
+        section = s.split(":")[0] if s in ("rendezvous", "ssh", "hier") or s.startswith("train") else None
         section = "shm" if s.startswith("shm") else section
         if section and section not in data.get("sections", [section]):
             return f"section `{section}` not selected in this run"
@@ -456,6 +458,7 @@ def render(data, chart_errors):
     L += shm_md(data)
     L += rendezvous_md(data)
     L += ssh_md(data)
+    L += hier_md(data)
     L += train_md(data)
     L += missed_md(data)
     L += failures_md(data)
@@ -737,6 +740,49 @@ def ssh_md(data):
     return L + [table(["measure", "ms", "÷ one ssh"],
                       [[labels.get(k[4:], k[4:]), cell(get(data, k)), ratio_str(get(data, k), base, False)
                         if k != "ssh.openssh_true" else "-"] for k in keys]), ""]
+
+
+def hier_md(data):
+    L = ["## Hierarchical allreduce across hosts", ""]
+    absent = section_absent(data, "hier", "hier")
+    sizes = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("hier.allreduce.")})
+    if absent and not sizes:
+        return L + absent
+    L += ["Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, 64 MiB; the faster one "
+          "becomes the default.", ""]
+    if absent:
+        L += absent
+    it = data["params"]["allreduce_iters"]
+    L += ["`bench/ssh/bench_hier_allreduce`: 2 network namespaces joined by a bridge, one sshd each, as the ssh "
+          "hosts of `hvdrun -np 4 -H host1:2,host2:2`, running `bench/peers/hvd_allreduce.c` (float32 sum, method "
+          "as in the allreduce section: the slower rank's time per iteration, a round's figure the median over its "
+          "iterations). Hierarchical: `--hierarchical-allreduce`, reduce-scatter within each host over shared "
+          "memory, allreduce of each rank's block across the hosts over Gloo, allgather within the host over "
+          "shared memory. Flat: `--no-hierarchical-allreduce`, the 4 ranks in one Gloo context over TCP. The "
+          "benchmark checks from the runtime's log that each job took its data path. One job per subject per "
+          "round, the order rotating between rounds. Iterations per size: "
+          + ", ".join(f"{size_label(n)} {it.get(str(n), '-')}" for n in sizes) + ". "
+          f"Here all 4 ranks share this machine's {data['machine']['nproc']} cores, and the link between the "
+          "hosts is a veth pair through a bridge in the same kernel (a memory copy, not a NIC), so the traffic "
+          "between hosts that the hierarchical path saves is cheaper than on a real network. Latency in µs; a "
+          "ratio below 1 means hierarchical is faster.", ""]
+    owners = {s: ["hier", "hvdrun"] for s in HIER_SUBJECTS}
+    rows, faster = [], {}
+    for n in sizes:
+        keys = {s: f"hier.allreduce.{n}.{s}" for s in HIER_SUBJECTS}
+        h, f = get(data, keys["hvd_hier"]), get(data, keys["hvd_flat"])
+        if h and f:
+            faster[n] = "hierarchical" if h["median"] < f["median"] else "flat"
+        rows.append([size_label(n)] + [subject_cell(data, keys[s], s, owners[s], failed_key=f"hier.allreduce.*.{s}")
+                                       for s in HIER_SUBJECTS] + [ratio_str(h, f, False), faster.get(n, "-")])
+    L += [table(["size"] + [name(s) for s in HIER_SUBJECTS] + ["hierarchical ÷ flat", "faster"], rows), ""]
+    if faster:
+        winners = set(faster.values())
+        L += [(f"Faster at every size measured: **{winners.pop()}**." if len(winners) == 1 else
+               "Faster by size: " + ", ".join(f"{size_label(n)} {w}" for n, w in faster.items())
+               + ": no single winner.") + " Medians of the rounds; where the ranges overlap, the order may not hold "
+              "from run to run.", ""]
+    return L
 
 
 def train_md(data):

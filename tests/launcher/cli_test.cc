@@ -404,12 +404,10 @@ TEST_CASE("settings libhvd does not act on are passed on with a one-line warning
                                     "params: {hierarchical_allreduce: true, hierarchical_allgather: true}\n"
                                     "library_options: {num_nccl_streams: 2}\n");
   const CliResult parsed = parseCommandLine({"-np", "1", "--autotune", "--config-file", cfg, "t"}, {});
-  // (hierarchical_allreduce is acted on: no warning for it.)
+  // (hierarchical_allreduce and autotune are acted on: no warning for them.)
   CHECK(parsed.warnings == std::vector<std::string>{
                                cfg + ": params.hierarchical_allgather: libhvd has no hierarchical allgather yet; "
                                      "HOROVOD_HIERARCHICAL_ALLGATHER=1 is passed on for Horovod's own workers",
-                               "--autotune: libhvd does not autotune yet; HOROVOD_AUTOTUNE=1 is passed on for "
-                               "Horovod's own workers",
                                cfg + ": library_options.num_nccl_streams: libhvd does not use NCCL; "
                                      "HOROVOD_NUM_NCCL_STREAMS=2 is passed on for Horovod's own workers"});
   CHECK(envOf(parsed.options, "HOROVOD_AUTOTUNE") == "1");
@@ -421,15 +419,15 @@ TEST_CASE("settings libhvd does not act on are passed on with a one-line warning
         std::vector<std::string>{"--thread-affinity: libhvd does not pin its background thread; "
                                  "HOROVOD_THREAD_AFFINITY=0 is passed on for Horovod's own workers"});
   // Warnings wait for every usage check: a usage error stays the only line.
-  const auto both = runProcess({test::hvdrunPath(), "-np", "3", "-H", "localhost:2", "--autotune", "true"}, {}, "",
-                               std::chrono::milliseconds(20000));
+  const auto both = runProcess({test::hvdrunPath(), "-np", "3", "-H", "localhost:2", "--torus-allreduce", "true"}, {},
+                               "", std::chrono::milliseconds(20000));
   CHECK(both.exit_code == 2);
   CHECK_THAT(both.err, Catch::StartsWith("hvdrun: error: Requested more processes (3)"));
   // The real binary prints them on stderr and runs the job.
-  const auto r = runProcess({test::hvdrunPath(), "-np", "1", "--autotune", "true"}, {}, "",
+  const auto r = runProcess({test::hvdrunPath(), "-np", "1", "--torus-allreduce", "true"}, {}, "",
                             std::chrono::milliseconds(20000));
   CHECK(r.exit_code == 0);
   CHECK(r.err ==
-        "hvdrun: warning: --autotune: libhvd does not autotune yet; HOROVOD_AUTOTUNE=1 is passed on for Horovod's "
-        "own workers\n");
+        "hvdrun: warning: --torus-allreduce: libhvd has no torus allreduce; HOROVOD_TORUS_ALLREDUCE=1 is passed on "
+        "for Horovod's own workers\n");
 }

@@ -248,3 +248,34 @@ def test_module_surface(hvdnp):
                  "reducescatter", "reducescatter_async", "barrier", "poll", "synchronize", "shutdown",
                  "local_rank", "local_size", "cross_rank", "cross_size", "is_initialized"):
         assert callable(getattr(hvdnp, name)), name
+
+
+def test_autotune_settles_and_logs(hvdrun, tmp_path):
+    """hvdrun --autotune: libhvd tunes while the job trains, every step's values stay right, and rank 0
+    writes Horovod's CSV (header, one row per scored sample, the kept parameters last)."""
+    log = tmp_path / "autotune.csv"
+    job = hvdrun(2, PRELUDE + """
+hvd.init()
+r = hvd.rank()
+grads = [np.full(n, float(r + 1), dtype=np.float32) for n in (1000, 60000, 300000, 5)]
+for step in range(160):
+    handles = [hvd.allreduce_async(g, name=f"g{i}", op=hvd.Sum) for i, g in enumerate(grads)]
+    for h, g in zip(handles, grads):
+        out = hvd.synchronize(h)
+        assert out.shape == g.shape and np.all(out == 3.0), (step, out[:3])
+print("OK")
+""", flags=("--autotune", "--autotune-log-file", str(log), "--autotune-warmup-samples", "1",
+            "--autotune-steps-per-sample", "4", "--autotune-bayes-opt-max-samples", "12",
+            "--log-level", "INFO"))
+    assert_ok(job, 2)
+    rows = log.read_text().splitlines()
+    assert rows[0] == ("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
+                       "tensor_fusion_threshold,score"), rows
+    # 160 steps of 4 samples: the 1 warm-up sample, at most 12 scored ones, and the kept parameters.
+    assert 3 <= len(rows) <= 1 + 12 + 1, rows
+    for row in rows[1:]:
+        ha, hg, torus, cache, cycle_ms, fusion_mb, score = row.split(",")
+        assert (ha, hg, torus, cache) == ("0", "0", "0", "1"), row  # one host: no hierarchical path to try
+        assert float(cycle_ms) in (0, 1, 2.5, 5) and float(fusion_mb) in (0.25, 1, 4, 16, 64), row
+        assert float(score) > 0, row
+    assert "autotune: kept the" in job.stderr + job.stdout, job

@@ -60,7 +60,13 @@ TEST_CASE("every variable is read", "[options]") {
                         {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "7.5"},
                         {"HOROVOD_LOG_LEVEL", "DEBUG"},
                         {"HVD_DISABLE_GPU_PINNING", "1"},
-                        {"HVD_BUSY_POLL_US", "0"}});
+                        {"HVD_BUSY_POLL_US", "0"},
+                        {"HOROVOD_AUTOTUNE", "1"},
+                        {"HOROVOD_AUTOTUNE_LOG", "/tmp/at.csv"},
+                        {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "0"},
+                        {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "7"},
+                        {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "9"},
+                        {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.5"}});
   CHECK(o.rank == 3);
   CHECK(o.size == 8);
   CHECK(o.local_rank == 1);
@@ -83,6 +89,21 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK(!o.gpu_pinning);
   CHECK(o.busy_poll == std::chrono::microseconds(0));
   CHECK(!parse({}).busy_poll.has_value());  // unset: decided by the ranks per host against the cores
+  CHECK(o.autotune);
+  CHECK(*o.autotune_options.log_path == "/tmp/at.csv");
+  CHECK(o.autotune_options.warmup_samples == 0);
+  CHECK(o.autotune_options.steps_per_sample == 7);
+  CHECK(o.autotune_options.max_samples == 9);
+  // Set explicitly: fusion and cycle time stay as set; the path may be tuned; the cache is off.
+  CHECK(!o.autotune_options.tune_fusion);
+  CHECK(!o.autotune_options.tune_cycle_time);
+  CHECK(o.autotune_options.tune_hierarchical);
+  CHECK(!o.autotune_options.cache_enabled);
+  const auto d = parse({{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}});
+  CHECK((d.autotune_options.tune_fusion && d.autotune_options.tune_cycle_time && !d.autotune_options.tune_hierarchical));
+  CHECK(d.autotune_options.warmup_samples == 3);
+  CHECK(d.autotune_options.steps_per_sample == 10);
+  CHECK(d.autotune_options.max_samples == 20);
 }
 
 TEST_CASE("bad values: one error naming the variable and the value", "[options]") {
@@ -111,6 +132,11 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
       {{{"HOROVOD_STALL_CHECK_DISABLE", "1x"}}, "HOROVOD_STALL_CHECK_DISABLE='1x' is not a boolean"},
       {{{"HVD_DISABLE_GPU_PINNING", "y"}}, "HVD_DISABLE_GPU_PINNING='y' is not a boolean"},
       {{{"HVD_BUSY_POLL_US", "-5"}}, "HVD_BUSY_POLL_US=-5 is out of range [0, 1000000]"},
+      {{{"HOROVOD_AUTOTUNE", "maybe"}}, "HOROVOD_AUTOTUNE='maybe' is not a boolean"},
+      {{{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=0 is out of range"},
+      {{{"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "x"}}, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES='x' is not an integer"},
+      {{{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "1.5"}},
+       "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=1.5 must be in [0, 1]"},
   };
   for (const auto& [env, message] : cases) {
     INFO(message);
