@@ -426,7 +426,6 @@ const std::vector<Tunable> kTunables = {
 
 // Tunables that libhvd does not act on (key, why). Horovod's own workers under hvdrun do.
 const std::vector<std::pair<std::string, std::string>> kIgnoredByLibhvd = {
-    {"hierarchical-allgather", "libhvd has no hierarchical allgather yet"},
     {"torus-allreduce", "libhvd has no torus allreduce"},
     {"mpi-threads-disable", "libhvd does not use MPI"},
     {"num-nccl-streams", "libhvd does not use NCCL"},

@@ -116,6 +116,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.gpu_pinning = !readBool(getenv, "HVD_DISABLE_GPU_PINNING", false);
   o.shared_memory = readBool(getenv, "HVD_SHARED_MEMORY", true);
   o.hierarchical_allreduce = readBool(getenv, "HOROVOD_HIERARCHICAL_ALLREDUCE", false);
+  o.hierarchical_allgather = readBool(getenv, "HOROVOD_HIERARCHICAL_ALLGATHER", false);
   o.autotune = readBool(getenv, "HOROVOD_AUTOTUNE", false);
   {
     AutotuneOptions& a = o.autotune_options;

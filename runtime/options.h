@@ -72,6 +72,7 @@ struct RuntimeOptions {
   bool gpu_pinning = true;
   bool shared_memory = true;
   bool hierarchical_allreduce = false;
+  bool hierarchical_allgather = false;
   // HOROVOD_AUTOTUNE and its HOROVOD_AUTOTUNE_* settings (runtime/autotune.h). What the environment sets
   // explicitly (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_HIERARCHICAL_ALLREDUCE) is not tuned.
   bool autotune = false;

@@ -141,7 +141,8 @@ class Runtime::Impl {
   std::shared_ptr<shm::Transport> shm_;
   bool hierarchical_ = false;  // allreduce: shared memory within hosts, Gloo across (all ranks agree)
   bool hierarchical_possible_ = false;  // every host has as many ranks and shared memory (checked at init)
-  std::shared_ptr<Transport> flat_global_, hierarchical_global_;  // the global set's paths (autotune switches)
+  bool hierarchical_allgather_ = false;  // allgather likewise (needs the ranks numbered host by host)
+  std::shared_ptr<Transport> flat_global_;  // the global set's flat path (kept for autotune's switches)
   std::unique_ptr<Autotuner> autotuner_;  // rank 0 under HOROVOD_AUTOTUNE, until it is done
   // Background thread only: the data path of every process set this rank is a member of (0: the job).
   std::map<int32_t, std::shared_ptr<Transport>> set_comms_;
@@ -241,16 +242,24 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       phase("shared memory");
     }
     const bool tune_path = options_.autotune && options_.autotune_options.tune_hierarchical;
-    if ((options_.hierarchical_allreduce || tune_path) && options_.size > 1) {
+    if ((options_.hierarchical_allreduce || options_.hierarchical_allgather || tune_path) && options_.size > 1) {
       // Every rank must take the same path: hierarchical only where every host has as many ranks as this
-      // one and shared memory works on all of them (a MIN over the job, once).
-      int32_t ok = shm_ && options_.cross_size > 1 && options_.local_size * options_.cross_size == options_.size;
-      global_->allreduce(&ok, 1, DataType::kInt32, ReduceOp::kMin);
-      hierarchical_possible_ = ok == 1;
+      // one and shared memory works on all of them; the allgather also needs the ranks numbered host by
+      // host (a MIN over the job, once).
+      const bool even = shm_ && options_.cross_size > 1 && options_.local_size * options_.cross_size == options_.size;
+      int32_t ok[2] = {even, even && options_.rank == options_.cross_rank * options_.local_size + options_.local_rank};
+      global_->allreduce(ok, 2, DataType::kInt32, ReduceOp::kMin);
+      hierarchical_possible_ = ok[0] == 1;
       hierarchical_ = hierarchical_possible_ && options_.hierarchical_allreduce;
+      hierarchical_allgather_ = ok[1] == 1 && options_.hierarchical_allgather;
       if (!hierarchical_ && options_.hierarchical_allreduce && options_.rank == 0) {
         log(LogLevel::kWarning, "HOROVOD_HIERARCHICAL_ALLREDUCE=1 ignored: it needs several hosts with the same "
                                 "number of ranks each, and shared memory on (HVD_SHARED_MEMORY)");
+      }
+      if (!hierarchical_allgather_ && options_.hierarchical_allgather && options_.rank == 0) {
+        log(LogLevel::kWarning, "HOROVOD_HIERARCHICAL_ALLGATHER=1 ignored: it needs several hosts with the same "
+                                "number of ranks each, ranks numbered host by host, and shared memory on "
+                                "(HVD_SHARED_MEMORY)");
       }
     }
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -276,8 +285,9 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     set_info_[0] = std::move(global);
     set_comms_[0] = globalTransport();
     log(options_.rank == 0 ? LogLevel::kInfo : LogLevel::kDebug,
-        detail::concat("data path of the job: ", set_comms_[0]->path(), " (", options_.size, " ranks, ",
-                       options_.cross_size, " host(s))"));
+        detail::concat("data path of the job: ", set_comms_[0]->path(), " (allreduce ",
+                       set_comms_[0]->pathOf("ALLREDUCE"), ", allgather ", set_comms_[0]->pathOf("ALLGATHER"), "; ",
+                       options_.size, " ranks, ", options_.cross_size, " host(s))"));
   }
   if (options_.rank == 0) {
     CoordinatorOptions c;
@@ -720,9 +730,9 @@ void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {
 bool Runtime::Impl::execute(const ResponseList& list) {
   if (list.path != ResponseList::kPathUnchanged) {
     hierarchical_ = list.path == ResponseList::kPathHierarchical;
-    HVD_CHECK(!hierarchical_ || hierarchical_global_, BackendError,
+    HVD_CHECK(!hierarchical_ || hierarchical_possible_, BackendError,
               "the coordinator switched to the hierarchical allreduce, which this rank cannot run");
-    set_comms_[0] = hierarchical_ ? hierarchical_global_ : flat_global_;
+    set_comms_[0] = globalTransport();
   }
   for (const auto& s : list.responses) execute(s);
   if (!list.shutdown) return true;
@@ -865,12 +875,10 @@ void Runtime::Impl::timelineEnd(const Response& s) {
 
 std::shared_ptr<Transport> Runtime::Impl::globalTransport() {
   if (shm_ && options_.cross_size == 1) return shm_;
-  flat_global_ = std::make_shared<GlooTransport>(global_);
-  if (hierarchical_possible_) {
-    hierarchical_global_ =
-        std::make_shared<HierarchicalTransport>(shm_, std::make_shared<GlooTransport>(cross_), flat_global_);
-  }
-  return hierarchical_ ? hierarchical_global_ : flat_global_;
+  if (!flat_global_) flat_global_ = std::make_shared<GlooTransport>(global_);
+  if (!hierarchical_ && !hierarchical_allgather_) return flat_global_;
+  return std::make_shared<HierarchicalTransport>(shm_, std::make_shared<GlooTransport>(cross_), flat_global_,
+                                                 hierarchical_, hierarchical_allgather_);
 }
 
 void Runtime::Impl::autotune(ResponseList& list) {
@@ -906,7 +914,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
     const size_t n = static_cast<size_t>(s.counts[0]);
     if (n && q.input != q.output) std::memcpy(q.output, q.input, n * esize);
     gloo_backend::scale(s.dtype, q.output, n, s.prescale);
-    timeline_->activityStart(s.names, comm.path(), "ALLREDUCE");
+    timeline_->activityStart(s.names, comm.pathOf("ALLREDUCE"), "ALLREDUCE");
     comm.allreduce(q.output, n, s.dtype, s.op);
     timeline_->activityEnd(s.names);
     gloo_backend::scale(s.dtype, q.output, n, post);
@@ -932,7 +940,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
   }
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, s.prescale);
-  timeline_->activityStart(s.names, comm.path(), "ALLREDUCE");
+  timeline_->activityStart(s.names, comm.pathOf("ALLREDUCE"), "ALLREDUCE");
   comm.allreduce(buffer, total, s.dtype, s.op);
   timeline_->activityEnd(s.names);
   gloo_backend::scale(s.dtype, buffer, total, post);
@@ -962,7 +970,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       if (bytes && e->request.input && e->request.input != e->request.output) {
         std::memcpy(e->request.output, e->request.input, bytes);
       }
-      timeline_->activityStart(s.names, comm.path(), "BCAST");
+      timeline_->activityStart(s.names, comm.pathOf("BCAST"), "BCAST");
       // The root is a global rank; the set's context numbers its members by set rank.
       // set_info_ changes only on this thread, so reading it here needs no lock.
       const auto& ranks = set_info_.at(s.process_set).ranks;
@@ -982,7 +990,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       Work& w = *e->work;
       w.result.allocate(result_pool_, static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
-      timeline_->activityStart(s.names, comm.path(), "ALLGATHER");
+      timeline_->activityStart(s.names, comm.pathOf("ALLGATHER"), "ALLGATHER");
       comm.allgatherv(e->request.input, w.result.data(), bytes);
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);
@@ -1001,7 +1009,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       }
       w.result.allocate(result_pool_, static_cast<size_t>(rows) * row_bytes);
       w.result_rows = rows;
-      timeline_->activityStart(s.names, comm.path(), "ALLTOALL");
+      timeline_->activityStart(s.names, comm.pathOf("ALLTOALL"), "ALLTOALL");
       comm.alltoallv(e->request.input, send, w.result.data(), recv);
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);
@@ -1020,7 +1028,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       for (int p = 0; p < n; ++p) {
         block_elements[p] = static_cast<size_t>((base + (p < extra ? 1 : 0)) * s.row_elements);
       }
-      timeline_->activityStart(s.names, comm.path(), "REDUCESCATTER");
+      timeline_->activityStart(s.names, comm.pathOf("REDUCESCATTER"), "REDUCESCATTER");
       comm.reduceScatter(buffer, block_elements, s.dtype, s.op);
       timeline_->activityEnd(s.names);
       const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
@@ -1035,7 +1043,7 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       return;
     }
     case OpType::kBarrier:
-      timeline_->activityStart(s.names, comm.path(), "BARRIER");
+      timeline_->activityStart(s.names, comm.pathOf("BARRIER"), "BARRIER");
       comm.barrier();
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);

@@ -32,6 +32,12 @@ class Transport {
   // The data path's name, upper case: the timeline's activity prefix ("SHM" -> "SHM_ALLREDUCE") and the
   // word --verbose logs.
   virtual const char* path() const = 0;
+  // The path operation op (the timeline's name: "ALLREDUCE", "ALLGATHER", ...) takes; path() unless the
+  // transport routes operations differently.
+  virtual const char* pathOf(const char* op) const {
+    (void)op;
+    return path();
+  }
 
   // In place, count elements.
   virtual void allreduce(void* data, size_t count, DataType type, ReduceOp op) = 0;

@@ -773,15 +773,20 @@ def hier_md(data):
         h, f = get(data, keys["hvd_hier"]), get(data, keys["hvd_flat"])
         if h and f:
             faster[n] = "hierarchical" if h["median"] < f["median"] else "flat"
+        pairs = zip(*(data["metrics"].get(keys[s], {"rounds": []})["rounds"] for s in HIER_SUBJECTS))
+        r = summarize([a / b for a, b in pairs if a and b])
+        same_round = f"{fmt_ratio(r['median'])} [{fmt_ratio(r['min'])}-{fmt_ratio(r['max'])}]" if r else "-"
         rows.append([size_label(n)] + [subject_cell(data, keys[s], s, owners[s], failed_key=f"hier.allreduce.*.{s}")
-                                       for s in HIER_SUBJECTS] + [ratio_str(h, f, False), faster.get(n, "-")])
-    L += [table(["size"] + [name(s) for s in HIER_SUBJECTS] + ["hierarchical ÷ flat", "faster"], rows), ""]
+                                       for s in HIER_SUBJECTS]
+                    + [ratio_str(h, f, False), same_round, faster.get(n, "-")])
+    L += [table(["size"] + [name(s) for s in HIER_SUBJECTS] + ["hierarchical ÷ flat", "the same, round by round",
+                                                                 "faster"], rows), ""]
     if faster:
         winners = set(faster.values())
         L += [(f"Faster at every size measured: **{winners.pop()}**." if len(winners) == 1 else
                "Faster by size: " + ", ".join(f"{size_label(n)} {w}" for n, w in faster.items())
-               + ": no single winner.") + " Medians of the rounds; where the ranges overlap, the order may not hold "
-              "from run to run.", ""]
+               + ": no single winner.") + " By the medians over the rounds; the round-by-round ratios (hierarchical "
+              "÷ flat of the same round, median [min-max]) show whether the order held in every round.", ""]
     return L
 
 

@@ -401,18 +401,19 @@ TEST_CASE("a missing command is refused before any worker starts or prints", "[c
 TEST_CASE("settings libhvd does not act on are passed on with a one-line warning", "[cli]") {
   const std::string dir = test::makeTempDir();
   const std::string cfg = writeTemp(dir, "hvd.yaml",
-                                    "params: {hierarchical_allreduce: true, hierarchical_allgather: true}\n"
+                                    "params: {hierarchical_allreduce: true, hierarchical_allgather: true, "
+                                    "torus_allreduce: true}\n"
                                     "library_options: {num_nccl_streams: 2}\n");
   const CliResult parsed = parseCommandLine({"-np", "1", "--autotune", "--config-file", cfg, "t"}, {});
-  // (hierarchical_allreduce and autotune are acted on: no warning for them.)
+  // (hierarchical_allreduce, hierarchical_allgather and autotune are acted on: no warning for them.)
   CHECK(parsed.warnings == std::vector<std::string>{
-                               cfg + ": params.hierarchical_allgather: libhvd has no hierarchical allgather yet; "
-                                     "HOROVOD_HIERARCHICAL_ALLGATHER=1 is passed on for Horovod's own workers",
+                               cfg + ": params.torus_allreduce: libhvd has no torus allreduce; "
+                                     "HOROVOD_TORUS_ALLREDUCE=1 is passed on for Horovod's own workers",
                                cfg + ": library_options.num_nccl_streams: libhvd does not use NCCL; "
                                      "HOROVOD_NUM_NCCL_STREAMS=2 is passed on for Horovod's own workers"});
   CHECK(envOf(parsed.options, "HOROVOD_AUTOTUNE") == "1");
   // Off, or set in hvdrun's own environment (the user chose the variable itself): no warning.
-  CHECK(parseCommandLine({"-np", "1", "--no-hierarchical-allgather", "t"}, {}).warnings.empty());
+  CHECK(parseCommandLine({"-np", "1", "--no-torus-allreduce", "t"}, {}).warnings.empty());
   CHECK(parseCommandLine({"-np", "1", "t"}, {{"HOROVOD_AUTOTUNE", "1"}}).warnings.empty());
   // A number is a setting even when it is 0 (thread affinity 0 is core 0).
   CHECK(parseCommandLine({"-np", "1", "--thread-affinity", "0", "t"}, {}).warnings ==

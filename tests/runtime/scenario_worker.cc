@@ -8,7 +8,8 @@
 //   stop    (2 ranks) allreduces of 1 MiB for 4 s, checked each step, while rank 0 stops rank 1 with
 //           SIGSTOP for 3 s and then continues it; prints "stop ok after N steps" or what differed
 //   checksum  allreduces of several sizes, types and ops (sums, averages, maxima of small integers, exact in
-//           any order); prints "rank R checksum H", H a hash of every result (for comparing data paths)
+//           any order), then allgathers of uneven rows; prints "rank R checksum H", H a hash of every result
+//           (for comparing data paths)
 //   forever  allreduces until killed (for the tests that SIGKILL a whole job)
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
 //   process_sets  (3 ranks, HOROVOD_DYNAMIC_PROCESS_SETS=1) the C++ ProcessSet API and hvd_enqueue_group;
@@ -161,6 +162,23 @@ int main(int argc, char** argv) {
         }
         mix(o.data, o.bytes);
       }
+    }
+    // Allgathers with a different number of rows on every rank (none on rank 1), of several widths.
+    for (int64_t width : {int64_t{1}, int64_t{3}, int64_t{40000}}) {
+      const int64_t rows = rank == 1 ? 0 : rank + 2;
+      std::vector<float> in(static_cast<size_t>(rows * width));
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(rank * 1000 + i % 977);
+      const std::string name = "checksum.gather." + std::to_string(width);
+      const int h = hvd_allgather_async(name.c_str(), in.data(), static_cast<size_t>(rows),
+                                        static_cast<size_t>(width), HVD_FLOAT32);
+      const void* out = nullptr;
+      size_t out_rows = 0;
+      if (h < 0 || hvd_wait(h) != HVD_SUCCESS || hvd_result(h, &out, &out_rows) != HVD_SUCCESS) {
+        std::printf("rank %d: %s failed: %s\n", rank, name.c_str(), hvd_error_text());
+        return 1;
+      }
+      mix(out, out_rows * static_cast<size_t>(width) * sizeof(float));
+      hvd_release(h);
     }
     std::printf("rank %d checksum %016llx\n", rank, static_cast<unsigned long long>(hash));
     hvd_shutdown();

@@ -131,7 +131,7 @@ TEST_CASE("6 ranks over 3 ssh hosts: rank, local_rank, cross_rank, and an allred
   }
 }
 
-TEST_CASE("hierarchical allreduce on 2 and 3 hosts x 2 ranks: the same results as the flat path") {
+TEST_CASE("hierarchical allreduce and allgather on 2 and 3 hosts x 2 ranks: the same results as the flat path") {
   requireLab();
   SshHome home;
   NetnsLab lab(3, home);
@@ -144,13 +144,14 @@ TEST_CASE("hierarchical allreduce on 2 and 3 hosts x 2 ranks: the same results a
       CAPTURE(hosts, path);
       std::vector<std::string> args = {"-np", std::to_string(2 * hosts), "-H", list, "--ssh-known-hosts", "strict",
                                        "-x", "HOROVOD_LOG_LEVEL=info"};
-      if (path == "HIERARCHICAL") args.push_back("--hierarchical-allreduce");
+      if (path == "HIERARCHICAL") args.insert(args.end(), {"--hierarchical-allreduce", "--hierarchical-allgather"});
       args.insert(args.end(), {worker, "checksum"});
       Hvdrun run(lab, home, args, home.home() + "/hvdrun.out");
       const int rc = run.wait(90s);
       INFO(run.output());
       REQUIRE(rc == 0);
-      CHECK(run.output().find("data path of the job: " + path) != std::string::npos);
+      CHECK(run.output().find("data path of the job: " + path + " (allreduce " + path + ", allgather " + path) !=
+            std::string::npos);
       const std::regex re(R"(\[(\d+)\]<stdout>:rank (\d+) checksum ([0-9a-f]+))");
       std::set<std::string> seen;
       int ranks = 0;
