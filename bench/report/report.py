@@ -743,13 +743,13 @@ def ssh_md(data):
 
 
 def hier_md(data):
-    L = ["## Hierarchical allreduce across hosts", ""]
+    L = ["## Hierarchical allreduce across hosts", "",
+         "Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, 64 MiB; the faster one "
+         "becomes the default.", ""]
     absent = section_absent(data, "hier", "hier")
     sizes = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("hier.allreduce.")})
     if absent and not sizes:
         return L + absent
-    L += ["Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, 64 MiB; the faster one "
-          "becomes the default.", ""]
     if absent:
         L += absent
     it = data["params"]["allreduce_iters"]

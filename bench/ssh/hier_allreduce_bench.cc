@@ -16,16 +16,15 @@
 // or SIGINT/SIGTERM/SIGHUP, and through a watcher process when this one is killed outright.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -68,8 +67,8 @@ rm -rf $dirs)sh";
   ::close(fds[0]);  // the write end stays open, unseen by children (O_CLOEXEC), until this process ends
 }
 
-// hvdrun's output for one job, or an error naming what went wrong.
-std::string runJob(const hvd::test::NetnsLab& lab, const hvd::test::SshHome& home,
+// hvdrun's output for the job of `subject`, or an error naming the subject and what went wrong.
+std::string runJob(const hvd::test::NetnsLab& lab, const hvd::test::SshHome& home, const std::string& subject,
                    const std::vector<std::string>& args, int timeout_s) {
   hvd::test::LabHvdrun run(lab, home, args, home.home() + "/hvdrun.out");
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
@@ -80,7 +79,7 @@ std::string runJob(const hvd::test::NetnsLab& lab, const hvd::test::SshHome& hom
     const std::string why = g_stop     ? "stopped by a signal"
                             : rc == -1 ? "still running after " + std::to_string(timeout_s) + " s"
                                        : "exit " + std::to_string(rc);
-    throw std::runtime_error("hvdrun " + why + ":\n" + run.output());
+    throw std::runtime_error("the " + subject + " job: hvdrun " + why + ":\n" + run.output());
   }
   return run.output();
 }
@@ -125,7 +124,7 @@ int main(int argc, char** argv) {
     const std::string hosts = lab.hostAddress(0) + ":2," + lab.hostAddress(1) + ":2";
     for (const auto& s : subjects) {
       const bool hier = s == "hier";
-      const std::string out = runJob(lab, home,
+      const std::string out = runJob(lab, home, s,
                                      {"-np", "4", "-H", hosts, "--ssh-known-hosts", "strict",
                                       hier ? "--hierarchical-allreduce" : "--no-hierarchical-allreduce", "-x",
                                       "HOROVOD_LOG_LEVEL=info", pos[0], pos[1]},
