@@ -71,7 +71,10 @@ struct RuntimeOptions {
   LogLevel log_level = LogLevel::kWarning;
   bool gpu_pinning = true;
   bool shared_memory = true;
-  bool hierarchical_allreduce = false;
+  // HOROVOD_HIERARCHICAL_ALLREDUCE. Unset: hierarchical wherever the job can run it (several hosts with
+  // the same number of ranks, shared memory on), because it measured as fast or faster there; Horovod's
+  // default is flat. 1: asked for (a warning where it cannot run); 0: flat.
+  std::optional<bool> hierarchical_allreduce;
   bool hierarchical_allgather = false;
   // HOROVOD_AUTOTUNE and its HOROVOD_AUTOTUNE_* settings (runtime/autotune.h). What the environment sets
   // explicitly (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_HIERARCHICAL_ALLREDUCE) is not tuned.

@@ -242,7 +242,9 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       phase("shared memory");
     }
     const bool tune_path = options_.autotune && options_.autotune_options.tune_hierarchical;
-    if ((options_.hierarchical_allreduce || options_.hierarchical_allgather || tune_path) && options_.size > 1) {
+    const bool want_hierarchical = options_.hierarchical_allreduce.value_or(true);
+    // cross_size is the same on every rank, so every rank skips the check together on a single host.
+    if ((want_hierarchical || options_.hierarchical_allgather || tune_path) && options_.cross_size > 1) {
       // Every rank must take the same path: hierarchical only where every host has as many ranks as this
       // one and shared memory works on all of them; the allgather also needs the ranks numbered host by
       // host (a MIN over the job, once).
@@ -250,9 +252,9 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       int32_t ok[2] = {even, even && options_.rank == options_.cross_rank * options_.local_size + options_.local_rank};
       global_->allreduce(ok, 2, DataType::kInt32, ReduceOp::kMin);
       hierarchical_possible_ = ok[0] == 1;
-      hierarchical_ = hierarchical_possible_ && options_.hierarchical_allreduce;
+      hierarchical_ = hierarchical_possible_ && want_hierarchical;
       hierarchical_allgather_ = ok[1] == 1 && options_.hierarchical_allgather;
-      if (!hierarchical_ && options_.hierarchical_allreduce && options_.rank == 0) {
+      if (!hierarchical_ && options_.hierarchical_allreduce == true && options_.rank == 0) {
         log(LogLevel::kWarning, "HOROVOD_HIERARCHICAL_ALLREDUCE=1 ignored: it needs several hosts with the same "
                                 "number of ranks each, and shared memory on (HVD_SHARED_MEMORY)");
       }

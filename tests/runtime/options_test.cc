@@ -89,6 +89,11 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK(!o.gpu_pinning);
   CHECK(o.busy_poll == std::chrono::microseconds(0));
   CHECK(!parse({}).busy_poll.has_value());  // unset: decided by the ranks per host against the cores
+  // Unset: hierarchical where the job can run it; set: as set.
+  CHECK(!parse({}).hierarchical_allreduce.has_value());
+  CHECK(parse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}}).hierarchical_allreduce == false);
+  CHECK(parse({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}}).hierarchical_allreduce == true);
+  CHECK(parse({{"HOROVOD_HIERARCHICAL_ALLGATHER", "1"}}).hierarchical_allgather);
   CHECK(o.autotune);
   CHECK(*o.autotune_options.log_path == "/tmp/at.csv");
   CHECK(o.autotune_options.warmup_samples == 0);
