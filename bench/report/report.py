@@ -25,12 +25,12 @@ NAMES = {
     "torch_tcpstore": "torch TCPStore",
     "ddp": "torch DDP (gloo)", "ddp_malloc": "torch DDP, hvdrun's malloc settings", "horovod": "Horovod",
     "hvd_tcp": "hvd over TCP (--no-shared-memory)", "openmpi_yield": "Open MPI, mpi_yield_when_idle 1",
-    "hvd_hier": "hvd hierarchical", "hvd_flat": "hvd flat Gloo",
+    "hvd_hier": "hvd hierarchical", "hvd_flat": "hvd flat Gloo", "hvd_autotune": "hvd (ours), --autotune",
 }
 ALLREDUCE_SUBJECTS = ["hvd", "hvd_bench", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
 LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
 SWEEP_SUBJECTS = ["hvdrun", "hydra", "openmpi"]
-TRAIN_SUBJECTS = ["hvd", "ddp", "ddp_malloc", "horovod"]
+TRAIN_SUBJECTS = ["hvd", "hvd_autotune", "ddp", "ddp_malloc", "horovod"]
 TRAIN_MODELS = [("resnet18", "ResNet-18"), ("mlp", "wide MLP")]
 TRAIN_FIGURES = [("samples_per_s", "samples/s, global (higher is better)", True),
                  ("step_ms", "step, ms", False),
@@ -209,6 +209,14 @@ def evaluate_targets(data):
                      "np=2, hvd.torch DistributedOptimizer: samples/s >= 1.0x torch DDP (gloo)",
                      "train.mlp.samples_per_s.hvd", "train.mlp.samples_per_s.ddp", 1.0, True, "samples/s",
                      ["train:hvd", "hvdrun", "torch"]),
+        ratio_target(data, "autotune-resnet18", None, "ResNet-18 training at np=2 under `hvdrun --autotune`, timed "
+                     "after the tuner settled: samples/s >= 1.0x the same job with the defaults",
+                     "train.resnet18.samples_per_s.hvd_autotune", "train.resnet18.samples_per_s.hvd", 1.0, True,
+                     "samples/s", ["train:hvd_autotune", "train:hvd", "hvdrun"]),
+        ratio_target(data, "autotune-mlp", None, "wide MLP training at np=2 under `hvdrun --autotune`, timed after "
+                     "the tuner settled: samples/s >= 1.0x the same job with the defaults",
+                     "train.mlp.samples_per_s.hvd_autotune", "train.mlp.samples_per_s.hvd", 1.0, True,
+                     "samples/s", ["train:hvd_autotune", "train:hvd", "hvdrun"]),
         absolute_target(data, "pyfusion-100x4k", None, "100 x 4 KiB allreduce_async_ from Python (hvd.torch), then "
                         "synchronize each: <= 1.5 ms", "pyfusion.total.hvd", 1500.0, False, "us",
                         ["train:hvd", "hvdrun"]),
@@ -811,10 +819,14 @@ def train_md(data):
           "torch DDP: `DistributedDataParallel` (default buckets) over gloo under `torchrun`; torch DDP, hvdrun's "
           "malloc settings: the same under `torchrun` with the `GLIBC_TUNABLES` hvdrun gives its workers (read from "
           "`hvdrun --dry-run`; docs/launcher.md, Worker memory), so that the comparison with ours is like for like "
-          "below the launcher; Horovod: `horovod.torch.DistributedOptimizer` under its own `horovodrun --gloo`.", ""]
+          "below the launcher; Horovod: `horovod.torch.DistributedOptimizer` under its own `horovodrun --gloo`. "
+          "hvd, --autotune: ours under `hvdrun --autotune --autotune-warmup-samples 1 --autotune-steps-per-sample 2 "
+          "--autotune-bayes-opt-max-samples 10`, with 24 more warm-up steps, in which the tuner settles; the timed "
+          "steps run what it kept.", ""]
     subs = [s for s in TRAIN_SUBJECTS if s in ("hvd", "ddp") or any(
         k.startswith("train.") and k.endswith("." + s) for k in data["summary"]) or s in data["status"]]
-    owners = {"hvd": ["train:hvd", "hvdrun"], "ddp": ["torch"], "ddp_malloc": ["torch"], "horovod": ["horovod"]}
+    owners = {"hvd": ["train:hvd", "hvdrun"], "hvd_autotune": ["train:hvd_autotune", "hvdrun"], "ddp": ["torch"],
+              "ddp_malloc": ["torch"], "horovod": ["horovod"]}
     rows = []
     for model, label in TRAIN_MODELS:
         for fig, text, higher in TRAIN_FIGURES:
