@@ -1,5 +1,5 @@
-// Shared parts of the Launcher interface: state names, exit status text, local-host detection, and the
-// signal reset of a child before exec.
+// Shared parts of the Launcher interface: state names, exit status text, local-host detection, the
+// signal reset of a child before exec and the signal to a worker's group.
 #include "launcher/launcher.h"
 
 #include <arpa/inet.h>
@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <set>
 
@@ -25,6 +26,12 @@ void resetSignalsForExec() noexcept {
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+int signalWorkerGroup(pid_t pid, int signo) noexcept {
+  if (::kill(-pid, signo) == 0) return 0;
+  if (errno != ESRCH) return -1;
+  return ::kill(pid, signo);
 }
 
 std::string cannotExecutePrefix(int rank, const std::string& program) {

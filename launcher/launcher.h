@@ -21,6 +21,8 @@
 // launcher's kind: transport-specific behaviour lives in the subclasses' overrides below.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -77,6 +79,11 @@ const char* toString(WorkerState state);
 // then an empty signal mask, so the program starts as from a shell, without the parent's handlers,
 // ignored signals or blocked set. Call it only once nothing of the parent's may run any more.
 void resetSignalsForExec() noexcept;
+
+// Sends `signo` to the process group a forked worker leads (it calls setsid() first thing). Until the
+// child has done so, the group does not exist and kill(-pid) reaches nobody: the child itself is signalled
+// then (it has started nothing yet). Returns kill()'s result.
+int signalWorkerGroup(pid_t pid, int signo) noexcept;
 
 // "hvdrun: rank R: cannot execute 'PROGRAM': " -- the start of the line a worker that could not be exec'd
 // prints (errno text follows), the same for local workers and hvd-proxy ranks.

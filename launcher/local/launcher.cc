@@ -231,7 +231,7 @@ class LocalWorker : public Worker {
   explicit LocalWorker(std::shared_ptr<LocalLauncher::Child> child) : child_(std::move(child)) {}
 
   ~LocalWorker() override {
-    if (!child_->status) ::kill(-child_->pid, SIGKILL);
+    if (!child_->status) signalWorkerGroup(child_->pid, SIGKILL);
     child_->detach();  // the launcher still reaps the process
   }
 
@@ -242,7 +242,7 @@ class LocalWorker : public Worker {
   void signal(int signo) override {
     if (child_->status) return;
     child_->stop_requested = true;
-    ::kill(-child_->pid, signo);
+    signalWorkerGroup(child_->pid, signo);
   }
 
  private:
@@ -262,7 +262,7 @@ LocalLauncher::LocalLauncher(asio::io_context& ioc, std::chrono::milliseconds dr
 LocalLauncher::~LocalLauncher() {
   sigchld_.cancel();
   for (auto& [pid, child] : children_) {
-    ::kill(-pid, SIGKILL);
+    signalWorkerGroup(pid, SIGKILL);  // not reaped yet: the pid is still this child's
     child->detach();
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -324,8 +324,7 @@ std::unique_ptr<Worker> LocalLauncher::start(const LaunchSpec& spec, WorkerEvent
   if (pid == 0) childMain(spec, image, parent, out[1], err[1]);
   ::close(out[1]);
   ::close(err[1]);
-  // The group exists from the child's setsid() on; a kill(-pid) before that reaches nobody, but the
-  // PDEATHSIG still covers the child itself.
+  // The group exists from the child's setsid() on; signalWorkerGroup() reaches the child before that.
   guardian_->watch(pid);
   auto child = std::make_shared<Child>(ioc_, spec.rank, pid, out[0], err[0], &events, guardian_.get());
   children_.emplace(pid, child);

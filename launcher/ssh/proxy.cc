@@ -279,7 +279,13 @@ class Proxy {
         const int signo = in.i32();
         in.end();
         for (const auto& [r, rk] : ranks_) {
-          if ((rank < 0 || r == rank) && rk.pid > 0) ::kill(-rk.pid, signo);
+          if ((rank < 0 || r == rank) && rk.pid > 0) {
+            // A reaped rank's pid may be reused: only its group (left-over members) is signalled.
+            if (rk.exited)
+              ::kill(-rk.pid, signo);
+            else
+              signalWorkerGroup(rk.pid, signo);
+          }
         }
         return;
       }

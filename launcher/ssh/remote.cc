@@ -59,7 +59,8 @@ std::string bootstrapInput(const RemoteWorker& worker) {
   s += "w=$!\n";
   s += "{ while IFS= read -r -t " + timeout +
        " -u 3 l; do\n"
-       "    case $l in S[0-9]|S[0-9][0-9]) kill -s \"${l#S}\" -- \"-$w\" 2>/dev/null;; esac\n"
+       "    case $l in S[0-9]|S[0-9][0-9]) kill -s \"${l#S}\" -- \"-$w\" 2>/dev/null ||\n"
+       "      kill -s \"${l#S}\" \"$w\" 2>/dev/null;; esac\n"
        "  done\n"
        "  kill -s TERM -- \"-$w\" 2>/dev/null; sleep " +
        grace +

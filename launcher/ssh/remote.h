@@ -11,8 +11,8 @@
 //      survive); names that are not shell identifiers are passed through `env` instead;
 //   3. starts the user command under `setsid` (its own session and process group, stdin /dev/null) and
 //      keeps the channel's stdin as fd 3 for a watchdog;
-//   4. the watchdog reads lines from fd 3: "S<n>" delivers signal n to the worker's process group, an
-//      empty line is a heartbeat. On EOF (the ssh connection is gone: hvdrun was killed or the network
+//   4. the watchdog reads lines from fd 3: "S<n>" delivers signal n to the worker's process group (to
+//      the worker itself while `setsid` has not yet made that group), an empty line is a heartbeat. On EOF (the ssh connection is gone: hvdrun was killed or the network
 //      dropped and sshd closed the channel) or after kWatchdogTimeout without a line (network silently
 //      dead), it sends SIGTERM to the group and SIGKILL kKillGrace later: no orphans;
 //   5. waits for the worker and exits with its status; a worker killed by signal N makes the wrapper

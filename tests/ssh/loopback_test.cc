@@ -51,16 +51,17 @@ struct Recorder : WorkerEvents {
   }
 };
 
-// Runs the loop until `done` or `limit`; returns done().
+// Runs the loop until `done` or `limit`; returns whether `done` held. `done` is not asked again after it
+// held once: a scan of /proc can miss a process that is in the middle of an exec.
 bool runUntil(boost::asio::io_context& io, const std::function<bool()>& done,
               std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
-  io.restart();
-  while (!done() && std::chrono::steady_clock::now() < end) {
-    io.run_for(20ms);
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= end) return false;
     io.restart();
+    io.run_for(20ms);
   }
-  return done();
 }
 
 std::string uniqueTag(const char* what) {
@@ -84,6 +85,14 @@ std::vector<std::string> allCommandLines() {
 bool anyProcessWith(const std::string& needle) {
   for (const auto& c : allCommandLines()) {
     if (c.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A process whose argv[0] starts with `name` (set with `exec -a`).
+bool anyProcessNamed(const std::string& name) {
+  for (const auto& c : allCommandLines()) {
+    if (c.rfind(name, 0) == 0) return true;
   }
   return false;
 }
@@ -293,8 +302,10 @@ TEST_CASE("signal() ends a remote worker and everything it started") {
   auto worker = launcher->start(
       lb.spec(2, {"bash", "-c", "(exec -a " + mark + "child sleep 60) & exec -a " + mark + " sleep 60"}),
       rec);
+  // The child itself (its argv[0]), not a command line that merely mentions it: the worker's group is
+  // complete once the child runs.
   REQUIRE(runUntil(
-      io, [&] { return anyProcessWith(mark + "child"); }, 20s));
+      io, [&] { return anyProcessNamed(mark + "child"); }, 20s));
   REQUIRE(worker->state() == WorkerState::kRunning);
   worker->signal(SIGTERM);
   REQUIRE(runUntil(
@@ -303,6 +314,30 @@ TEST_CASE("signal() ends a remote worker and everything it started") {
   CHECK(rec.exits[2].signal == SIGTERM);
   CHECK(worker->state() == WorkerState::kStopped);
   CHECK(waitGone(mark, 5s));
+}
+
+TEST_CASE("signal() at once after start() reaches a remote worker whose group does not exist yet") {
+  Loopback lb;
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  INFO("mode " << mode);
+  lb.setMode(mode);
+  boost::asio::io_context io;
+  auto launcher = lb.launcher(io);
+  launcher->preflight({hostNamed("127.0.0.1")});
+  // The signal line follows the script at once, so the watchdog reads it while `setsid` may still be
+  // starting; a few rounds make that window likely.
+  for (int round = 0; round < 5; ++round) {
+    INFO("round " << round);
+    Recorder rec;
+    const std::string mark = uniqueTag("hvdearly");
+    auto worker = launcher->start(lb.spec(3, {"bash", "-c", "exec -a " + mark + " sleep 60"}), rec);
+    worker->signal(SIGTERM);
+    REQUIRE(runUntil(
+        io, [&] { return rec.exits.count(3) > 0; }, 10s));
+    CHECK(rec.exits[3].kind == ExitStatus::Kind::kSignaled);
+    CHECK(rec.exits[3].signal == SIGTERM);
+    CHECK(waitGone(mark, 5s));
+  }
 }
 
 TEST_CASE("remote workers end within 5 s when the launcher process is SIGKILLed") {
