@@ -118,6 +118,8 @@ class Runtime::Impl {
   void execute(const Response& response);
   void executeAllreduce(const Response& s, Transport& comm);
   void executeOther(const Response& s, Transport& comm, int set_rank);
+  // Every rank of the job runs on this host (the same answer on every rank, unlike cross_size).
+  bool singleHost() const { return options_.local_size == options_.size; }
   // The data path of the global set: shared memory on one host, Gloo otherwise (see init).
   std::shared_ptr<Transport> globalTransport();
   // Rank 0 under autotune: feeds the list's allreduces to the tuner and applies what it decides (a path
@@ -203,10 +205,9 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
   device_ = pin.device;
   log(LogLevel::kDebug, pin.detail);
 
-  const bool single_host = options_.cross_size == 1;
   gloo_backend::DeviceOptions dev;
   dev.iface = options_.iface;
-  if (dev.iface.empty() && single_host) dev.hostname = "127.0.0.1";
+  if (dev.iface.empty() && singleHost()) dev.hostname = "127.0.0.1";
   gloo_device_ = gloo_backend::Device::create(dev);
   // Horovod's order (every rank must use it: each rendezvous blocks): global, local, cross.
   auto connect = [&](std::string scope, int rank, int size) {
@@ -243,12 +244,14 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     }
     const bool tune_path = options_.autotune && options_.autotune_options.tune_hierarchical;
     const bool want_hierarchical = options_.hierarchical_allreduce.value_or(true);
-    // cross_size is the same on every rank, so every rank skips the check together on a single host.
-    if ((want_hierarchical || options_.hierarchical_allgather || tune_path) && options_.cross_size > 1) {
+    // singleHost() holds on every rank or on none, so the ranks of a one-host job skip the check together.
+    // (cross_size may differ between ranks: with 2 ranks on one host and 1 on another, local rank 1 has a
+    // cross size of 1.)
+    if ((want_hierarchical || options_.hierarchical_allgather || tune_path) && !singleHost()) {
       // Every rank must take the same path: hierarchical only where every host has as many ranks as this
       // one and shared memory works on all of them; the allgather also needs the ranks numbered host by
       // host (a MIN over the job, once).
-      const bool even = shm_ && options_.cross_size > 1 && options_.local_size * options_.cross_size == options_.size;
+      const bool even = shm_ && options_.local_size * options_.cross_size == options_.size;
       int32_t ok[2] = {even, even && options_.rank == options_.cross_rank * options_.local_size + options_.local_rank};
       global_->allreduce(ok, 2, DataType::kInt32, ReduceOp::kMin);
       hierarchical_possible_ = ok[0] == 1;
@@ -289,7 +292,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     log(options_.rank == 0 ? LogLevel::kInfo : LogLevel::kDebug,
         detail::concat("data path of the job: ", set_comms_[0]->path(), " (allreduce ",
                        set_comms_[0]->pathOf("ALLREDUCE"), ", allgather ", set_comms_[0]->pathOf("ALLGATHER"), "; ",
-                       options_.size, " ranks, ", options_.cross_size, " host(s))"));
+                       options_.size, " ranks, ", options_.local_size, " on this host)"));
   }
   if (options_.rank == 0) {
     CoordinatorOptions c;
@@ -321,7 +324,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
 
 void Runtime::Impl::connectControlPlane() {
   if (options_.size == 1) return;
-  const std::string address = localAddress(options_.iface, options_.cross_size == 1);
+  const std::string address = localAddress(options_.iface, singleHost());
   if (options_.rank == 0) {
     uint16_t port = 0;
     const int listen_fd = listenTcp(address, port);
@@ -876,7 +879,7 @@ void Runtime::Impl::timelineEnd(const Response& s) {
 }
 
 std::shared_ptr<Transport> Runtime::Impl::globalTransport() {
-  if (shm_ && options_.cross_size == 1) return shm_;
+  if (shm_ && singleHost()) return shm_;
   if (!flat_global_) flat_global_ = std::make_shared<GlooTransport>(global_);
   if (!hierarchical_ && !hierarchical_allgather_) return flat_global_;
   return std::make_shared<HierarchicalTransport>(shm_, std::make_shared<GlooTransport>(cross_), flat_global_,

@@ -169,6 +169,34 @@ TEST_CASE("hierarchical allreduce and allgather on 2 and 3 hosts x 2 ranks: the 
   }
 }
 
+TEST_CASE("uneven hosts (2 ranks and 1): every rank agrees on the flat path and gets the same result") {
+  requireLab();
+  SshHome home;
+  NetnsLab lab(2, home);
+  // Local rank 1 of the first host has a cross size of 1, the others 2: the ranks must still take one
+  // path together (a per-rank decision would leave some in the hierarchical check and hang the job).
+  const std::string list = lab.hostAddress(0) + ":2," + lab.hostAddress(1) + ":1";
+  Hvdrun run(lab, home,
+             {"-np", "3", "-H", list, "--ssh-known-hosts", "strict", "--hierarchical-allreduce", "-x",
+              "HOROVOD_LOG_LEVEL=info", buildDir() + "/tests/runtime/scenario_worker", "checksum"},
+             home.home() + "/hvdrun.out");
+  const int rc = run.wait(90s);
+  INFO(run.output());
+  REQUIRE(rc == 0);
+  CHECK(run.output().find("data path of the job: GLOO (allreduce GLOO, allgather GLOO") != std::string::npos);
+  CHECK(run.output().find("HOROVOD_HIERARCHICAL_ALLREDUCE=1 ignored") != std::string::npos);
+  const std::regex re(R"(\[(\d+)\]<stdout>:rank (\d+) checksum ([0-9a-f]+))");
+  std::set<std::string> seen;
+  int ranks = 0;
+  const std::string out = run.output();
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    seen.insert((*it)[3]);
+    ++ranks;
+  }
+  CHECK(ranks == 3);
+  CHECK(seen.size() == 1);
+}
+
 TEST_CASE("without hvd-proxy (HVD_SSH_PROXY=never): one channel per rank, same result") {
   requireLab();
   SshHome home;
