@@ -122,9 +122,10 @@ class Runtime::Impl {
   bool singleHost() const { return options_.local_size == options_.size; }
   // The data path of the global set: shared memory on one host, Gloo otherwise (see init).
   std::shared_ptr<Transport> globalTransport();
-  // Rank 0 under autotune: feeds the list's allreduces to the tuner and applies what it decides (a path
-  // change goes into the list, for every rank).
-  void autotune(ResponseList& list);
+  // Rank 0 under autotune, once a list has executed: feeds its allreduces to the tuner as one record and
+  // applies what it decides. A path change waits in pending_path_ for the next list, which carries it to
+  // every rank.
+  void autotune(const ResponseList& list);
   void executeProcessSet(const Response& s);
   Entry* find(int32_t set, const std::string& name);
   void complete(int32_t set, const std::string& name, std::exception_ptr error = nullptr);
@@ -146,6 +147,8 @@ class Runtime::Impl {
   bool hierarchical_allgather_ = false;  // allgather likewise (needs the ranks numbered host by host)
   std::shared_ptr<Transport> flat_global_;  // the global set's flat path (kept for autotune's switches)
   std::unique_ptr<Autotuner> autotuner_;  // rank 0 under HOROVOD_AUTOTUNE, until it is done
+  uint8_t pending_path_ = ResponseList::kPathUnchanged;  // autotune's path for the next list
+  std::chrono::microseconds cycle_time_{0};  // the fusion window in force: the options', then autotune's
   // Background thread only: the data path of every process set this rank is a member of (0: the job).
   std::map<int32_t, std::shared_ptr<Transport>> set_comms_;
   // Every registered set, members or not (user threads read it through processSet()).
@@ -199,6 +202,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     last = now;
   };
   options_.validate();
+  cycle_time_ = options_.cycle_time;
   busy_poll_ = options_.busy_poll.value_or(options_.local_size > shm::onlineCores() ? std::chrono::microseconds(0)
                                                                                     : RuntimeOptions::kDefaultBusyPoll);
   const auto pin = pinGpu(options_.local_rank, options_.gpu_pinning);
@@ -607,30 +611,35 @@ void Runtime::Impl::loop() {
     for (const auto& c : worker_channels_) {
       if (c) fds.push_back({c->fd(), POLLIN, 0});
     }
-    int timeout_ms = -1;
     bool buffered = coordinator_channel_ && coordinator_channel_->hasBuffered();
     for (const auto& c : worker_channels_) buffered = buffered || (c && c->hasBuffered());
-    if (buffered) {
-      timeout_ms = 0;
-    } else if (coordinator_) {
-      std::optional<Clock::time_point> wake_at = coordinator_->nextStallCheck();
+    std::optional<Clock::time_point> wake_at;  // coordinator: the next stall check or the fusion window's end
+    if (coordinator_ && !buffered) {
+      wake_at = coordinator_->nextStallCheck();
       if (hold_ && (!wake_at || *hold_ < *wake_at)) wake_at = hold_;
-      if (wake_at) {
-        // Round up: waking a little late only delays by less than a millisecond.
-        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(*wake_at - Clock::now()).count();
-        timeout_ms = static_cast<int>(std::max<int64_t>(0, (left + 999) / 1000));
-      }
     }
     int rv = 0;
-    if (timeout_ms != 0 && Clock::now() < busy_until_) {
+    if (!buffered && Clock::now() < busy_until_) {
       // Busy-poll window after activity (see RuntimeOptions::busy_poll): the next request or response
-      // usually comes within microseconds, and a sleeping thread takes tens of them to wake.
-      while (rv == 0 && Clock::now() < busy_until_) {
+      // usually comes within microseconds, and a sleeping thread takes tens of them to wake. The spin
+      // ends early where the coordinator has something due.
+      const auto spin_end = wake_at ? std::min(busy_until_, *wake_at) : busy_until_;
+      while (rv == 0 && Clock::now() < spin_end) {
         rv = ::poll(fds.data(), fds.size(), 0);
         if (rv == 0) ::sched_yield();
       }
     }
-    if (rv == 0) rv = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (rv == 0) {
+      int timeout_ms = -1;
+      if (buffered) {
+        timeout_ms = 0;
+      } else if (wake_at) {
+        // Round up: waking a little late only delays by less than a millisecond.
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(*wake_at - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::max<int64_t>(0, (left + 999) / 1000));
+      }
+      rv = ::poll(fds.data(), fds.size(), timeout_ms);
+    }
     HVD_CHECK(rv >= 0 || errno == EINTR, NetworkError, "poll failed: ", errnoText(errno));
     if (rv > 0 && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
     if (fds[0].revents) {
@@ -675,17 +684,18 @@ void Runtime::Impl::loop() {
       if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
         log(LogLevel::kWarning, stall);
       }
-      hold_ = coordinator_->holdUntil(Clock::now(), options_.cycle_time);
+      hold_ = coordinator_->holdUntil(Clock::now(), cycle_time_);
       if (hold_) continue;
       ResponseList list = coordinator_->next();
       if (list.responses.empty() && !list.shutdown) continue;
-      if (autotuner_) autotune(list);
+      list.path = std::exchange(pending_path_, ResponseList::kPathUnchanged);
       timeline_->cycleStart();
       for (const auto& response : list.responses) {
         for (const auto& name : response.names) timeline_->negotiateEnd(name);
       }
       broadcastToWorkers(list);
       if (!execute(list)) return;
+      if (autotuner_) autotune(list);
       continue;
     }
 
@@ -740,6 +750,8 @@ bool Runtime::Impl::execute(const ResponseList& list) {
     set_comms_[0] = globalTransport();
   }
   for (const auto& s : list.responses) execute(s);
+  // The next request usually follows a completed operation at once: poll for it before sleeping.
+  if (!list.responses.empty() && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
   if (!list.shutdown) return true;
   reason_ = list.shutdown_reason;
   abort_ = list.abort;
@@ -886,19 +898,24 @@ std::shared_ptr<Transport> Runtime::Impl::globalTransport() {
                                                  hierarchical_, hierarchical_allgather_);
 }
 
-void Runtime::Impl::autotune(ResponseList& list) {
-  const auto now = Clock::now();
+void Runtime::Impl::autotune(const ResponseList& list) {
+  // One record per executed list, timed at its end: the fused allreduces of a cycle are one step of work.
+  std::vector<std::string> names;
+  size_t bytes = 0;
   for (const auto& r : list.responses) {
     if (r.type != OpType::kAllreduce || r.process_set != 0 || !r.error.empty()) continue;
+    names.insert(names.end(), r.names.begin(), r.names.end());
     size_t elements = 0;
     for (int64_t c : r.counts) elements += static_cast<size_t>(c);
-    const auto tuned = autotuner_->record(r.names, elements * gloo_backend::elementSize(r.dtype), now);
-    if (!tuned) continue;
+    bytes += elements * gloo_backend::elementSize(r.dtype);
+  }
+  if (names.empty()) return;
+  if (const auto tuned = autotuner_->record(names, bytes, Clock::now())) {
     coordinator_->setFusionThreshold(tuned->fusion_threshold);
-    options_.cycle_time = tuned->cycle_time;
-    if (tuned->hierarchical != hierarchical_) {
-      list.path = tuned->hierarchical ? ResponseList::kPathHierarchical : ResponseList::kPathFlat;
-    }
+    cycle_time_ = tuned->cycle_time;
+    // Against the path the executed list left in force (hierarchical_ is up to date on rank 0 too).
+    if (tuned->hierarchical != hierarchical_)
+      pending_path_ = tuned->hierarchical ? ResponseList::kPathHierarchical : ResponseList::kPathFlat;
     log(LogLevel::kInfo, detail::concat("autotune: fusion threshold ", tuned->fusion_threshold, " bytes, cycle time ",
                                         tuned->cycle_time.count(), " us, ",
                                         tuned->hierarchical ? "hierarchical" : "flat", " allreduce"));

@@ -26,19 +26,27 @@ BufferPool::Block BufferPool::take(size_t bytes) {
   return Block{std::unique_ptr<std::byte[]>(new std::byte[capacity]), capacity};  // not zeroed
 }
 
-void BufferPool::give(Block block) {
+BufferPool::BufferPool(size_t keep_bytes) : keep_bytes_(keep_bytes) {
+  free_.reserve(kMaxBlocks);  // give() never allocates
+}
+
+void BufferPool::give(Block block) noexcept {
   if (!block.data || block.capacity > keep_bytes_) return;
+  const size_t capacity = block.capacity;
   std::lock_guard lock(mutex_);
-  // Make room by dropping the smallest blocks: large ones are the expensive ones to fault in again.
-  while (!free_.empty() && (free_.size() >= kMaxBlocks || free_bytes_ + block.capacity > keep_bytes_)) {
-    auto smallest = std::min_element(free_.begin(), free_.end(),
-                                     [](const Block& a, const Block& b) { return a.capacity < b.capacity; });
-    if (smallest->capacity > block.capacity) return;  // keep the larger ones already held
-    free_bytes_ -= smallest->capacity;
-    free_.erase(smallest);
+  // Room comes from the smallest blocks held, never from one larger than this (large blocks are the
+  // expensive ones to fault in again). Where that is not enough, nothing held goes and this block is freed.
+  std::sort(free_.begin(), free_.end(), [](const Block& a, const Block& b) { return a.capacity < b.capacity; });
+  size_t drop = 0;
+  size_t bytes = free_bytes_;
+  while (free_.size() - drop >= kMaxBlocks || bytes + capacity > keep_bytes_) {
+    if (drop == free_.size() || free_[drop].capacity > capacity) return;
+    bytes -= free_[drop].capacity;
+    ++drop;
   }
-  free_bytes_ += block.capacity;
+  free_.erase(free_.begin(), free_.begin() + static_cast<std::ptrdiff_t>(drop));
   free_.push_back(std::move(block));
+  free_bytes_ = bytes + capacity;
 }
 
 size_t BufferPool::freeBytes() const {
@@ -53,7 +61,7 @@ void ResultBuffer::allocate(const std::shared_ptr<BufferPool>& pool, size_t byte
   size_ = bytes;
 }
 
-void ResultBuffer::reset() {
+void ResultBuffer::reset() noexcept {
   if (pool_) pool_->give(std::move(block_));
   block_ = {};
   pool_.reset();

@@ -93,13 +93,14 @@ class BufferPool {
     size_t capacity = 0;
   };
   // Keeps at most kMaxBlocks free blocks of at most keep_bytes together.
-  explicit BufferPool(size_t keep_bytes) : keep_bytes_(keep_bytes) {}
+  explicit BufferPool(size_t keep_bytes);
   static constexpr size_t kMaxBlocks = 8;
 
   // The smallest free block that holds bytes without wasting more than its size again, else a new one.
   Block take(size_t bytes);
-  // Keeps block for reuse when it fits under the limits (evicting the smallest blocks first), else frees it.
-  void give(Block block);
+  // Keeps block for reuse when it fits under the limits, making room by freeing held blocks no larger
+  // than it, smallest first; else frees it (and keeps what is held).
+  void give(Block block) noexcept;
   size_t freeBytes() const;
 
  private:
@@ -118,7 +119,7 @@ class ResultBuffer {
 
   // bytes of uninitialised memory from pool (null pool: plain allocation), replacing what was held.
   void allocate(const std::shared_ptr<BufferPool>& pool, size_t bytes);
-  void reset();
+  void reset() noexcept;
 
   std::byte* data() { return block_.data.get(); }
   const std::byte* data() const { return block_.data.get(); }

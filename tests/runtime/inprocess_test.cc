@@ -805,6 +805,23 @@ TEST_CASE("result buffers: released blocks are reused, within the pool's limits"
   }
   CHECK(pool->freeBytes() == size_t{32} << 20);  // a block above the pool's limit is freed, not kept
 
+  // Eviction: only blocks no larger than the one given back make room, and only when that suffices.
+  auto block = [](size_t bytes) { return BufferPool::Block{std::make_unique<std::byte[]>(bytes), bytes}; };
+  BufferPool small(10000);
+  for (size_t bytes : {1000, 3000, 5000}) small.give(block(bytes));
+  REQUIRE(small.freeBytes() == 9000);
+  small.give(block(2500));  // would need the 1000 and the 3000 block: kept as they are, 2500 freed
+  CHECK(small.freeBytes() == 9000);
+  small.give(block(3500));  // freeing the 1000 and 3000 blocks makes room
+  CHECK(small.freeBytes() == 8500);
+  BufferPool many(size_t{1} << 20);
+  for (size_t i = 0; i < BufferPool::kMaxBlocks; ++i) many.give(block(1024));
+  REQUIRE(many.freeBytes() == BufferPool::kMaxBlocks * 1024);
+  many.give(block(512));  // at the block limit, smaller than everything held: freed
+  CHECK(many.freeBytes() == BufferPool::kMaxBlocks * 1024);
+  many.give(block(4096));  // takes the place of one 1 KiB block
+  CHECK(many.freeBytes() == (BufferPool::kMaxBlocks - 1) * 1024 + 4096);
+
   // Through the runtime: a gathered result released before the next one of the same size lends it its memory.
   Cluster cluster(2);
   std::vector<const std::byte*> seen(2);
