@@ -84,7 +84,8 @@ class Communicator {
   // send-buffer autotuning for that socket. A first message of a few bytes leaves the socket with the
   // kernel's minimum (4.5 KiB), and every later large transfer on it crawls (a 16 MiB allreduce went
   // from 14 to 320 ms). So the first legacy ring of a communicator is preceded by one of
-  // kLegacyRingBytes, which fixes the buffer at about 2 MiB. On 3+ ranks the ring's first message to
+  // kLegacyRingBytes, which asks for 1 MiB (the kernel doubles it to 2 MiB; where net.core.wmem_max is
+  // lower it caps the request, 416 KiB with Debian's default, still far above 4.5 KiB). On 3+ ranks the ring's first message to
   // the left neighbour is a 4-byte notification, which no warm-up can precede; and there the legacy
   // ring only ever served integers and min/max (float sums would differ per rank in the last bits).
   void allreduce(void* data, size_t count, DataType type, ReduceOp op);
