@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "launcher/launcher.h"
+#include "launcher/local/launcher.h"
 #include "launcher/ssh/launcher.h"
 #include "rendezvous/error.h"
 #include "tests/ssh/sshd_fixture.h"
@@ -316,17 +317,23 @@ TEST_CASE("signal() ends a remote worker and everything it started") {
   CHECK(waitGone(mark, 5s));
 }
 
-TEST_CASE("signal() at once after start() reaches a remote worker whose group does not exist yet") {
+TEST_CASE("signal() at once after start() reaches a worker whose group does not exist yet, on every transport") {
   Loopback lb;
-  const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
+  const std::string mode = GENERATE(as<std::string>{}, "local", "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
   lb.setMode(mode);
   boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  launcher->preflight({hostNamed("127.0.0.1")});
-  // The signal line follows the script at once, so the watchdog reads it while `setsid` may still be
-  // starting; a few rounds make that window likely.
-  for (int round = 0; round < 5; ++round) {
+  std::unique_ptr<Launcher> launcher;
+  if (mode == "local") {
+    launcher = std::make_unique<local::LocalLauncher>(io);
+  } else {
+    launcher = lb.launcher(io);
+    launcher->preflight({hostNamed("127.0.0.1")});
+  }
+  // kill(-pid) right after fork() usually finds no group yet (the child has not called setsid()), and
+  // over ssh the signal line follows the script at once, so the watchdog reads it while `setsid` may
+  // still be starting: a few rounds make that window likely.
+  for (int round = 0; round < 8; ++round) {
     INFO("round " << round);
     Recorder rec;
     const std::string mark = uniqueTag("hvdearly");
@@ -336,6 +343,7 @@ TEST_CASE("signal() at once after start() reaches a remote worker whose group do
         io, [&] { return rec.exits.count(3) > 0; }, 10s));
     CHECK(rec.exits[3].kind == ExitStatus::Kind::kSignaled);
     CHECK(rec.exits[3].signal == SIGTERM);
+    CHECK(worker->state() == WorkerState::kStopped);
     CHECK(waitGone(mark, 5s));
   }
 }

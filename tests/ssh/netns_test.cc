@@ -109,6 +109,19 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// The lines "rank R checksum X" that scenario_worker's checksum scenario prints: how many, and the
+// distinct checksums among them.
+std::pair<int, std::set<std::string>> printedChecksums(const std::string& out) {
+  const std::regex re(R"(\[(\d+)\]<stdout>:rank (\d+) checksum ([0-9a-f]+))");
+  std::set<std::string> seen;
+  int ranks = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    seen.insert((*it)[3]);
+    ++ranks;
+  }
+  return {ranks, seen};
+}
+
 }  // namespace
 
 TEST_CASE("6 ranks over 3 ssh hosts: rank, local_rank, cross_rank, and an allreduce") {
@@ -153,14 +166,7 @@ TEST_CASE("hierarchical allreduce and allgather on 2 and 3 hosts x 2 ranks: the 
       REQUIRE(rc == 0);
       CHECK(run.output().find("data path of the job: " + path + " (allreduce " + path + ", allgather " + path) !=
             std::string::npos);
-      const std::regex re(R"(\[(\d+)\]<stdout>:rank (\d+) checksum ([0-9a-f]+))");
-      std::set<std::string> seen;
-      int ranks = 0;
-      const std::string out = run.output();
-      for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
-        seen.insert((*it)[3]);
-        ++ranks;
-      }
+      const auto [ranks, seen] = printedChecksums(run.output());
       REQUIRE(ranks == 2 * hosts);
       REQUIRE(seen.size() == 1);  // bit-identical on every rank
       checksums[path] = *seen.begin();
@@ -185,14 +191,7 @@ TEST_CASE("uneven hosts (2 ranks and 1): every rank agrees on the flat path and 
   REQUIRE(rc == 0);
   CHECK(run.output().find("data path of the job: GLOO (allreduce GLOO, allgather GLOO") != std::string::npos);
   CHECK(run.output().find("HOROVOD_HIERARCHICAL_ALLREDUCE=1 ignored") != std::string::npos);
-  const std::regex re(R"(\[(\d+)\]<stdout>:rank (\d+) checksum ([0-9a-f]+))");
-  std::set<std::string> seen;
-  int ranks = 0;
-  const std::string out = run.output();
-  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
-    seen.insert((*it)[3]);
-    ++ranks;
-  }
+  const auto [ranks, seen] = printedChecksums(run.output());
   CHECK(ranks == 3);
   CHECK(seen.size() == 1);
 }
