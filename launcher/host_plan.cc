@@ -218,6 +218,33 @@ std::vector<HostSpec> parseHostfile(const std::string& path) {
   return parseHostfileText(text.str(), path);
 }
 
+std::vector<HostSpec> parseDiscoveryOutput(const std::string& text, std::optional<int> slots_per_host) {
+  std::vector<HostSpec> hosts;
+  std::vector<std::pair<int, std::string>> first_line;  // per host in `hosts`: line number and text
+  std::stringstream in(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    line = trim(line);
+    if (line.empty()) continue;
+    const std::string where = detail::concat("discovery output line ", number, " \"", line, "\"");
+    bool has_slots = false;
+    HostSpec host = parseHostItem(line, where, slots_per_host.value_or(0), &has_slots);
+    usageCheck(has_slots || slots_per_host, where, ": no slot count (write host:N, or give --slots-per-host)");
+    auto same = std::find_if(hosts.begin(), hosts.end(), [&](const HostSpec& h) { return h.name == host.name; });
+    if (same == hosts.end()) {
+      hosts.push_back(std::move(host));
+      first_line.emplace_back(number, line);
+      continue;
+    }
+    const auto& [earlier, earlier_text] = first_line[static_cast<size_t>(same - hosts.begin())];
+    usageCheck(same->slots == host.slots && same->user == host.user, where, ": host \"", host.name,
+               "\" is also on line ", earlier, " as \"", earlier_text, "\"");
+  }
+  return hosts;
+}
+
 std::vector<std::string> expandSlurmNodelist(const std::string& nodelist) {
   std::vector<std::string> out;
   size_t i = 0;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,18 @@ std::vector<HostSpec> parseHostList(const std::string& spec, int default_slots =
 std::vector<HostSpec> parseHostfileText(const std::string& text, const std::string& origin);
 // Reads and parses a hostfile; UsageError naming the path and errno text when it cannot be read.
 std::vector<HostSpec> parseHostfile(const std::string& path);
+
+// The output of an elastic job's --host-discovery-script, in horovodrun's format: one host per line,
+// "host:N" (N slots) or "host" (slots_per_host slots); surrounding whitespace and blank lines are ignored,
+// and empty output means no hosts yet. Where horovodrun is vague or fails, this is strict and says why:
+//   - hosts keep the order of their first line (horovodrun: the order of a Python set, arbitrary), so the
+//     same output always gives the same ranks;
+//   - a line repeated as it is counts once; the same host with two different slot counts is an error
+//     naming both lines (horovodrun: either count, at random);
+//   - "[ipv6]:N" and "user@host:N" are accepted (horovodrun cannot parse them);
+//   - a bare "host" without slots_per_host is an error naming the line (horovodrun: a TypeError at start).
+// Errors are UsageError naming "discovery output line L" and the line.
+std::vector<HostSpec> parseDiscoveryOutput(const std::string& text, std::optional<int> slots_per_host);
 
 // Slurm's compressed node list: "node[01-04,07],gpu1,rack[1-2]-n[1-2]" (zero padding kept).
 std::vector<std::string> expandSlurmNodelist(const std::string& nodelist);

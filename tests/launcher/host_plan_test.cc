@@ -119,6 +119,42 @@ TEST_CASE("hostfiles in horovodrun and Open MPI formats", "[host_plan]") {
       Catch::Contains("cannot read hostfile \"/nonexistent/hosts\": No such file or directory"));
 }
 
+TEST_CASE("host discovery output in horovodrun's format", "[host_plan][elastic]") {
+  CHECK(hostsText(parseDiscoveryOutput("", std::nullopt)).empty());       // no hosts yet
+  CHECK(hostsText(parseDiscoveryOutput("\n  \n", std::nullopt)).empty());
+  CHECK(hostsText(parseDiscoveryOutput("b:2\na:4\n", std::nullopt)) == "b:2,a:4");  // order of the lines
+  CHECK(hostsText(parseDiscoveryOutput("  a:2  \r\nb:1", std::nullopt)) == "a:2,b:1");
+  CHECK(hostsText(parseDiscoveryOutput("a:2\nb:1\na:2\n", std::nullopt)) == "a:2,b:1");  // repeats count once
+  CHECK(hostsText(parseDiscoveryOutput("a\nb:3", 2)) == "a:2,b:3");  // bare hosts get --slots-per-host
+  CHECK(hostsText(parseDiscoveryOutput("[::1]:2\nu@h:1", std::nullopt)) == "[::1]:2,u@h:1");
+  CHECK(hostsText(parseDiscoveryOutput("a:0", std::nullopt)) == "a:0");
+}
+
+TEST_CASE("bad host discovery output names the line", "[host_plan][elastic]") {
+  struct Case {
+    std::string output;
+    std::optional<int> slots_per_host;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"a:2\nb", std::nullopt, "discovery output line 2 \"b\": no slot count (write host:N, or give --slots-per-host)"},
+      {"a:x", std::nullopt, "discovery output line 1 \"a:x\": invalid slot count \"x\""},
+      {"a:2\n\na:3", std::nullopt, "discovery output line 3 \"a:3\": host \"a\" is also on line 1 as \"a:2\""},
+      {"fe80::1:2", std::nullopt, "IPv6 addresses go in brackets"},
+      {"hello world", 1, "invalid host name \"hello world\""},
+  };
+  for (const auto& c : cases) {
+    INFO(c.output);
+    try {
+      parseDiscoveryOutput(c.output, c.slots_per_host);
+      FAIL("no error for " << c.output);
+    } catch (const hvd::UsageError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(c.message));
+      CHECK(std::string(e.what()).find('\n') == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("Slurm node lists and tasks per node", "[host_plan]") {
   using V = std::vector<std::string>;
   CHECK(expandSlurmNodelist("node01") == V{"node01"});
