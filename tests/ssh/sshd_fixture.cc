@@ -119,7 +119,12 @@ Sshd::Sshd(const std::string& dir, const std::string& authorized_keys, const std
       << "PidFile " << dir_ << "/sshd.pid\n"
       << "AuthorizedKeysFile " << authorized_keys_ << "\n"
       << "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-      << "UsePAM no\nStrictModes no\nUseDNS no\n";
+      << "UsePAM no\nStrictModes no\nUseDNS no\n"
+      // Remote shells skip the account's ~/.bashrc (bash reads it when started by sshd at SHLVL 0 only): the
+      // tests run as root, and a root ~/.bashrc that runs `pyenv rehash` takes a lock file; a worker a test
+      // kills while its shell is still starting leaves that lock behind, and every later login of every
+      // test then waits 60 s for it. The tests are about hvdrun, not about this machine's dotfiles.
+      << "SetEnv SHLVL=1\n";
   writeFile(dir_ + "/sshd_config", cfg.str());
   start();
 }
