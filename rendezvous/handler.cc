@@ -284,6 +284,87 @@ std::map<std::string, ScopeStatus> KvState::scopes() const {
   return out;
 }
 
+std::string roundScope(uint64_t round, const std::string& scope) {
+  return "r" + std::to_string(round) + "." + scope;
+}
+
+std::optional<uint64_t> roundOfScope(const std::string& scope) {
+  if (scope.size() < 3 || scope[0] != 'r') return std::nullopt;
+  const auto dot = scope.find('.');
+  if (dot == std::string::npos || dot == 1 || dot > 20) return std::nullopt;
+  uint64_t round = 0;
+  const auto [end, ec] = std::from_chars(scope.data() + 1, scope.data() + dot, round);
+  if (ec != std::errc() || end != scope.data() + dot) return std::nullopt;
+  return round;
+}
+
+namespace {
+constexpr const char* kElasticScope = "__hvd_elastic";  // holds "round_<N>" once round N has begun
+std::string roundKey(uint64_t round) { return "round_" + std::to_string(round); }
+}  // namespace
+
+void KvState::beginRound(ElasticRound round) {
+  std::vector<Waiter> wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    HVD_CHECK(!round_ || round.number == round_->number + 1, StoreError, "elastic round ", round.number,
+              " does not follow round ", round_ ? round_->number : 0);
+    scopes_.clear();
+    sizes_ = round.scope_sizes;
+    ever_joined_.clear();
+    const std::string key = roundKey(round.number);
+    scopes_[kElasticScope].data[key] = std::to_string(round.number);
+    round_ = std::move(round);
+    if (!waiters_.empty()) wake = takeWaiters(fullKey(kElasticScope, key));
+  }
+  for (auto& waiter : wake) waiter();
+}
+
+void KvState::markStarted(const std::string& slot, uint64_t round) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_round_[slot] = round;
+}
+
+KvState::RoundAnswer KvState::askRound(const std::string& slot, std::optional<uint64_t> after) {
+  RoundAnswer answer;
+  RoundRequestObserver observer;
+  uint64_t waits_after = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!round_) return answer;
+    answer.elastic = true;
+    answer.round = round_->number;
+    auto last = last_round_.find(slot);
+    if (!after && last != last_round_.end()) after = last->second;
+    if (after && *after >= round_->number) {
+      observer = round_requests_;
+      waits_after = *after;
+    } else {
+      answer.ready = true;
+      if (auto it = round_->slots.find(slot); it != round_->slots.end()) answer.slot = it->second;
+      last_round_[slot] = round_->number;
+    }
+  }
+  if (observer) observer(slot, waits_after);
+  return answer;
+}
+
+std::pair<std::string, std::string> KvState::nextRoundKey() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {kElasticScope, roundKey(round_ ? round_->number + 1 : 0)};
+}
+
+std::optional<uint64_t> KvState::currentRound() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!round_) return std::nullopt;
+  return round_->number;
+}
+
+void KvState::onRoundRequest(RoundRequestObserver observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  round_requests_ = std::move(observer);
+}
+
 nlohmann::json KvState::status() const {
   nlohmann::json scopes = nlohmann::json::object();
   for (const auto& [name, s] : this->scopes()) {
@@ -293,9 +374,19 @@ nlohmann::json KvState::status() const {
                     {"finished_ranks", s.finished_ranks}};
   }
   size_t waiting = 0;
+  nlohmann::json elastic = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     waiting = waiters_.size();
+    if (round_) {
+      nlohmann::json members = nlohmann::json::object();
+      for (const auto& [slot, a] : round_->slots) {
+        members[slot] = {{"rank", a.rank},           {"size", a.size},
+                         {"local_rank", a.local_rank}, {"local_size", a.local_size},
+                         {"cross_rank", a.cross_rank}, {"cross_size", a.cross_size}};
+      }
+      elastic = {{"round", round_->number}, {"members", std::move(members)}, {"blacklist", round_->blacklist}};
+    }
   }
   const double uptime = std::chrono::duration<double>(Clock::now() - started_).count();
   return {{"uptime_s", uptime},
@@ -303,7 +394,8 @@ nlohmann::json KvState::status() const {
           {"long_polls_waiting", waiting},
           {"token_required", options_.token.has_value()},
           {"local_peers_trusted", options_.token.has_value() && options_.trust_local_peers},
-          {"scopes", std::move(scopes)}};
+          {"scopes", std::move(scopes)},
+          {"elastic", std::move(elastic)}};
 }
 
 // ---- handle ----
@@ -423,6 +515,48 @@ std::string describePeer(const PeerInfo& peer) {
   return out + ", owner unknown" + (peer.owner_error.empty() ? "" : ": " + peer.owner_error);
 }
 
+// GET /rank_and_size/<host>:<local_rank>[?round=N] (see the header).
+Outcome handleRankAndSize(const Request& req, KvState& state, Target& t, bool allow_wait) {
+  std::optional<uint64_t> after;
+  for (const auto& [name, value] : t.query) {
+    if (name != "round") {
+      return {textError(req, http::status::bad_request, "unknown query parameter '" + name + "' for rank_and_size")};
+    }
+    auto n = parseInt(value);
+    if (!n || *n < 0) {
+      return {textError(req, http::status::bad_request, "round must be a non-negative integer, got '" + value + "'")};
+    }
+    after = static_cast<uint64_t>(*n);
+  }
+  const auto colon = t.key.rfind(':');
+  if (colon == std::string::npos || colon == 0 || !parseInt(t.key.substr(colon + 1))) {
+    return {textError(req, http::status::bad_request,
+                      "rank_and_size needs <host>:<local_rank>, got '" + t.key + "'")};
+  }
+  const KvState::RoundAnswer a = state.askRound(t.key, after);
+  if (!a.elastic) {
+    return {textError(req, http::status::not_found, "not an elastic job: there is no round to join")};
+  }
+  if (!a.ready) {
+    if (allow_wait) {
+      Outcome parked;
+      std::tie(parked.wait_scope, parked.wait_key) = state.nextRoundKey();
+      parked.wait_for = state.options().max_wait;
+      return parked;
+    }
+    Response res = textError(req, http::status::service_unavailable,
+                             "no elastic round after " + std::to_string(a.round) + " has begun yet; ask again");
+    res.set(http::field::retry_after, "1");
+    return {std::move(res)};
+  }
+  const SlotAssignment& p = a.slot;
+  Response res = makeResponse(req, http::status::ok,
+                              detail::concat(p.rank, ",", p.size, ",", p.local_rank, ",", p.local_size, ",",
+                                             p.cross_rank, ",", p.cross_size));
+  res.set(kRoundHeader, std::to_string(a.round));
+  return {std::move(res)};
+}
+
 }  // namespace
 
 Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool allow_wait,
@@ -514,10 +648,18 @@ Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool al
                           "value of " + std::to_string(req.body().size()) + " bytes exceeds the limit of " +
                               std::to_string(options.max_value_bytes) + " bytes")};
       }
+      if (const auto round = roundOfScope(t.scope)) {
+        if (const auto current = state.currentRound(); current && *round < *current) {
+          return {textError(req, http::status::gone,
+                            "scope '" + t.scope + "' belongs to elastic round " + std::to_string(*round) +
+                                ", which is over (the job is at round " + std::to_string(*current) + ")")};
+        }
+      }
       state.put(t.scope, t.key, req.body());  // one copy: the request stays the caller's
       return {makeResponse(req, http::status::ok)};
     }
     case http::verb::get: {
+      if (t.scope == "rank_and_size") return handleRankAndSize(req, state, t, allow_wait);
       if (auto bad = unexpectedQuery("wait_ms")) return std::move(*bad);
       std::chrono::milliseconds wait{0};
       const bool long_poll = t.query.count("wait_ms") > 0;

@@ -9,7 +9,17 @@
 //   POST   /<scope>?wait_ms=N         wait for many keys at once; body: %-escaped keys, one per line;
 //                                     200 when all exist, else 404 after N ms with the missing keys as body
 //                                     (extension: one request per rank instead of one per peer)
-//   GET    /status                    JSON: scopes, keys, joined ranks, uptime (extension)
+//   GET    /status                    JSON: scopes, keys, joined ranks, uptime, elastic round (extension)
+//   GET    /rank_and_size/<host>:<local_rank>[?round=N]
+//                                     elastic jobs (Horovod's protocol): the slot's place in the next
+//                                     round, "rank,size,local_rank,local_size,cross_rank,cross_size", all -1
+//                                     when the slot is not in it; X-Hvd-Round names the round. "Next" is
+//                                     the first round after N, or, without ?round= (Horovod's workers),
+//                                     after the last round this slot was started in or answered; the
+//                                     request waits (up to ServerOptions::max_wait, then 503) until the
+//                                     driver begins that round. 404 when the job is not elastic.
+// Elastic rounds also version the scopes: "r<N>.<scope>" belongs to round N, and a PUT into the scope of
+// a round that is over is 410, so a late worker of an old round cannot mix its address into a new one.
 // Scope and key are single path segments; %XX escapes are decoded (Horovod's keys never contain '%', so
 // this is compatible, and lets our clients send keys holding '/').
 //
@@ -48,6 +58,14 @@ using Response = boost::beast::http::response<boost::beast::http::string_body>;
 // that long-polls from one that ignores the query (Horovod's), and fall back to polling.
 inline constexpr const char* kLongPollHeader = "X-Hvd-Long-Poll";
 
+// Response header of rank_and_size answers: the round the answer belongs to.
+inline constexpr const char* kRoundHeader = "X-Hvd-Round";
+
+// "r<round>.<scope>": a scope of that round.
+std::string roundScope(uint64_t round, const std::string& scope);
+// The round of a scope named as roundScope() makes them; nullopt for other scopes.
+std::optional<uint64_t> roundOfScope(const std::string& scope);
+
 // The key-value data, the scope sizes and the long-poll waiters.
 class KvState {
  public:
@@ -82,6 +100,31 @@ class KvState {
   std::optional<uint64_t> addWaiter(const std::string& scope, const std::string& key, Waiter waiter);
   void cancelWaiter(uint64_t id);
 
+  // Elastic jobs. beginRound: every key is dropped (Horovod's init() does the same), the round's scope
+  // sizes are set, and rank_and_size requests waiting for this round are answered. The first round may
+  // have any number; each later one is the previous number + 1 (StoreError otherwise).
+  void beginRound(ElasticRound round);
+  // The driver started the process of `slot` ("host:local_rank") in `round`: its first init reads its
+  // place from its environment, so its next rank_and_size request is for a later round.
+  void markStarted(const std::string& slot, uint64_t round);
+  struct RoundAnswer {
+    bool elastic = false;  // a round has begun: this is an elastic job
+    bool ready = false;    // the answer is below; else wait for the key waitKey() names
+    uint64_t round = 0;
+    SlotAssignment slot;
+  };
+  // The place of `slot` in the first round after `after` (absent: after the last one it was started in or
+  // answered). A ready answer counts as answered.
+  RoundAnswer askRound(const std::string& slot, std::optional<uint64_t> after);
+  // The scope and key stored when the round after the current one begins (for parking requests).
+  std::pair<std::string, std::string> nextRoundKey() const;
+  // The current round; nullopt before the first.
+  std::optional<uint64_t> currentRound() const;
+  // Called (no lock held) for every rank_and_size request that has to wait: the driver learns which slots
+  // are waiting for a new round.
+  using RoundRequestObserver = std::function<void(const std::string& slot, uint64_t after)>;
+  void onRoundRequest(RoundRequestObserver observer);
+
   std::map<std::string, ScopeStatus> scopes() const;
   nlohmann::json status() const;
 
@@ -114,6 +157,9 @@ class KvState {
   std::multimap<std::string, std::pair<uint64_t, Waiter>> waiters_;  // "scope/key" -> waiters
   std::map<uint64_t, std::string> waiter_keys_;                       // id -> "scope/key"
   std::atomic<size_t> connections_{0};
+  std::optional<ElasticRound> round_;
+  std::map<std::string, uint64_t> last_round_;  // slot -> the last round it was started in or answered
+  RoundRequestObserver round_requests_;
 };
 
 // The keys of a multi-key wait, parsed once per request and kept across wake-ups. They are checked in a

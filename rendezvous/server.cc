@@ -563,6 +563,11 @@ const std::string& Server::address() const { return impl_->address; }
 void Server::setScopeSizes(const std::map<std::string, int>& sizes) { impl_->state.setScopeSizes(sizes); }
 std::map<std::string, ScopeStatus> Server::scopes() const { return impl_->state.scopes(); }
 nlohmann::json Server::status() const { return impl_->state.status(); }
+void Server::beginRound(ElasticRound round) { impl_->state.beginRound(std::move(round)); }
+void Server::markStarted(const std::string& slot, uint64_t round) { impl_->state.markStarted(slot, round); }
+void Server::onRoundRequest(std::function<void(const std::string& slot, uint64_t after)> observer) {
+  impl_->state.onRoundRequest(std::move(observer));
+}
 void Server::onAllJoined(std::function<void(const std::string& scope)> observer) {
   impl_->state.onAllJoined(std::move(observer));
 }

@@ -60,6 +60,20 @@ struct ScopeStatus {
   std::vector<int> ever_joined_ranks;
 };
 
+// One slot's place in an elastic round (Horovod's SlotInfo); -1 everywhere when the slot is not in it.
+struct SlotAssignment {
+  int rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+};
+
+// One re-formation of an elastic job, as hvdrun's driver decides it (served as GET /rank_and_size, see
+// rendezvous/handler.h).
+struct ElasticRound {
+  uint64_t number = 0;
+  std::map<std::string, SlotAssignment> slots;  // "<host>:<local_rank>" -> its place
+  std::map<std::string, int> scope_sizes;       // the round's sized scopes, as setScopeSizes
+  std::vector<std::string> blacklist;           // hosts left out for now (shown in /status)
+};
+
 // What the server learnt about a connection when it accepted it: once per connection, never per request.
 // Passed to handle() with every request of that connection.
 struct PeerInfo {
@@ -111,6 +125,12 @@ class Server {
 
   std::map<std::string, ScopeStatus> scopes() const;
   nlohmann::json status() const;
+
+  // Elastic jobs: see KvState::beginRound, markStarted and onRoundRequest (the observer runs on a thread
+  // of the server's io_context).
+  void beginRound(ElasticRound round);
+  void markStarted(const std::string& slot, uint64_t round);
+  void onRoundRequest(std::function<void(const std::string& slot, uint64_t after)> observer);
 
   // See KvState::onAllJoined: runs on a thread of the server's io_context.
   void onAllJoined(std::function<void(const std::string& scope)> observer);

@@ -1,6 +1,7 @@
 // The rendezvous protocol through the pure handler: no sockets, one request at a time.
 #include <catch2/catch.hpp>
 
+#include "rendezvous/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/token.h"
 
@@ -446,4 +447,72 @@ TEST_CASE("handler: POST /<scope>?wait_ms= waits for many keys in one request", 
   CHECK(status(state, http::verb::post, "/g", "0") == 400);
   CHECK(status(state, http::verb::post, "/g?wait_ms=x", "0") == 400);
   CHECK(status(state, http::verb::post, "/g?wait_ms=1", "%zz") == 400);
+}
+
+TEST_CASE("handler: elastic rounds answer rank_and_size as Horovod's driver, and version the scopes",
+          "[handler][elastic]") {
+  KvState state({});
+  // Not an elastic job: no round to join.
+  CHECK(status(state, http::verb::get, "/rank_and_size/a:0") == 404);
+  ElasticRound r1;
+  r1.number = 1;
+  r1.slots["a:0"] = {0, 3, 0, 2, 0, 2};
+  r1.slots["a:1"] = {1, 3, 1, 2, 0, 1};
+  r1.slots["b:0"] = {2, 3, 0, 1, 1, 2};
+  r1.scope_sizes = {{roundScope(1, "global"), 3}};
+  state.beginRound(r1);
+  state.markStarted("a:0", 1);
+  // Started in round 1: its next request is for a later round, so it waits (the driver is told).
+  std::vector<std::pair<std::string, uint64_t>> waiting;
+  state.onRoundRequest([&](const std::string& slot, uint64_t after) { waiting.emplace_back(slot, after); });
+  Outcome parked = handle(request(http::verb::get, "/rank_and_size/a:0"), state);
+  REQUIRE_FALSE(parked.response);
+  CHECK(parked.wait_scope == state.nextRoundKey().first);
+  CHECK(parked.wait_key == state.nextRoundKey().second);
+  CHECK(waiting == std::vector<std::pair<std::string, uint64_t>>{{"a:0", 1}});
+  // Time up: 503 with Retry-After, never a stale answer.
+  Outcome late = handle(request(http::verb::get, "/rank_and_size/a:0"), state, false);
+  REQUIRE(late.response);
+  CHECK(late.response->result_int() == 503);
+  // A slot never started nor answered gets the current round at once, with its round in a header.
+  auto b0 = answer(state, request(http::verb::get, "/rank_and_size/b:0"));
+  CHECK(b0.result_int() == 200);
+  CHECK(b0.body() == "2,3,0,1,1,2");
+  CHECK(b0[kRoundHeader] == "1");
+  // ?round=N asks for the first round after N.
+  CHECK(answer(state, request(http::verb::get, "/rank_and_size/a:1?round=0")).body() == "1,3,1,2,0,1");
+  CHECK_FALSE(handle(request(http::verb::get, "/rank_and_size/a:1?round=1"), state).response);
+
+  // Round 2 without host b: its slot gets -1s; every key of round 1 is gone; round 1's scopes refuse PUTs.
+  CHECK(status(state, http::verb::put, "/" + roundScope(1, "global") + "/0", "addr") == 200);
+  ElasticRound r2;
+  r2.number = 2;
+  r2.slots["a:0"] = {0, 2, 0, 2, 0, 1};
+  r2.slots["a:1"] = {1, 2, 1, 2, 0, 1};
+  r2.blacklist = {"b"};
+  CHECK_THROWS_AS(state.beginRound(ElasticRound{4, {}, {}, {}}), hvd::StoreError);  // rounds go one by one
+  state.beginRound(r2);
+  auto a0 = answer(state, request(http::verb::get, "/rank_and_size/a:0"));
+  CHECK(a0.body() == "0,2,0,2,0,1");
+  CHECK(a0[kRoundHeader] == "2");
+  CHECK(answer(state, request(http::verb::get, "/rank_and_size/b:0")).body() == "-1,-1,-1,-1,-1,-1");
+  CHECK(status(state, http::verb::get, "/" + roundScope(1, "global") + "/0") == 404);
+  auto stale = answer(state, request(http::verb::put, "/" + roundScope(1, "global") + "/1", "addr"));
+  CHECK(stale.result_int() == 410);
+  CHECK_THAT(stale.body(), Catch::Contains("elastic round 1, which is over (the job is at round 2)"));
+  CHECK(status(state, http::verb::put, "/" + roundScope(2, "global") + "/1", "addr") == 200);
+  const auto json = state.status();
+  CHECK(json["elastic"]["round"] == 2);
+  CHECK(json["elastic"]["members"]["a:1"]["rank"] == 1);
+  CHECK(json["elastic"]["blacklist"] == nlohmann::json::array({"b"}));
+
+  // Bad requests name what is wrong.
+  CHECK(status(state, http::verb::get, "/rank_and_size/a") == 400);
+  CHECK(status(state, http::verb::get, "/rank_and_size/a:x") == 400);
+  CHECK(status(state, http::verb::get, "/rank_and_size/a:0?round=-1") == 400);
+  CHECK(status(state, http::verb::get, "/rank_and_size/a:0?wait_ms=5") == 400);
+  CHECK(roundOfScope("r12.global") == 12u);
+  CHECK_FALSE(roundOfScope("global"));
+  CHECK_FALSE(roundOfScope("r.global"));
+  CHECK_FALSE(roundOfScope("rx.global"));
 }

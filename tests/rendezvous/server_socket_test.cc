@@ -248,6 +248,36 @@ TEST_CASE("sockets: long poll answers when the key arrives, 404 when its time is
   CHECK(got == 16);
 }
 
+TEST_CASE("sockets: Horovod's rank_and_size request waits for the driver's next round", "[server][elastic]") {
+  ServerThread server;
+  ElasticRound r1;
+  r1.number = 1;
+  r1.slots["h:0"] = {0, 2, 0, 1, 0, 2};
+  r1.slots["g:0"] = {1, 2, 0, 1, 1, 2};
+  server.server().beginRound(r1);
+  server.server().markStarted("h:0", 1);
+  server.server().markStarted("g:0", 1);
+  std::atomic<int> asked{0};
+  server.server().onRoundRequest([&](const std::string& slot, uint64_t after) {
+    if (slot == "h:0" && after == 1) ++asked;
+  });
+  // h:0 re-initializes after a failure (Horovod's worker: no round in the request): it must not get round 1
+  // again, but the round the driver forms next.
+  std::string res;
+  std::thread worker([&] { res = roundTrip(server.port(), horovodRequest("GET", "/rank_and_size/h:0")); });
+  REQUIRE(eventually([&] { return asked.load() == 1; }));
+  ElasticRound r2;
+  r2.number = 2;
+  r2.slots["h:0"] = {0, 1, 0, 1, 0, 1};
+  server.server().beginRound(r2);
+  worker.join();
+  CHECK(statusOf(res) == 200);
+  CHECK(bodyOf(res) == "0,1,0,1,0,1");
+  CHECK_THAT(res, Catch::Contains("X-Hvd-Round: 2"));
+  // g:0 is not in round 2: all -1, as Horovod's driver answers a removed slot.
+  CHECK(bodyOf(roundTrip(server.port(), horovodRequest("GET", "/rank_and_size/g:0"))) == "-1,-1,-1,-1,-1,-1");
+}
+
 TEST_CASE("sockets: stop() closes connections and the listener", "[server]") {
   ServerThread server;
   RawClient keep(server.port());
