@@ -201,17 +201,23 @@ po::options_description makeDescription() {
   po::options_description rejected("Not supported (a clear error)");
   rejected.add_options()
       ("mpi-args", value(), "MPI only")
-      ("binding-args", value(), "MPI/jsrun only")
-      ("min-np", value(), "elastic mode")
-      ("min-num-proc", value(), "elastic mode")
-      ("max-np", value(), "elastic mode")
-      ("max-num-proc", value(), "elastic mode")
-      ("elastic-timeout", value(), "elastic mode")
-      ("reset-limit", value(), "elastic mode")
-      ("blacklist-cooldown-range", value(), "elastic mode")
-      ("host-discovery-script", value(), "elastic mode");
+      ("binding-args", value(), "MPI/jsrun only");
 
-  all.add(general).add(ssh).add(tuning).add(rejected);
+  po::options_description elastic("Elastic (parsed and checked; elastic jobs cannot run yet)");
+  elastic.add_options()
+      ("min-np", value()->value_name("N"), "--min-num-proc: ranks needed to go on (default -np); elastic mode")
+      ("min-num-proc", value()->value_name("N"), "the same as --min-np")
+      ("max-np", value()->value_name("N"), "--max-num-proc: at most this many ranks (default: no cap)")
+      ("max-num-proc", value()->value_name("N"), "the same as --max-np")
+      ("host-discovery-script", value()->value_name("FILE"),
+       "prints the available hosts, one 'host[:slots]' per line; elastic mode")
+      ("elastic-timeout", value()->value_name("SECONDS"),
+       "how long to wait for --min-np slots (default: HOROVOD_ELASTIC_TIMEOUT or 600)")
+      ("reset-limit", value()->value_name("N"), "at most this many re-formations (default: no limit)")
+      ("blacklist-cooldown-range", value()->value_name("MIN MAX"),
+       "a failing host is left out for MIN to MAX seconds, growing with each failure (default: for good)");
+
+  all.add(general).add(ssh).add(tuning).add(elastic).add(rejected);
   return all;
 }
 // clang-format on
@@ -308,6 +314,17 @@ Tokenized tokenize(const po::options_description& desc, const std::vector<std::s
       }
       usageCheck(matches.size() == 1, matches.empty() ? "unrecognized arguments: " : "ambiguous option: ", t);
       key = matches.front();
+    }
+    if (key == "blacklist-cooldown-range") {
+      // argparse's nargs=2: exactly two following words, never the "=value" form.
+      auto isValue = [&](size_t j) {
+        return j < args.size() && (args[j].empty() || args[j][0] != '-' || looksNegativeNumber(args[j]));
+      };
+      usageCheck(!value && isValue(i + 1) && isValue(i + 2), "argument ", displayName(desc, key),
+                 ": expected 2 arguments");
+      out.canonical.push_back("--" + key + "=" + args[i + 1] + " " + args[i + 2]);
+      i += 2;
+      continue;
     }
     if (takesValue(desc, key)) {
       if (!value) {
@@ -627,6 +644,67 @@ bool isEnvName(const std::string& name) {
   return true;
 }
 
+// The elastic flags: checked whatever the mode; elastic jobs are then refused, as their driver is not built.
+void parseElastic(const po::options_description& desc, std::map<std::string, std::string>& last,
+                  const Environment& env, HvdrunOptions& o, std::vector<std::string>& warnings) {
+  const auto given = [&](const char* key) { return last.count(key) > 0; };
+  // The long and the short spelling share one setting, as in horovodrun.
+  const char* min_key = given("min-num-proc") ? "min-num-proc" : "min-np";
+  const char* max_key = given("max-num-proc") ? "max-num-proc" : "max-np";
+  HvdrunOptions::Elastic e;
+  e.min_np = o.num_proc;
+  if (given(min_key)) {
+    e.min_np = toInt(desc, min_key, last[min_key]);
+    usageCheck(e.min_np >= 1, "argument --", min_key, ": must be at least 1, got ", e.min_np);
+    usageCheck(o.num_proc == 0 || e.min_np <= o.num_proc, "argument --", min_key, ": ", e.min_np, " is more than -np ", o.num_proc,
+               " (-np is the size the job starts at, --min-np the size it may shrink to)");
+  }
+  if (given(max_key)) {
+    const int max_np = toInt(desc, max_key, last[max_key]);
+    usageCheck(max_np >= std::max(o.num_proc, 1), "argument --", max_key, ": ", max_np, " is less than -np ", o.num_proc);
+    e.max_np = max_np;
+  }
+  if (given("host-discovery-script")) {
+    usageCheck(!last["host-discovery-script"].empty(), "argument --host-discovery-script: empty path");
+    e.discovery_script = last["host-discovery-script"];
+  }
+  if (given("elastic-timeout")) {
+    e.timeout = toSeconds(desc, "elastic-timeout", last["elastic-timeout"], false);
+  } else if (const auto* v = findEnv(env, "HOROVOD_ELASTIC_TIMEOUT"); v && !v->empty()) {
+    long long seconds = 0;
+    const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), seconds);
+    usageCheck(ec == std::errc() && end == v->data() + v->size() && seconds > 0 && seconds <= INT32_MAX,
+               "HOROVOD_ELASTIC_TIMEOUT must be a positive number of seconds, got '", *v, "'");
+    e.timeout = std::chrono::seconds(seconds);
+  }
+  if (given("reset-limit")) {
+    e.reset_limit = toInt(desc, "reset-limit", last["reset-limit"]);
+    usageCheck(*e.reset_limit >= 0, "argument --reset-limit: must be >= 0, got ", *e.reset_limit);
+  }
+  if (given("blacklist-cooldown-range")) {
+    const std::string& text = last["blacklist-cooldown-range"];
+    const auto space = text.find(' ');
+    const int lo = toInt(desc, "blacklist-cooldown-range", text.substr(0, space));
+    const int hi = toInt(desc, "blacklist-cooldown-range", text.substr(space + 1));
+    usageCheck(lo >= 1 && hi <= 3600 && lo <= hi, "argument --blacklist-cooldown-range: need 1 <= MIN <= MAX <= ",
+               "3600 seconds, got ", lo, " ", hi);
+    e.cooldown = std::make_pair(lo, hi);
+  }
+  if (given(min_key) || e.discovery_script) {
+    o.elastic = e;
+    throw UsageError(
+        "elastic jobs (--min-np, --host-discovery-script) cannot run yet: hvdrun checks their flags but has no "
+        "elastic driver (see docs/elastic.md)");
+  }
+  // horovodrun runs such a job as a static one and ignores these; say so.
+  for (const char* only : {"max-np", "max-num-proc", "elastic-timeout", "reset-limit", "blacklist-cooldown-range"}) {
+    if (given(only)) {
+      warnings.push_back(detail::concat("--", only, " is ignored: it applies to elastic jobs only (with --min-np ",
+                                        "or --host-discovery-script)"));
+    }
+  }
+}
+
 }  // namespace
 
 CliResult parseCommandLine(const std::vector<std::string>& args, const Environment& env) {
@@ -678,10 +756,6 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   }
   for (const char* rejected : {"mpi-args", "binding-args"}) {
     usageCheck(!given(rejected), "--", rejected, " is not supported: hvdrun does not launch through MPI");
-  }
-  for (const char* elastic : {"min-np", "min-num-proc", "max-np", "max-num-proc", "elastic-timeout",
-                              "reset-limit", "blacklist-cooldown-range", "host-discovery-script"}) {
-    usageCheck(!given(elastic), "--", elastic, " is not supported: hvdrun has no elastic mode");
   }
   if (given("check-build")) {
     result.action = CliResult::Action::kPrintAndExit;
@@ -884,6 +958,8 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
       o.worker_env.emplace_back(name, value);
     }
   }
+
+  parseElastic(desc, last, env, o, result.warnings);
 
   o.command = tokens.command;
   return result;

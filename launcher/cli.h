@@ -60,6 +60,19 @@ struct HvdrunOptions {
   // --no-malloc-tuning or HVD_MALLOC_TUNING=0.
   bool malloc_tuning = true;
 
+  // Elastic mode, on when --min-np or --host-discovery-script is given (horovodrun's rule); see
+  // docs/elastic.md. Parsed and checked; the driver that runs such jobs is not built yet.
+  struct Elastic {
+    static constexpr std::chrono::seconds kDefaultTimeout{600};  // horovodrun's default
+    int min_np = 0;                                // --min-np; default -np
+    std::optional<int> max_np;                     // --max-np; unset: no cap
+    std::optional<std::string> discovery_script;  // --host-discovery-script
+    std::chrono::seconds timeout = kDefaultTimeout;  // --elastic-timeout / HOROVOD_ELASTIC_TIMEOUT
+    std::optional<int> reset_limit;                // --reset-limit; unset: no limit
+    std::optional<std::pair<int, int>> cooldown;   // --blacklist-cooldown-range MIN MAX, seconds
+  };
+  std::optional<Elastic> elastic;
+
   // Variables set on every worker: tuning/diagnostic flags and config-file values, then -x.
   std::vector<std::pair<std::string, std::string>> worker_env;
   std::vector<std::string> command;  // never empty: a missing command is a usage error (horovodrun runs `env`)
