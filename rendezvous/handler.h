@@ -61,11 +61,6 @@ inline constexpr const char* kLongPollHeader = "X-Hvd-Long-Poll";
 // Response header of rank_and_size answers: the round the answer belongs to.
 inline constexpr const char* kRoundHeader = "X-Hvd-Round";
 
-// "r<round>.<scope>": a scope of that round.
-std::string roundScope(uint64_t round, const std::string& scope);
-// The round of a scope named as roundScope() makes them; nullopt for other scopes.
-std::optional<uint64_t> roundOfScope(const std::string& scope);
-
 // The key-value data, the scope sizes and the long-poll waiters.
 class KvState {
  public:

@@ -6,6 +6,7 @@
 #include "rendezvous/http_store.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -58,6 +59,7 @@ struct Reply {
   unsigned status = 0;
   std::string body;
   bool long_poll = false;  // the server marked a ?wait_ms= answer with kLongPollHeader
+  std::string round;       // kRoundHeader of a rank_and_size answer
 };
 
 // Runs the connection's io_context until the operation started by start() has completed.
@@ -153,6 +155,7 @@ struct HttpStore::Impl {
     auto res = parser.release();
     reply.status = res.result_int();
     reply.long_poll = res.find(kLongPollHeader) != res.end();
+    if (auto round = res.find(kRoundHeader); round != res.end()) reply.round = std::string(round->value());
     reply.body = std::move(res.body());
     if (!res.keep_alive()) {
       error_code ignored;
@@ -269,6 +272,39 @@ void HttpStore::set(const std::string& key, const Bytes& value) {
   auto reply = impl_->request(http::verb::put, impl_->path(key), std::string(value.begin(), value.end()),
                               Clock::now() + o.request_deadline, true);
   if (reply.status != 200) impl_->fail(http::verb::put, key, reply);
+}
+
+HttpStore::RoundPlace HttpStore::nextRound(const std::string& slot, uint64_t after, std::chrono::milliseconds timeout) {
+  const std::string target = "/rank_and_size/" + percentEncode(slot) + "?round=" + std::to_string(after);
+  Reply reply;
+  try {
+    // The server holds the request until the round begins (up to its own limit, then 503, which
+    // request() retries until the deadline).
+    reply = impl_->request(http::verb::get, target, {}, Clock::now() + timeout, true);
+  } catch (const StoreError& e) {
+    throw RendezvousTimeout(detail::concat("no elastic round after round ", after, " for slot ", slot, " began within ",
+                                           timeout.count(), " ms at rendezvous server ", impl_->name, " (", e.what(),
+                                           ")"));
+  }
+  if (reply.status != 200) impl_->fail(http::verb::get, "rank_and_size/" + slot, reply);
+  RoundPlace place;
+  int* fields[] = {&place.slot.rank,       &place.slot.size,       &place.slot.local_rank,
+                   &place.slot.local_size, &place.slot.cross_rank, &place.slot.cross_size};
+  std::string_view text = reply.body;
+  for (size_t i = 0; i < 6; ++i) {
+    const auto comma = text.find(',');
+    const std::string_view field = text.substr(0, comma);
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), *fields[i]);
+    HVD_CHECK(ec == std::errc() && end == field.data() + field.size() && (comma == std::string_view::npos) == (i == 5),
+              StoreError, "rendezvous server ", impl_->name, " answered rank_and_size/", slot, " with '", reply.body,
+              "', not six comma-separated integers");
+    text.remove_prefix(comma == std::string_view::npos ? text.size() : comma + 1);
+  }
+  const auto [end, ec] = std::from_chars(reply.round.data(), reply.round.data() + reply.round.size(), place.round);
+  HVD_CHECK(!reply.round.empty() && ec == std::errc() && end == reply.round.data() + reply.round.size(), StoreError,
+            "rendezvous server ", impl_->name, " answered rank_and_size/", slot, " without a valid ", kRoundHeader,
+            " header ('", reply.round, "')");
+  return place;
 }
 
 std::optional<Bytes> HttpStore::tryGet(const std::string& key) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "rendezvous/round.h"
 #include "rendezvous/store.h"
 
 namespace hvd::rendezvous {
@@ -40,6 +41,16 @@ class HttpStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
   std::string describe() const override;
+
+  // Elastic jobs: the place of `slot` ("<host>:<local_rank>") in the first round after `after`, waiting up
+  // to `timeout` for the driver to begin it (GET /rank_and_size, rendezvous/handler.h). A slot left out of
+  // that round gets -1 in every field. Throws RendezvousTimeout when no such round began in time, and
+  // StoreError when the job is not elastic (404) or the answer is malformed.
+  struct RoundPlace {
+    uint64_t round = 0;
+    SlotAssignment slot;
+  };
+  RoundPlace nextRound(const std::string& slot, uint64_t after, std::chrono::milliseconds timeout);
 
  private:
   struct Impl;

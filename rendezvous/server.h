@@ -24,6 +24,8 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/round.h"
+
 namespace hvd::rendezvous {
 
 struct ServerOptions {
@@ -58,20 +60,6 @@ struct ScopeStatus {
   // scope that has since completed and been cleared. This is what --start-timeout asks about: a
   // snapshot of joined_ranks cannot tell "everyone joined and finished" from "nobody came".
   std::vector<int> ever_joined_ranks;
-};
-
-// One slot's place in an elastic round (Horovod's SlotInfo); -1 everywhere when the slot is not in it.
-struct SlotAssignment {
-  int rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
-};
-
-// One re-formation of an elastic job, as hvdrun's driver decides it (served as GET /rank_and_size, see
-// rendezvous/handler.h).
-struct ElasticRound {
-  uint64_t number = 0;
-  std::map<std::string, SlotAssignment> slots;  // "<host>:<local_rank>" -> its place
-  std::map<std::string, int> scope_sizes;       // the round's sized scopes, as setScopeSizes
-  std::vector<std::string> blacklist;           // hosts left out for now (shown in /status)
 };
 
 // What the server learnt about a connection when it accepted it: once per connection, never per request.

@@ -1,6 +1,7 @@
 #include "rendezvous/store.h"
 
 #include "rendezvous/error.h"
+#include "rendezvous/round.h"
 
 namespace hvd::rendezvous {
 
@@ -31,31 +32,46 @@ std::string formatKeys(const std::vector<std::string>& keys) {
   return out + "]";
 }
 
-PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> store)
-    : prefix_(std::move(prefix)), store_(std::move(store)) {
-  HVD_INTERNAL_ASSERT(store_ != nullptr, "PrefixStore needs an underlying store");
+KeyMappingStore::KeyMappingStore(std::shared_ptr<Store> store) : store_(std::move(store)) {
+  HVD_INTERNAL_ASSERT(store_ != nullptr, "a key-mapping store needs an underlying store");
 }
 
-std::string PrefixStore::join(const std::string& key) const { return prefix_ + "/" + key; }
-
-std::vector<std::string> PrefixStore::join(const std::vector<std::string>& keys) const {
+std::vector<std::string> KeyMappingStore::map(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
   out.reserve(keys.size());
-  for (const auto& key : keys) out.push_back(join(key));
+  for (const auto& key : keys) out.push_back(map(key));
   return out;
 }
 
-void PrefixStore::set(const std::string& key, const Bytes& value) { store_->set(join(key), value); }
-std::optional<Bytes> PrefixStore::tryGet(const std::string& key) { return store_->tryGet(join(key)); }
-void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  store_->wait(join(keys), timeout);
+void KeyMappingStore::set(const std::string& key, const Bytes& value) { store_->set(map(key), value); }
+std::optional<Bytes> KeyMappingStore::tryGet(const std::string& key) { return store_->tryGet(map(key)); }
+void KeyMappingStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  store_->wait(map(keys), timeout);
 }
-int64_t PrefixStore::add(const std::string& key, int64_t delta) { return store_->add(join(key), delta); }
-void PrefixStore::deleteKey(const std::string& key) { store_->deleteKey(join(key)); }
-Bytes PrefixStore::get(const std::string& key, std::chrono::milliseconds timeout) {
-  return store_->get(join(key), timeout);
+int64_t KeyMappingStore::add(const std::string& key, int64_t delta) { return store_->add(map(key), delta); }
+void KeyMappingStore::deleteKey(const std::string& key) { store_->deleteKey(map(key)); }
+Bytes KeyMappingStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+  return store_->get(map(key), timeout);
 }
-bool PrefixStore::check(const std::vector<std::string>& keys) { return store_->check(join(keys)); }
-std::string PrefixStore::describe() const { return store_->describe() + " (scope '" + prefix_ + "')"; }
+bool KeyMappingStore::check(const std::vector<std::string>& keys) { return store_->check(map(keys)); }
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> store)
+    : KeyMappingStore(std::move(store)), prefix_(std::move(prefix)) {}
+
+std::string PrefixStore::describe() const { return underlying()->describe() + " (scope '" + prefix_ + "')"; }
+
+RoundStore::RoundStore(uint64_t round, std::shared_ptr<Store> store)
+    : KeyMappingStore(std::move(store)), round_(round) {}
+
+std::string RoundStore::map(const std::string& key) const {
+  const auto slash = key.find('/');
+  HVD_CHECK(slash != std::string::npos && slash > 0, StoreError, "key '", key,
+            "' has no scope to put in elastic round ", round_, " (expected '<scope>/<key>')");
+  return roundScope(round_, key.substr(0, slash)) + key.substr(slash);
+}
+
+std::string RoundStore::describe() const {
+  return underlying()->describe() + " (elastic round " + std::to_string(round_) + ")";
+}
 
 }  // namespace hvd::rendezvous

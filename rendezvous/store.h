@@ -5,6 +5,7 @@
 //   FileStore    a directory on a shared file system (multi-process tests without a server)
 //   HttpStore    the rendezvous server over HTTP (production; speaks Horovod's protocol)
 //   PrefixStore  a decorator that scopes keys ("global" + "rank_0" -> "global/rank_0")
+//   RoundStore   a decorator that puts keys in an elastic round's scopes ("global/0" -> "r3.global/0")
 //
 // Keys are '/'-separated paths. HttpStore maps key "scope/name" to the URL "/scope/name", so a
 // PrefixStore("global") over an HttpStore issues exactly the requests real Horovod workers issue.
@@ -64,12 +65,10 @@ class Store {
   virtual std::string describe() const = 0;
 };
 
-// Scopes every key of an underlying store: key k becomes "<prefix>/k". Cheap to create; shares the
-// underlying store.
-class PrefixStore final : public Store {
+// A store that forwards every call to an underlying store with each key rewritten by map(): the common part
+// of PrefixStore and RoundStore.
+class KeyMappingStore : public Store {
  public:
-  PrefixStore(std::string prefix, std::shared_ptr<Store> store);
-
   void set(const std::string& key, const Bytes& value) override;
   std::optional<Bytes> tryGet(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
@@ -79,16 +78,46 @@ class PrefixStore final : public Store {
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
   using Store::get;
   bool check(const std::vector<std::string>& keys) override;
-  std::string describe() const override;
 
+ protected:
+  explicit KeyMappingStore(std::shared_ptr<Store> store);
+  virtual std::string map(const std::string& key) const = 0;
+  std::vector<std::string> map(const std::vector<std::string>& keys) const;
+  const std::shared_ptr<Store>& underlying() const { return store_; }
+
+ private:
+  std::shared_ptr<Store> store_;
+};
+
+// Scopes every key of an underlying store: key k becomes "<prefix>/k". Cheap to create; shares the
+// underlying store.
+class PrefixStore final : public KeyMappingStore {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> store);
+  std::string describe() const override;
   const std::string& prefix() const { return prefix_; }
 
  private:
-  std::string join(const std::string& key) const;
-  std::vector<std::string> join(const std::vector<std::string>& keys) const;
+  std::string map(const std::string& key) const override { return prefix_ + "/" + key; }
+  using KeyMappingStore::map;
 
   std::string prefix_;
-  std::shared_ptr<Store> store_;
+};
+
+// An elastic round's view of an underlying store: key "scope/rest" becomes "r<round>.scope/rest"
+// (roundScope, rendezvous/round.h), so the Gloo contexts of different rounds never share a key, and the
+// server refuses a worker of a round that is over. Cheap to create; shares the underlying store.
+class RoundStore final : public KeyMappingStore {
+ public:
+  RoundStore(uint64_t round, std::shared_ptr<Store> store);
+  std::string describe() const override;
+  uint64_t round() const { return round_; }
+
+ private:
+  std::string map(const std::string& key) const override;
+  using KeyMappingStore::map;
+
+  uint64_t round_;
 };
 
 // Formats a list of keys for error messages: "[a, b, c]" (at most a few dozen, then "... and N more").

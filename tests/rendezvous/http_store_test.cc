@@ -181,3 +181,67 @@ TEST_CASE("HttpStore falls back to polling against a server without long poll", 
   CHECK_THROWS_AS(store.wait({"global/2"}, 200ms), hvd::RendezvousTimeout);
   CHECK(server.requests() < 100);  // polling backs off (Horovod's client polls every 10 ms)
 }
+
+TEST_CASE("HttpStore::nextRound waits for the driver's next round and reads the slot's place", "[httpstore][elastic]") {
+  ServerThread server;
+  HttpStore store(server.storeOptions());
+  // Not an elastic job: a clear error, at once.
+  CHECK_THROWS_WITH(store.nextRound("h:0", 0, 5s), Catch::Contains("not an elastic job"));
+
+  ElasticRound r3;
+  r3.number = 3;
+  r3.slots["h:0"] = {0, 2, 0, 1, 0, 2};
+  r3.slots["g:0"] = {1, 2, 0, 1, 1, 2};
+  server.server().beginRound(r3);
+  auto now = store.nextRound("g:0", 2, 5s);
+  CHECK(now.round == 3);
+  CHECK(now.slot.rank == 1);
+  CHECK(now.slot.cross_rank == 1);
+
+  // Leaving round 3: the answer is round 4, once the driver begins it.
+  std::thread driver([&] {
+    std::this_thread::sleep_for(200ms);
+    ElasticRound r4;
+    r4.number = 4;
+    r4.slots["h:0"] = {0, 1, 0, 1, 0, 1};
+    server.server().beginRound(r4);
+  });
+  const auto start = Clock::now();
+  auto next = store.nextRound("h:0", 3, 10s);
+  driver.join();
+  CHECK(Clock::now() - start >= 150ms);
+  CHECK(next.round == 4);
+  CHECK(next.slot.rank == 0);
+  CHECK(next.slot.size == 1);
+  // g:0 is not in round 4: -1 everywhere.
+  auto gone = store.nextRound("g:0", 3, 5s);
+  CHECK(gone.round == 4);
+  CHECK(gone.slot.rank == -1);
+  CHECK(gone.slot.cross_size == -1);
+  // No round 5 within the time given: a timeout naming slot and round.
+  CHECK_THROWS_AS(store.nextRound("h:0", 4, 300ms), hvd::RendezvousTimeout);
+  CHECK_THROWS_WITH(store.nextRound("h:0", 4, 300ms), Catch::Contains("no elastic round after round 4 for slot h:0"));
+}
+
+TEST_CASE("RoundStore puts keys in the round's scopes, which the server closes when the round is over",
+          "[httpstore][elastic]") {
+  ServerThread server;
+  auto http = std::make_shared<HttpStore>(server.storeOptions());
+  server.server().beginRound(ElasticRound{3, {}, {}, {}});
+  RoundStore round3(3, http);
+  round3.set("global/0", bytes("addr"));
+  CHECK(http->tryGet("r3.global/0") == bytes("addr"));
+  CHECK(round3.get("global/0", 1s) == bytes("addr"));
+  CHECK(round3.describe() == http->describe() + " (elastic round 3)");
+  PrefixStore scoped("local_h", std::make_shared<RoundStore>(3, http));
+  scoped.set("1", bytes("x"));
+  CHECK(http->tryGet("r3.local_h/1") == bytes("x"));
+  CHECK_THROWS_WITH(round3.set("noscope", bytes("x")), Catch::Contains("key 'noscope' has no scope"));
+  // Round 4 begins: a late worker of round 3 is refused, naming both rounds.
+  server.server().beginRound(ElasticRound{4, {}, {}, {}});
+  CHECK_THROWS_WITH(round3.set("global/1", bytes("late")),
+                    Catch::Contains("belongs to elastic round 3, which is over (the job is at round 4)"));
+  RoundStore round4(4, http);
+  round4.set("global/1", bytes("now"));
+  CHECK(http->tryGet("r4.global/1") == bytes("now"));
+}

@@ -1,0 +1,31 @@
+// Elastic rounds: the membership of each re-formation of an elastic job, as the driver decides it and the
+// rendezvous server serves it (GET /rank_and_size, rendezvous/handler.h). Plain data.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::rendezvous {
+
+// One slot's place in an elastic round (Horovod's SlotInfo); -1 everywhere when the slot is not in it.
+struct SlotAssignment {
+  int rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+};
+
+// One re-formation of an elastic job.
+struct ElasticRound {
+  uint64_t number = 0;
+  std::map<std::string, SlotAssignment> slots;  // "<host>:<local_rank>" -> its place
+  std::map<std::string, int> scope_sizes;       // the round's sized scopes (Server::setScopeSizes)
+  std::vector<std::string> blacklist;           // hosts left out for now (shown in /status)
+};
+
+// "r<round>.<scope>": a scope of that round (the server refuses PUTs into it once the round is over).
+std::string roundScope(uint64_t round, const std::string& scope);
+// The round of a scope named as roundScope() makes them; nullopt for other scopes.
+std::optional<uint64_t> roundOfScope(const std::string& scope);
+
+}  // namespace hvd::rendezvous
