@@ -309,7 +309,11 @@ void KvState::beginRound(ElasticRound round) {
     std::lock_guard<std::mutex> lock(mutex_);
     HVD_CHECK(!round_ || round.number == round_->number + 1, StoreError, "elastic round ", round.number,
               " does not follow round ", round_ ? round_->number : 0);
+    // Every key goes, but the marks of the rounds begun so far stay: a request that parks on a round's
+    // mark after the round began must find it.
+    Scope marks = std::move(scopes_[kElasticScope]);
     scopes_.clear();
+    scopes_[kElasticScope] = std::move(marks);
     sizes_ = round.scope_sizes;
     ever_joined_.clear();
     const std::string key = roundKey(round.number);
@@ -339,6 +343,8 @@ KvState::RoundAnswer KvState::askRound(const std::string& slot, std::optional<ui
     if (after && *after >= round_->number) {
       observer = round_requests_;
       waits_after = *after;
+      answer.wait_scope = kElasticScope;
+      answer.wait_key = roundKey(*after + 1);
     } else {
       answer.ready = true;
       if (auto it = round_->slots.find(slot); it != round_->slots.end()) answer.slot = it->second;
@@ -347,11 +353,6 @@ KvState::RoundAnswer KvState::askRound(const std::string& slot, std::optional<ui
   }
   if (observer) observer(slot, waits_after);
   return answer;
-}
-
-std::pair<std::string, std::string> KvState::nextRoundKey() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return {kElasticScope, roundKey(round_ ? round_->number + 1 : 0)};
 }
 
 std::optional<uint64_t> KvState::currentRound() const {
@@ -540,7 +541,8 @@ Outcome handleRankAndSize(const Request& req, KvState& state, Target& t, bool al
   if (!a.ready) {
     if (allow_wait) {
       Outcome parked;
-      std::tie(parked.wait_scope, parked.wait_key) = state.nextRoundKey();
+      parked.wait_scope = a.wait_scope;
+      parked.wait_key = a.wait_key;
       parked.wait_for = state.options().max_wait;
       return parked;
     }

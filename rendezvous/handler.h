@@ -104,15 +104,14 @@ class KvState {
   void markStarted(const std::string& slot, uint64_t round);
   struct RoundAnswer {
     bool elastic = false;  // a round has begun: this is an elastic job
-    bool ready = false;    // the answer is below; else wait for the key waitKey() names
+    bool ready = false;    // the answer is below; else wait until wait_scope/wait_key is stored
     uint64_t round = 0;
     SlotAssignment slot;
+    std::string wait_scope, wait_key;  // stored when the round asked for begins (and kept from then on)
   };
   // The place of `slot` in the first round after `after` (absent: after the last one it was started in or
   // answered). A ready answer counts as answered.
   RoundAnswer askRound(const std::string& slot, std::optional<uint64_t> after);
-  // The scope and key stored when the round after the current one begins (for parking requests).
-  std::pair<std::string, std::string> nextRoundKey() const;
   // The current round; nullopt before the first.
   std::optional<uint64_t> currentRound() const;
   // Called (no lock held) for every rank_and_size request that has to wait: the driver learns which slots

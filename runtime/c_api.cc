@@ -32,6 +32,7 @@ thread_local std::string last_error;
 // through a shared_ptr copy, so hvd_shutdown() on one thread cannot free it under another's call.
 std::mutex state_mutex;
 std::shared_ptr<Runtime> runtime;
+std::optional<uint64_t> elastic_round;  // elastic jobs: the round of the last successful init
 struct Handle {
   std::shared_ptr<Work> work;
   bool keeps_result = false;
@@ -170,7 +171,11 @@ int hvd_init(void) {
   if (runtime) return HVD_SUCCESS;
   try {
     auto options = hvd::runtime::RuntimeOptions::fromEnvironment();
+    // An elastic worker initializing again (after a failed collective and hvd_shutdown()) joins the next
+    // round, with the place the driver gave its slot there; the first init takes the environment's.
+    if (options.elastic && elastic_round) options = Runtime::nextElasticRound(options, *elastic_round);
     runtime = std::make_shared<Runtime>(options, Runtime::makeStore(options));
+    if (options.elastic) elastic_round = options.elastic_round;
     return HVD_SUCCESS;
   } catch (const std::exception& e) {
     return fail(HVD_ERR_INIT, std::string("hvd_init failed: ") + e.what());

@@ -141,6 +141,9 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   if (const auto us = readInt(getenv, "HVD_BUSY_POLL_US", -1, 0, 1000000); us >= 0) {
     o.busy_poll = std::chrono::microseconds(us);
   }
+  o.elastic = readBool(getenv, "HOROVOD_ELASTIC", false);
+  o.elastic_round = static_cast<uint64_t>(readInt(getenv, "HVD_ELASTIC_ROUND", 0, 0, 1ll << 40));
+  o.elastic_timeout = std::chrono::seconds(readInt(getenv, "HOROVOD_ELASTIC_TIMEOUT", 600, 1, 1 << 24));
   o.validate();
   HVD_CHECK(o.size == 1 || o.rendezvous_addr.has_value(), UsageError, "HOROVOD_SIZE=", o.size,
             " but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: a multi-process job needs the rendezvous "

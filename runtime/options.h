@@ -21,6 +21,10 @@
 //                                         (several ranks on each of several hosts; default 0)
 //   HVD_SHARED_MEMORY                     0: ranks of one host exchange data over TCP (Gloo) instead of
 //                                         shared memory (default 1)
+//   HOROVOD_ELASTIC                       1: an elastic job (hvdrun sets it): the rendezvous scopes carry the
+//                                         round (HVD_ELASTIC_ROUND, set by hvdrun at start), and an init
+//                                         after a shutdown asks the server for this slot's place in the next
+//                                         round, waiting up to HOROVOD_ELASTIC_TIMEOUT seconds (600)
 //   CUDA_VISIBLE_DEVICES                  honoured by the CUDA runtime when pinning
 // Invalid values (not a number, out of range, inconsistent identity) throw UsageError naming the
 // variable and the value.
@@ -87,6 +91,14 @@ struct RuntimeOptions {
   // has more ranks than cores, where every poll would take a core from a rank that has work.
   std::optional<std::chrono::microseconds> busy_poll;
   static constexpr std::chrono::microseconds kDefaultBusyPoll{200};
+
+  // Elastic jobs (docs/elastic.md): the round this process runs in, and how long a re-initialization
+  // waits for the driver to form the next one.
+  bool elastic = false;
+  uint64_t elastic_round = 0;
+  std::chrono::seconds elastic_timeout{600};
+  // "<HOROVOD_HOSTNAME>:<local rank>": this process's slot, which keeps its identity across rounds.
+  std::string slot() const { return hostname + ":" + std::to_string(local_rank); }
 
   // Reads the variables above through getenv (injectable for tests) and validates them. SIZE > 1
   // without a rendezvous server is a UsageError (Horovod silently runs every rank as a single process

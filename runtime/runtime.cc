@@ -1100,7 +1100,32 @@ std::shared_ptr<rendezvous::Store> Runtime::makeStore(const RuntimeOptions& opti
   s.port = static_cast<uint16_t>(options.rendezvous_port);
   s.token = options.token;
   s.request_deadline = options.gloo_timeout;
-  return std::make_shared<rendezvous::HttpStore>(s);
+  auto http = std::make_shared<rendezvous::HttpStore>(s);
+  if (options.elastic) return std::make_shared<rendezvous::RoundStore>(options.elastic_round, http);
+  return http;
+}
+
+RuntimeOptions Runtime::nextElasticRound(RuntimeOptions options, uint64_t after) {
+  HVD_CHECK(options.elastic && options.rendezvous_addr, UsageError,
+            "re-joining an elastic job needs HOROVOD_ELASTIC=1 and the rendezvous server");
+  rendezvous::StoreOptions s;
+  s.host = *options.rendezvous_addr;
+  s.port = static_cast<uint16_t>(options.rendezvous_port);
+  s.token = options.token;
+  s.request_deadline = options.gloo_timeout;
+  const auto place = rendezvous::HttpStore(s).nextRound(options.slot(), after, options.elastic_timeout);
+  const rendezvous::SlotAssignment& p = place.slot;
+  HVD_CHECK(p.rank >= 0, BackendError, "slot ", options.slot(), " is not in elastic round ", place.round,
+            ": the job went on without this worker");
+  options.rank = p.rank;
+  options.size = p.size;
+  options.local_rank = p.local_rank;
+  options.local_size = p.local_size;
+  options.cross_rank = p.cross_rank;
+  options.cross_size = p.cross_size;
+  options.elastic_round = place.round;
+  options.validate();
+  return options;
 }
 
 const RuntimeOptions& Runtime::options() const { return impl_->options_; }

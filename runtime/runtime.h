@@ -31,8 +31,14 @@ class Runtime {
   // BackendError naming the cause.
   Runtime(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store);
 
-  // The store the options name: HttpStore for HOROVOD_GLOO_RENDEZVOUS_ADDR, else a MemoryStore (size 1).
+  // The store the options name: HttpStore for HOROVOD_GLOO_RENDEZVOUS_ADDR (in an elastic job seen through
+  // the round's scopes, rendezvous::RoundStore), else a MemoryStore (size 1).
   static std::shared_ptr<rendezvous::Store> makeStore(const RuntimeOptions& options);
+
+  // Elastic jobs: `options` with this slot's place in the first round after `after`, waiting up to
+  // options.elastic_timeout for the driver to form it. Throws BackendError when the round leaves the slot
+  // out, RendezvousTimeout when no round comes, StoreError when the server is not an elastic job's.
+  static RuntimeOptions nextElasticRound(RuntimeOptions options, uint64_t after);
 
   ~Runtime();  // shutdown()
   Runtime(const Runtime&) = delete;

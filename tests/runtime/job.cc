@@ -45,6 +45,7 @@ std::vector<WorkerResult> runJob(const JobOptions& options) {
     std::map<std::string, int> sizes{{"global", options.np}, {"local_localhost", options.np}};
     for (int r = 0; r < options.np; ++r) sizes["cross_" + std::to_string(r)] = 1;
     server->setScopeSizes(sizes);
+    if (options.on_server) options.on_server(*server);
     server_thread = std::thread([&] { ioc.run(); });
   }
 

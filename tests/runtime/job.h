@@ -4,9 +4,14 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+namespace hvd::rendezvous {
+class Server;
+}
 
 namespace hvd::runtime::testing {
 
@@ -25,6 +30,8 @@ struct JobOptions {
   std::chrono::milliseconds timeout{60000};    // the whole job; then every worker is SIGKILLed
   bool with_server = true;                     // false: no rendezvous variables at all
   std::map<int, std::map<std::string, std::string>> rank_env;  // per-rank extra variables
+  // Called once the rendezvous server is up, before any worker starts (e.g. to begin elastic rounds).
+  std::function<void(rendezvous::Server&)> on_server;
 };
 
 // Runs the job to completion; returns one result per rank, in rank order.

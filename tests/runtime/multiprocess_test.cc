@@ -6,11 +6,13 @@
 
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/server.h"
 #include "tests/runtime/job.h"
 
 using namespace hvd::runtime::testing;
@@ -262,4 +264,47 @@ TEST_CASE("process sets and groups through the C and C++ APIs", "[multiprocess][
     REQUIRE(r.exit_code == 0);
     CHECK(r.output.find("process_sets ok") != std::string::npos);
   }
+}
+
+TEST_CASE("an elastic worker initializing again joins the next round with the place the driver gave it",
+          "[multiprocess][elastic]") {
+  // The test plays the driver: round 1 as the workers were started, round 2 (ranks swapped) once both
+  // slots ask for it.
+  auto round = [](uint64_t number, bool swapped) {
+    hvd::rendezvous::ElasticRound r;
+    r.number = number;
+    for (int slot = 0; slot < 2; ++slot) {
+      const int rank = swapped ? 1 - slot : slot;
+      r.slots["localhost:" + std::to_string(slot)] = {rank, 2, slot, 2, 0, 1};
+      r.scope_sizes[hvd::rendezvous::roundScope(number, "cross_" + std::to_string(slot))] = 1;
+    }
+    r.scope_sizes[hvd::rendezvous::roundScope(number, "global")] = 2;
+    r.scope_sizes[hvd::rendezvous::roundScope(number, "local_localhost")] = 2;
+    return r;
+  };
+  std::mutex mutex;
+  std::set<std::string> waiting;
+  JobOptions o;
+  o.np = 2;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "elastic"};
+  o.env = {{"HOROVOD_ELASTIC", "1"}, {"HVD_ELASTIC_ROUND", "1"}, {"HOROVOD_ELASTIC_TIMEOUT", "20"}};
+  o.timeout = std::chrono::seconds(60);
+  o.on_server = [&](hvd::rendezvous::Server& server) {
+    server.beginRound(round(1, false));
+    server.markStarted("localhost:0", 1);
+    server.markStarted("localhost:1", 1);
+    server.onRoundRequest([&, srv = &server](const std::string& slot, uint64_t after) {
+      std::lock_guard lock(mutex);
+      if (after == 1 && waiting.insert(slot).second && waiting.size() == 2) srv->beginRound(round(2, true));
+    });
+  };
+  const auto results = runJob(o);
+  INFO(describe(results));
+  REQUIRE(results.size() == 2);
+  for (const auto& r : results) CHECK(r.exit_code == 0);
+  // Started as rank R: rank R in round 1, rank 1-R in round 2; both sums 1 + 2.
+  CHECK_THAT(results[0].output, Catch::Contains("round 1 rank 0 size 2 sum 3") &&
+                                    Catch::Contains("round 2 rank 1 size 2 sum 3"));
+  CHECK_THAT(results[1].output, Catch::Contains("round 1 rank 1 size 2 sum 3") &&
+                                    Catch::Contains("round 2 rank 0 size 2 sum 3"));
 }

@@ -12,6 +12,8 @@
 //           (for comparing data paths)
 //   forever  allreduces until killed (for the tests that SIGKILL a whole job)
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
+//   elastic  (2 ranks, an elastic job) an allreduce, hvd_shutdown(), hvd_init() again (the next round) and
+//           another allreduce; prints "round R rank K size N sum S" after each
 //   process_sets  (3 ranks, HOROVOD_DYNAMIC_PROCESS_SETS=1) the C++ ProcessSet API and hvd_enqueue_group;
 //           prints "process_sets ok" or what differed
 #include <signal.h>
@@ -45,6 +47,23 @@ int main(int argc, char** argv) {
   }
   const int rank = hvd_rank();
   float v[16] = {1};
+  if (std::strcmp(scenario, "elastic") == 0) {
+    for (int round = 1; round <= 2; ++round) {
+      float x = static_cast<float>(hvd_rank() + 1);
+      if (allreduceOnce("sum", &x, 1) != HVD_SUCCESS) {
+        std::printf("round %d allreduce: %s\n", round, hvd_error_text());
+        return 3;
+      }
+      std::printf("round %d rank %d size %d sum %g\n", round, hvd_rank(), hvd_size(), x);
+      std::fflush(stdout);
+      hvd_shutdown();
+      if (round == 1 && hvd_init() != HVD_SUCCESS) {
+        std::printf("re-init: %s\n", hvd_error_text());
+        return 4;
+      }
+    }
+    return 0;
+  }
   if (std::strcmp(scenario, "stall") == 0) {
     const char* name = rank == 0 ? "lonely" : "other";
     const int status = allreduceOnce(name, v, 16);
