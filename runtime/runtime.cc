@@ -1093,14 +1093,23 @@ Runtime::Runtime(RuntimeOptions options, std::shared_ptr<rendezvous::Store> stor
 
 Runtime::~Runtime() = default;
 
-std::shared_ptr<rendezvous::Store> Runtime::makeStore(const RuntimeOptions& options) {
-  if (!options.rendezvous_addr) return std::make_shared<rendezvous::MemoryStore>();
+namespace {
+
+// The HttpStore settings of the options' rendezvous server (which must be set).
+rendezvous::StoreOptions serverOf(const RuntimeOptions& options) {
   rendezvous::StoreOptions s;
   s.host = *options.rendezvous_addr;
   s.port = static_cast<uint16_t>(options.rendezvous_port);
   s.token = options.token;
   s.request_deadline = options.gloo_timeout;
-  auto http = std::make_shared<rendezvous::HttpStore>(s);
+  return s;
+}
+
+}  // namespace
+
+std::shared_ptr<rendezvous::Store> Runtime::makeStore(const RuntimeOptions& options) {
+  if (!options.rendezvous_addr) return std::make_shared<rendezvous::MemoryStore>();
+  auto http = std::make_shared<rendezvous::HttpStore>(serverOf(options));
   if (options.elastic) return std::make_shared<rendezvous::RoundStore>(options.elastic_round, http);
   return http;
 }
@@ -1108,12 +1117,7 @@ std::shared_ptr<rendezvous::Store> Runtime::makeStore(const RuntimeOptions& opti
 RuntimeOptions Runtime::nextElasticRound(RuntimeOptions options, uint64_t after) {
   HVD_CHECK(options.elastic && options.rendezvous_addr, UsageError,
             "re-joining an elastic job needs HOROVOD_ELASTIC=1 and the rendezvous server");
-  rendezvous::StoreOptions s;
-  s.host = *options.rendezvous_addr;
-  s.port = static_cast<uint16_t>(options.rendezvous_port);
-  s.token = options.token;
-  s.request_deadline = options.gloo_timeout;
-  const auto place = rendezvous::HttpStore(s).nextRound(options.slot(), after, options.elastic_timeout);
+  const auto place = rendezvous::HttpStore(serverOf(options)).nextRound(options.slot(), after, options.elastic_timeout);
   const rendezvous::SlotAssignment& p = place.slot;
   HVD_CHECK(p.rank >= 0, BackendError, "slot ", options.slot(), " is not in elastic round ", place.round,
             ": the job went on without this worker");
