@@ -318,6 +318,7 @@ void KvState::beginRound(ElasticRound round) {
     ever_joined_.clear();
     const std::string key = roundKey(round.number);
     scopes_[kElasticScope].data[key] = std::to_string(round.number);
+    round_changes_[round.number] = round.changes;
     round_ = std::move(round);
     if (!waiters_.empty()) wake = takeWaiters(fullKey(kElasticScope, key));
   }
@@ -361,6 +362,14 @@ std::optional<uint64_t> KvState::currentRound() const {
   return round_->number;
 }
 
+std::optional<RoundNews> KvState::roundNews(uint64_t since) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!round_) return std::nullopt;
+  RoundNews news{std::max(since, round_->number), 0};
+  for (auto it = round_changes_.upper_bound(since); it != round_changes_.end(); ++it) news.changes |= it->second;
+  return news;
+}
+
 void KvState::onRoundRequest(RoundRequestObserver observer) {
   std::lock_guard<std::mutex> lock(mutex_);
   round_requests_ = std::move(observer);
@@ -386,7 +395,10 @@ nlohmann::json KvState::status() const {
                          {"local_rank", a.local_rank}, {"local_size", a.local_size},
                          {"cross_rank", a.cross_rank}, {"cross_size", a.cross_size}};
       }
-      elastic = {{"round", round_->number}, {"members", std::move(members)}, {"blacklist", round_->blacklist}};
+      elastic = {{"round", round_->number},
+                 {"changes", round_->changes},
+                 {"members", std::move(members)},
+                 {"blacklist", round_->blacklist}};
     }
   }
   const double uptime = std::chrono::duration<double>(Clock::now() - started_).count();
@@ -559,6 +571,23 @@ Outcome handleRankAndSize(const Request& req, KvState& state, Target& t, bool al
   return {std::move(res)};
 }
 
+// GET /round_news/<N> (see the header).
+Outcome handleRoundNews(const Request& req, const KvState& state, const Target& t) {
+  if (!t.query.empty()) {
+    return {textError(req, http::status::bad_request, "round_news takes no query parameters")};
+  }
+  const auto since = parseInt(t.key);
+  if (!since || *since < 0) {
+    return {textError(req, http::status::bad_request,
+                      "round_news needs a non-negative round number, got '" + t.key + "'")};
+  }
+  const auto news = state.roundNews(static_cast<uint64_t>(*since));
+  if (!news) return {textError(req, http::status::not_found, "not an elastic job: there are no rounds")};
+  Response res = makeResponse(req, http::status::ok, detail::concat(news->round, ",", news->changes));
+  res.set(kRoundHeader, std::to_string(news->round));
+  return {std::move(res)};
+}
+
 }  // namespace
 
 Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool allow_wait,
@@ -662,6 +691,7 @@ Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool al
     }
     case http::verb::get: {
       if (t.scope == "rank_and_size") return handleRankAndSize(req, state, t, allow_wait);
+      if (t.scope == "round_news") return handleRoundNews(req, state, t);
       if (auto bad = unexpectedQuery("wait_ms")) return std::move(*bad);
       std::chrono::milliseconds wait{0};
       const bool long_poll = t.query.count("wait_ms") > 0;

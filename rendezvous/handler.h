@@ -18,6 +18,9 @@
 //                                     after the last round this slot was started in or answered; the
 //                                     request waits (up to ServerOptions::max_wait, then 503) until the
 //                                     driver begins that round. 404 when the job is not elastic.
+//   GET    /round_news/<N>            elastic jobs: "round,changes", the latest round and the OR of the
+//                                     changes (1 removed, 2 added) of every round after N; "N,0" when
+//                                     none began since (rank 0 asks between steps). 404 when not elastic.
 // Elastic rounds also version the scopes: "r<N>.<scope>" belongs to round N, and a PUT into the scope of
 // a round that is over is 410, so a late worker of an old round cannot mix its address into a new one.
 // Scope and key are single path segments; %XX escapes are decoded (Horovod's keys never contain '%', so
@@ -114,6 +117,8 @@ class KvState {
   RoundAnswer askRound(const std::string& slot, std::optional<uint64_t> after);
   // The current round; nullopt before the first.
   std::optional<uint64_t> currentRound() const;
+  // The rounds begun after `since` (RoundNews); nullopt before the first round (not an elastic job).
+  std::optional<RoundNews> roundNews(uint64_t since) const;
   // Called (no lock held) for every rank_and_size request that has to wait: the driver learns which slots
   // are waiting for a new round.
   using RoundRequestObserver = std::function<void(const std::string& slot, uint64_t after)>;
@@ -153,6 +158,7 @@ class KvState {
   std::atomic<size_t> connections_{0};
   std::optional<ElasticRound> round_;
   std::map<std::string, uint64_t> last_round_;  // slot -> the last round it was started in or answered
+  std::map<uint64_t, unsigned> round_changes_;  // round -> ElasticRound::changes
   RoundRequestObserver round_requests_;
 };
 

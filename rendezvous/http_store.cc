@@ -307,6 +307,25 @@ HttpStore::RoundPlace HttpStore::nextRound(const std::string& slot, uint64_t aft
   return place;
 }
 
+RoundNews HttpStore::roundNews(uint64_t since) {
+  const auto& o = impl_->options;
+  const std::string what = "round_news/" + std::to_string(since);
+  const auto reply = impl_->request(http::verb::get, "/" + what, {}, Clock::now() + o.request_deadline, true);
+  if (reply.status != 200) impl_->fail(http::verb::get, what, reply);
+  RoundNews news;
+  const std::string_view text = reply.body;
+  const auto comma = text.find(',');
+  const auto whole = [](std::string_view field, auto& value) {
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+    return !field.empty() && ec == std::errc() && end == field.data() + field.size();
+  };
+  HVD_CHECK(comma != std::string_view::npos && whole(text.substr(0, comma), news.round) &&
+                whole(text.substr(comma + 1), news.changes),
+            StoreError, "rendezvous server ", impl_->name, " answered ", what, " with '", reply.body,
+            "', not \"round,changes\"");
+  return news;
+}
+
 std::optional<Bytes> HttpStore::tryGet(const std::string& key) {
   const auto& o = impl_->options;
   auto reply = impl_->request(http::verb::get, impl_->path(key), {}, Clock::now() + o.request_deadline, true);

@@ -52,6 +52,11 @@ class HttpStore final : public Store {
   };
   RoundPlace nextRound(const std::string& slot, uint64_t after, std::chrono::milliseconds timeout);
 
+  // Elastic jobs: the rounds begun after `since` (GET /round_news, rendezvous/handler.h) -- how a worker
+  // learns between steps that the driver re-formed the job. Does not wait. Throws StoreError when the job
+  // is not elastic (404) or the answer is malformed.
+  RoundNews roundNews(uint64_t since);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

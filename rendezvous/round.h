@@ -21,6 +21,18 @@ struct ElasticRound {
   std::map<std::string, SlotAssignment> slots;  // "<host>:<local_rank>" -> its place
   std::map<std::string, int> scope_sizes;       // the round's sized scopes (Server::setScopeSizes)
   std::vector<std::string> blacklist;           // hosts left out for now (shown in /status)
+  unsigned changes = 0;                         // kRoundRemoved | kRoundAdded, against the round before
+};
+
+// What changed in a round against the one before it: members left (failed, removed, blacklisted), and
+// members joined (new hosts or slots, replacements of failed workers).
+inline constexpr unsigned kRoundRemoved = 1, kRoundAdded = 2;
+
+// The rounds a worker has not joined yet: the latest round, and the OR of the changes of every round
+// after the one the worker is in ({that round, 0} when none began since).
+struct RoundNews {
+  uint64_t round = 0;
+  unsigned changes = 0;
 };
 
 // "r<round>.<scope>": a scope of that round (the server refuses PUTs into it once the round is over).

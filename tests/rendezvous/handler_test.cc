@@ -454,6 +454,7 @@ TEST_CASE("handler: elastic rounds answer rank_and_size as Horovod's driver, and
   KvState state({});
   // Not an elastic job: no round to join.
   CHECK(status(state, http::verb::get, "/rank_and_size/a:0") == 404);
+  CHECK(status(state, http::verb::get, "/round_news/0") == 404);
   ElasticRound r1;
   r1.number = 1;
   r1.slots["a:0"] = {0, 3, 0, 2, 0, 2};
@@ -511,6 +512,20 @@ TEST_CASE("handler: elastic rounds answer rank_and_size as Horovod's driver, and
   CHECK(state.get(parked.wait_scope, parked.wait_key));
   CHECK(json["elastic"]["members"]["a:1"]["rank"] == 1);
   CHECK(json["elastic"]["blacklist"] == nlohmann::json::array({"b"}));
+
+  // Round news: rounds 2 and 3 after round 1 (round 3 changed nothing, round 2 had no changes set).
+  auto news = answer(state, request(http::verb::get, "/round_news/1"));
+  CHECK(news.result_int() == 200);
+  CHECK(news.body() == "3,0");
+  CHECK(news[kRoundHeader] == "3");
+  ElasticRound r4{4, r2.slots, {}, {}};
+  r4.changes = kRoundAdded;
+  state.beginRound(r4);
+  CHECK(answer(state, request(http::verb::get, "/round_news/2")).body() == "4,2");
+  CHECK(answer(state, request(http::verb::get, "/round_news/4")).body() == "4,0");
+  CHECK(state.status()["elastic"]["changes"] == kRoundAdded);
+  CHECK(status(state, http::verb::get, "/round_news/x") == 400);
+  CHECK(status(state, http::verb::get, "/round_news/1?wait_ms=3") == 400);
 
   // Bad requests name what is wrong.
   CHECK(status(state, http::verb::get, "/rank_and_size/a") == 400);

@@ -223,6 +223,35 @@ TEST_CASE("HttpStore::nextRound waits for the driver's next round and reads the 
   CHECK_THROWS_WITH(store.nextRound("h:0", 4, 300ms), Catch::Contains("no elastic round after round 4 for slot h:0"));
 }
 
+TEST_CASE("HttpStore::roundNews tells a worker which rounds began after its own, and what changed",
+          "[httpstore][elastic]") {
+  ServerThread server;
+  HttpStore store(server.storeOptions());
+  CHECK_THROWS_WITH(store.roundNews(0), Catch::Contains("not an elastic job"));
+  ElasticRound r1;
+  r1.number = 1;
+  server.server().beginRound(r1);
+  auto none = store.roundNews(1);
+  CHECK(none.round == 1);
+  CHECK(none.changes == 0);
+  ElasticRound r2;
+  r2.number = 2;
+  r2.changes = kRoundRemoved;
+  server.server().beginRound(r2);
+  auto one = store.roundNews(1);
+  CHECK(one.round == 2);
+  CHECK(one.changes == kRoundRemoved);
+  ElasticRound r3;
+  r3.number = 3;
+  r3.changes = kRoundAdded;
+  server.server().beginRound(r3);
+  // Two rounds since round 1: their changes together; since round 2: round 3's only.
+  CHECK(store.roundNews(1).changes == (kRoundRemoved | kRoundAdded));
+  CHECK(store.roundNews(2).changes == kRoundAdded);
+  CHECK(store.roundNews(2).round == 3);
+  CHECK(store.roundNews(3).changes == 0);
+}
+
 TEST_CASE("RoundStore puts keys in the round's scopes, which the server closes when the round is over",
           "[httpstore][elastic]") {
   ServerThread server;
