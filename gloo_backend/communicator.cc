@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <numeric>
+#include <string_view>
 
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -28,6 +29,18 @@ Communicator::Communicator(CommunicatorOptions options, std::shared_ptr<Device> 
     : options_(std::move(options)), device_(std::move(device)), context_(std::move(context)) {}
 
 namespace {
+
+// Gloo reports every transport failure as gloo::IoException; only the text tells a peer whose connection
+// closed or was reset (it died, or its host went away) from a timeout, which stays a BackendError.
+bool peerLost(const std::exception& e) {
+  if (!dynamic_cast<const gloo::IoException*>(&e)) return false;
+  const std::string_view what = e.what();
+  for (const char* marker : {"Connection closed by peer", "Connection reset by peer", "Broken pipe", "No route to host",
+                             "Network is unreachable"}) {
+    if (what.find(marker) != std::string_view::npos) return true;
+  }
+  return false;
+}
 
 // A gloo::Context whose transport context is connected by Communicator::connect instead of
 // gloo::rendezvous::Context::connectFullMesh (see communicator.h).
@@ -67,12 +80,13 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
       keys.push_back(std::to_string(i));
     }
     scoped->set(std::to_string(options.rank), mine);
-    scoped->wait(keys, options.timeout);
+    const auto waits = options.rendezvous_timeout.value_or(options.timeout);
+    scoped->wait(keys, waits);
     std::vector<std::pair<int, std::vector<char>>> addresses;  // peer rank, its pair's address for us
     for (int peer = 0; peer < options.size; ++peer) {
       if (peer == options.rank) continue;
       const std::string key = std::to_string(peer);
-      const auto theirs = scoped->get(key, options.timeout);
+      const auto theirs = scoped->get(key, waits);
       const size_t each = theirs.size() / (options.size - 1);
       HVD_CHECK(each > 0 && theirs.size() % (options.size - 1) == 0, StoreError, "malformed Gloo address list (",
                 theirs.size(), " bytes for ", options.size - 1, " peers) in ", scoped->describe(), " key ", key);
@@ -92,8 +106,10 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
   } catch (const hvd::Error&) {
     throw;  // store errors already name the server, scope and keys
   } catch (const std::exception& e) {
-    throw BackendError(detail::concat("Gloo rendezvous of scope '", options.scope, "' failed on rank ",
-                                      options.rank, " of ", options.size, ": ", e.what()));
+    const std::string message = detail::concat("Gloo rendezvous of scope '", options.scope, "' failed on rank ",
+                                               options.rank, " of ", options.size, ": ", e.what());
+    if (peerLost(e)) throw PeerLostError(message);
+    throw BackendError(message);
   }
   scoped->deleteKey(std::to_string(options.rank));
   return std::unique_ptr<Communicator>(new Communicator(options, std::move(device), std::move(context)));
@@ -109,8 +125,10 @@ void Communicator::guarded(const char* what, F&& body) {
     body();
   } catch (const std::exception& e) {
     failed_ = true;
-    throw BackendError(detail::concat("Gloo ", what, " on scope '", options_.scope, "' failed on rank ",
-                                      options_.rank, " of ", options_.size, ": ", e.what()));
+    const std::string message = detail::concat("Gloo ", what, " on scope '", options_.scope, "' failed on rank ",
+                                               options_.rank, " of ", options_.size, ": ", e.what());
+    if (peerLost(e)) throw PeerLostError(message);
+    throw BackendError(message);
   }
 }
 

@@ -21,14 +21,16 @@
 // thrown).
 //
 // Threading: a Communicator is used by one thread at a time (the runtime's background thread).
-// Errors: Gloo failures (peer lost, timeout) are rethrown as hvd::BackendError naming the scope, the
-// operation and this rank; the context is unusable afterwards.
+// Errors: Gloo failures are rethrown naming the scope, the operation and this rank: hvd::PeerLostError
+// where a peer's connection closed or was reset (the peer died or its host went away), hvd::BackendError
+// for the rest (timeouts included); the context is unusable afterwards.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +49,11 @@ struct CommunicatorOptions {
   std::string scope = "global";  // "global", "local_<host>", "cross_<local_rank>"
   int rank = 0;
   int size = 1;
-  // Rendezvous waits and every collective (HOROVOD_GLOO_TIMEOUT_SECONDS).
+  // Every collective (HOROVOD_GLOO_TIMEOUT_SECONDS), and the rendezvous waits unless rendezvous_timeout is set.
   std::chrono::milliseconds timeout{rendezvous::Store::kDefaultTimeout};
+  // The store waits of connect() for the peers' addresses, where they may come later than a collective's
+  // timeout allows (elastic jobs: HOROVOD_ELASTIC_TIMEOUT); unset: timeout.
+  std::optional<std::chrono::milliseconds> rendezvous_timeout;
 };
 
 // Message sizes (bytes) up to which allreduce uses the latency-optimised algorithms; see allreduce().

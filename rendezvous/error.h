@@ -6,7 +6,9 @@
 //   ├─ StoreError          the rendezvous store failed (HTTP status, protocol, file I/O)
 //   │   └─ RendezvousTimeout   keys still missing when a wait expired (message names them)
 //   ├─ NetworkError        sockets: connect, bind, resolve (message names the address and errno text)
-//   ├─ BackendError        the collective backend (Gloo) failed: peer lost, timeout, mismatch
+//   ├─ BackendError        the collective backend (Gloo) failed: timeout, mismatch
+//   │   └─ PeerLostError   a peer process died or became unreachable (EOF or reset on its connection,
+//   │                      shared-memory peer gone); elastic jobs re-form on it
 //   └─ LaunchError         starting or supervising workers failed (message names host and rank)
 //
 // This header lives in rendezvous/ because that is the lowest library: every other one links it.
@@ -48,6 +50,11 @@ class NetworkError : public Error {
 class BackendError : public Error {
  public:
   using Error::Error;
+};
+
+class PeerLostError : public BackendError {
+ public:
+  using BackendError::BackendError;
 };
 
 class LaunchError : public Error {

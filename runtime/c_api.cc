@@ -62,6 +62,8 @@ int statusOf(std::exception_ptr error) {
     return fail(HVD_ERR_STALLED, e.what());
   } catch (const hvd::UsageError& e) {
     return fail(HVD_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const hvd::PeerLostError& e) {
+    return fail(HVD_ERR_PEER_LOST, e.what());
   } catch (const hvd::Error& e) {
     return fail(HVD_ERR_BACKEND, e.what());
   } catch (const std::exception& e) {

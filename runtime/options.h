@@ -24,7 +24,8 @@
 //   HOROVOD_ELASTIC                       1: an elastic job (hvdrun sets it): the rendezvous scopes carry the
 //                                         round (HVD_ELASTIC_ROUND, set by hvdrun at start), and an init
 //                                         after a shutdown asks the server for this slot's place in the next
-//                                         round, waiting up to HOROVOD_ELASTIC_TIMEOUT seconds (600)
+//                                         round, waiting up to HOROVOD_ELASTIC_TIMEOUT seconds (600); init's
+//                                         rendezvous waits that long for the round's other ranks too
 //   CUDA_VISIBLE_DEVICES                  honoured by the CUDA runtime when pinning
 // Invalid values (not a number, out of range, inconsistent identity) throw UsageError naming the
 // variable and the value.
@@ -93,10 +94,15 @@ struct RuntimeOptions {
   static constexpr std::chrono::microseconds kDefaultBusyPoll{200};
 
   // Elastic jobs (docs/elastic.md): the round this process runs in, and how long a re-initialization
-  // waits for the driver to form the next one.
+  // waits for the driver to form the next one and for the round's other members to arrive.
   bool elastic = false;
   uint64_t elastic_round = 0;
   std::chrono::seconds elastic_timeout{600};
+  // How long init's rendezvous waits for the other ranks: gloo_timeout, or in an elastic job
+  // elastic_timeout, since the survivors of the last round reach a new one only at their next commit.
+  std::chrono::milliseconds rendezvousTimeout() const {
+    return elastic ? std::chrono::milliseconds(elastic_timeout) : gloo_timeout;
+  }
   // "<HOROVOD_HOSTNAME>:<local rank>": this process's slot, which keeps its identity across rounds.
   std::string slot() const { return hostname + ":" + std::to_string(local_rank); }
 

@@ -46,6 +46,13 @@ std::string shutDownMessage(const std::string& reason) {
   return "libhvd has been shut down: " + reason;
 }
 
+// The error of every operation pending or submitted once the job stopped: PeerLostError when a peer process
+// was lost (an elastic job re-forms on it), else ShutDownError.
+std::exception_ptr stopError(const std::string& reason, bool peer_lost) {
+  if (peer_lost) return std::make_exception_ptr(PeerLostError("libhvd stopped, the job lost a peer: " + reason));
+  return std::make_exception_ptr(ShutDownError(shutDownMessage(reason)));
+}
+
 }  // namespace
 
 class Runtime::Impl {
@@ -170,6 +177,7 @@ class Runtime::Impl {
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   std::string stop_reason_;
+  bool stopped_peer_lost_ = false;  // the stop was caused by a lost peer (peer_lost_, for user threads)
   // Unnamed operations are counted per process set and operation type, so a rank that is not a member of
   // a set (and so does not submit its operations) still names its other operations like every other rank.
   std::map<std::pair<int32_t, OpType>, uint64_t> unnamed_;
@@ -186,6 +194,8 @@ class Runtime::Impl {
   // Workers: name -> (cache id, the descriptor this rank submitted when the id was given).
   std::map<Key, std::pair<uint32_t, Request>> response_cache_;
   bool abort_ = false;
+  bool peer_lost_ = false;    // the job is torn down because a peer process was lost
+  bool abort_sent_ = false;   // coordinator: the workers were told to abort
   std::string reason_;
 
   std::thread thread_;
@@ -220,6 +230,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     o.rank = rank;
     o.size = size;
     o.timeout = options_.gloo_timeout;
+    o.rendezvous_timeout = options_.rendezvousTimeout();
     log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", rank, ", size=", size));
     return std::shared_ptr<Communicator>(Communicator::connect(store_, gloo_device_, o));
   };
@@ -241,6 +252,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       o.rank = options_.local_rank;
       o.size = options_.local_size;
       o.timeout = options_.gloo_timeout;
+      o.rendezvous_timeout = options_.rendezvousTimeout();
       o.job_rank = options_.rank;
       log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
       shm_ = shm::Transport::connect(store_, o);
@@ -357,7 +369,7 @@ void Runtime::Impl::connectControlPlane() {
     store_->deleteKey(kControlKey);  // every rank has read it; a later init publishes a fresh one
     return;
   }
-  const auto raw = store_->get(kControlKey, options_.gloo_timeout);
+  const auto raw = store_->get(kControlKey, options_.rendezvousTimeout());
   std::istringstream in(std::string(raw.begin(), raw.end()));
   std::string host;
   uint16_t port = 0;
@@ -457,7 +469,7 @@ std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
   bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
-    if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
+    if (stopped_ || shutdown_requested_) std::rethrow_exception(stopError(stop_reason_, stopped_peer_lost_));
     {
       std::lock_guard sets(sets_mutex_);
       check(r);
@@ -476,7 +488,7 @@ std::vector<std::shared_ptr<Work>> Runtime::Impl::enqueueGroup(std::vector<Reque
   bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
-    if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
+    if (stopped_ || shutdown_requested_) std::rethrow_exception(stopError(stop_reason_, stopped_peer_lost_));
     {
       std::lock_guard sets(sets_mutex_);
       for (auto& r : requests) {
@@ -514,7 +526,7 @@ std::shared_ptr<Work> Runtime::Impl::changeProcessSet(Request r, bool is_static)
   bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
-    if (stopped_ || shutdown_requested_) throw ShutDownError(shutDownMessage(stop_reason_));
+    if (stopped_ || shutdown_requested_) std::rethrow_exception(stopError(stop_reason_, stopped_peer_lost_));
     HVD_CHECK(is_static || options_.dynamic_process_sets, UsageError,
               "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to add or remove process sets after initialization (",
               r.members.empty() ? detail::concat("removing process set ", r.process_set)
@@ -565,16 +577,29 @@ void Runtime::Impl::run() {
   } catch (const std::exception& e) {
     reason_ = e.what();
     abort_ = true;
+    peer_lost_ = dynamic_cast<const PeerLostError*>(&e) != nullptr;
     log(LogLevel::kError, detail::concat("background loop stopped: ", reason_));
+    if (coordinator_ && !abort_sent_) {
+      // The workers learn why at once (they may be idle, waiting for the next list), and whether it was a
+      // lost peer, rather than only that the coordinator's connection closed.
+      ResponseList abort;
+      abort.shutdown = true;
+      abort.abort = true;
+      abort.peer_lost = peer_lost_;
+      abort.shutdown_reason = detail::concat("rank 0 stopped: ", reason_);
+      broadcastToWorkers(abort);
+    }
   }
   {
     std::lock_guard lock(mutex_);
     stopped_ = true;
     stop_reason_ = reason_;
+    stopped_peer_lost_ = peer_lost_;
   }
   failAll(reason_);
   // Orderly close in the rendezvous order, the same on every rank (see Communicator::close()); close()
   // is idempotent, so an aliased context closes once.
+  if (shm_ && peer_lost_) shm_->leavingAfterLostPeer();
   if (shm_) shm_->close(!abort_);
   global_->close(!abort_);
   local_->close(!abort_);
@@ -674,11 +699,12 @@ void Runtime::Impl::loop() {
           ResponseList abort;
           abort.shutdown = true;
           abort.abort = true;
+          abort.peer_lost = true;
           abort.shutdown_reason = detail::concat("rank ", r, " disconnected from the coordinator (",
                                                  channel->error(), "); the job cannot continue");
           worker_channels_[r].reset();
           broadcastToWorkers(abort);
-          throw BackendError(abort.shutdown_reason);
+          throw PeerLostError(abort.shutdown_reason);
         }
       }
       if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
@@ -711,7 +737,11 @@ void Runtime::Impl::loop() {
       }
       batch.shutdown = shutdown_requested && !shutdown_sent_;
       shutdown_sent_ = shutdown_sent_ || batch.shutdown;
-      coordinator_channel_->send(encode(batch));
+      try {
+        coordinator_channel_->send(encode(batch));
+      } catch (const NetworkError& e) {
+        throw PeerLostError(detail::concat("lost the connection to the coordinator (rank 0): ", e.what()));
+      }
     }
     if (coordinator_channel_) {
       messages.clear();
@@ -721,8 +751,8 @@ void Runtime::Impl::loop() {
       }
       if (!open) {
         abort_ = true;
-        throw BackendError(detail::concat("lost the connection to the coordinator (rank 0): ",
-                                          coordinator_channel_->error()));
+        throw PeerLostError(detail::concat("lost the connection to the coordinator (rank 0): ",
+                                           coordinator_channel_->error()));
       }
     } else if (shutdown_requested) {
       return;  // size 1 has no coordinator_channel_ but always has a coordinator_; not reached
@@ -732,14 +762,21 @@ void Runtime::Impl::loop() {
 
 void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {
   const auto bytes = encode(list);
-  for (auto& c : worker_channels_) {
+  std::optional<PeerLostError> lost;
+  for (size_t r = 0; r < worker_channels_.size(); ++r) {
+    auto& c = worker_channels_[r];
     if (!c) continue;
     try {
       c->send(bytes);
     } catch (const std::exception& e) {
-      if (!list.abort) throw;  // aborting already: the others still get told
+      // The worker is gone (its socket is closed or reset). The others still get this list; then the loop
+      // stops, and run() tells them to abort.
+      c.reset();
+      if (!lost) lost.emplace(detail::concat("rank ", r, " is unreachable from the coordinator (", e.what(), ")"));
     }
   }
+  if (list.abort) abort_sent_ = true;
+  if (lost && !list.abort) throw *lost;
 }
 
 bool Runtime::Impl::execute(const ResponseList& list) {
@@ -755,6 +792,7 @@ bool Runtime::Impl::execute(const ResponseList& list) {
   if (!list.shutdown) return true;
   reason_ = list.shutdown_reason;
   abort_ = list.abort;
+  peer_lost_ = list.peer_lost;
   return false;
 }
 
@@ -783,7 +821,7 @@ void Runtime::Impl::failAll(const std::string& reason) {
     queued.swap(queue_);
   }
   for (auto& e : queued) table_.emplace(keyOf(e.request), std::move(e));
-  const auto error = std::make_exception_ptr(ShutDownError(shutDownMessage(reason)));
+  const auto error = stopError(reason, peer_lost_);
   while (!table_.empty()) {
     const Key key = table_.begin()->first;
     complete(key.first, key.second, error);

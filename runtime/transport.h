@@ -9,7 +9,8 @@
 //     in the same order; results are bit-identical on every member.
 //   - kAverage reduces as kSum: the caller divides through its postscale.
 //   - A failed operation throws hvd::BackendError naming the operation, this rank and, where known, the
-//     rank that was lost; the transport is unusable afterwards (failed() turns true).
+//     rank that was lost (hvd::PeerLostError when a member died or its connection closed); the transport
+//     is unusable afterwards (failed() turns true).
 //   - Used by one thread at a time (the runtime's background thread).
 #pragma once
 

@@ -165,6 +165,7 @@ std::vector<char> encode(const ResponseList& m) {
   Writer w(MessageKind::kResponses);
   w.put(static_cast<uint8_t>(m.shutdown));
   w.put(static_cast<uint8_t>(m.abort));
+  w.put(static_cast<uint8_t>(m.peer_lost));
   w.put(m.path);
   w.put(m.shutdown_reason);
   w.put(static_cast<uint64_t>(m.responses.size()));
@@ -195,6 +196,7 @@ ResponseList decodeResponseList(const std::vector<char>& payload) {
   ResponseList m;
   m.shutdown = r.get<uint8_t>() != 0;
   m.abort = r.get<uint8_t>() != 0;
+  m.peer_lost = r.get<uint8_t>() != 0;
   m.path = r.get<uint8_t>();
   HVD_CHECK(m.path <= ResponseList::kPathHierarchical, BackendError, "corrupt response list (path ", int{m.path}, ")");
   m.shutdown_reason = r.getString();

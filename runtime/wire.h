@@ -17,7 +17,7 @@ namespace hvd::runtime {
 enum class MessageKind : uint8_t { kHello = 1, kRequests = 2, kResponses = 3 };
 
 struct Hello {
-  static constexpr uint64_t kMagic = 0x68766431'00000002ull;  // "hvd1", protocol 2 (process sets)
+  static constexpr uint64_t kMagic = 0x68766431'00000003ull;  // "hvd1", protocol 3 (ResponseList::peer_lost)
   uint64_t magic = kMagic;
   uint64_t nonce = 0;  // the coordinator's per-job secret, read from the store
   int32_t rank = -1;
@@ -61,7 +61,9 @@ struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;         // every rank leaves after executing responses
   std::string shutdown_reason;   // why (empty: an orderly shutdown requested by a rank)
-  bool abort = false;            // a rank was lost: skip the orderly close barrier
+  bool abort = false;            // a rank failed: skip the orderly close barrier
+  bool peer_lost = false;        // abort because a peer process was lost: pending operations fail with
+                                 // PeerLostError (elastic jobs re-form), not ShutDownError
   // Autotune: the global set's allreduce path from this list on (kPathFlat, kPathHierarchical), or
   // kPathUnchanged. Every rank switches before executing the list's responses.
   static constexpr uint8_t kPathUnchanged = 0, kPathFlat = 1, kPathHierarchical = 2;

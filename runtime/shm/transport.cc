@@ -24,9 +24,14 @@ constexpr size_t kLine = 64;
 
 struct alignas(kLine) Control {
   uint64_t magic;
-  std::atomic<int32_t> abort;  // 0; else 1 + the rank that was lost (kind 1) or gave up (kind 2)
-  std::atomic<int32_t> abort_kind;
+  // 0; else abortWord(rank, kind): the rank that was lost (kAbortDied), gave up (kAbortGaveUp: a timeout,
+  // an abortive close), or left because the job lost a peer elsewhere (kAbortLeft). One word, so that a
+  // reader never sees the rank without its kind.
+  std::atomic<int32_t> abort;
 };
+
+enum AbortKind : int32_t { kAbortDied = 1, kAbortGaveUp = 2, kAbortLeft = 3 };
+int32_t abortWord(int rank, AbortKind kind) { return (kind << 24) | (rank + 1); }
 
 struct alignas(kLine) Counter {
   std::atomic<uint32_t> seq;      // rounds published
@@ -98,7 +103,7 @@ std::unique_ptr<Transport> Transport::connect(const std::shared_ptr<rendezvous::
   s.rank = options.rank;
   s.size = options.size;
   s.bytes = Layout::bytes(options.size, options.chunk_bytes);
-  s.timeout = options.timeout;
+  s.timeout = options.rendezvous_timeout.value_or(options.timeout);
   auto segment = Segment::share(store, s);
   return std::unique_ptr<Transport>(new Transport(std::move(options), std::move(segment)));
 }
@@ -137,8 +142,8 @@ void Transport::close(bool orderly) noexcept {
   if (!orderly && !failed_) {
     // Peers still waiting for this rank fail now rather than at the timeout.
     int32_t expected = 0;
-    if (layout_->control->abort.compare_exchange_strong(expected, options_.rank + 1)) {
-      layout_->control->abort_kind.store(2);
+    const AbortKind kind = left_after_lost_peer_ ? kAbortLeft : kAbortGaveUp;
+    if (layout_->control->abort.compare_exchange_strong(expected, abortWord(options_.rank, kind))) {
       for (int r = 0; r < options_.size; ++r) futexWake(&layout_->counters[r].seq);
     }
   }
@@ -168,15 +173,16 @@ void Transport::guarded(const char* what, F&& body) {
   }
 }
 
-void Transport::fail(int lost, const std::string& why) {
+void Transport::fail(int rank, bool died, const std::string& why) {
   failed_ = true;
   int32_t expected = 0;
-  if (layout_->control->abort.compare_exchange_strong(expected, lost + 1)) {
-    layout_->control->abort_kind.store(1);
+  if (layout_->control->abort.compare_exchange_strong(expected, abortWord(rank, died ? kAbortDied : kAbortGaveUp))) {
     for (int r = 0; r < options_.size; ++r) futexWake(&layout_->counters[r].seq);
   }
-  throw BackendError(detail::concat("shared-memory ", op_, " on scope '", options_.scope, "' failed on ",
-                                    who(options_.rank), ": ", why));
+  const std::string message = detail::concat("shared-memory ", op_, " on scope '", options_.scope, "' failed on ",
+                                             who(options_.rank), ": ", why);
+  if (died) throw PeerLostError(message);
+  throw BackendError(message);
 }
 
 uint32_t Transport::publish() {
@@ -192,14 +198,19 @@ void Transport::checkPeer(int peer, uint32_t round) {
   const int32_t abort = layout_->control->abort.load(std::memory_order_acquire);
   if (abort != 0) {
     failed_ = true;
-    const int lost = abort - 1;
-    throw BackendError(detail::concat(
+    const int lost = (abort & 0xffffff) - 1;
+    const int32_t kind = abort >> 24;
+    const std::string message = detail::concat(
         "shared-memory ", op_, " on scope '", options_.scope, "' failed on ", who(options_.rank), ": ", who(lost),
-        layout_->control->abort_kind.load() == 1 ? " is gone (it died or was killed)" : " gave up after a failure"));
+        kind == kAbortDied   ? " is gone (it died or was killed)"
+        : kind == kAbortLeft ? " left after the job lost a peer"
+                             : " gave up after a failure");
+    if (kind == kAbortDied || kind == kAbortLeft) throw PeerLostError(message);
+    throw BackendError(message);
   }
   if (pidfds_[peer] >= 0) {
     pollfd p{pidfds_[peer], POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) fail(peer, detail::concat(who(peer), " died or was killed (round ", round, ")"));
+    if (::poll(&p, 1, 0) > 0) fail(peer, true, detail::concat(who(peer), " died or was killed (round ", round, ")"));
   }
 }
 
@@ -226,7 +237,7 @@ void Transport::awaitPeer(int peer, uint32_t round) {
     if (reached(seen, target)) return;
     checkPeer(peer, round);
     if (Clock::now() > deadline) {
-      fail(options_.rank, detail::concat("timed out after ", options_.timeout.count(), " ms waiting for ", who(peer),
+      fail(options_.rank, false, detail::concat("timed out after ", options_.timeout.count(), " ms waiting for ", who(peer),
                                          " (round ", round, ")"));
     }
     const timespec tick{0, 10 * 1000 * 1000};

@@ -19,7 +19,7 @@
 // (sched_yield) and stop after a few, so that an oversubscribed host does not starve the rank being
 // waited for. Each tick checks:
 //   - the peer's liveness (a pidfd, polled): a rank that died makes every other fail at its next tick,
-//     naming it; a stopped rank (SIGSTOP) is alive and is waited for;
+//     naming it, with PeerLostError; a stopped rank (SIGSTOP) is alive and is waited for;
 //   - the group's abort word, set by a rank that found a peer dead or gave up, so that ranks waiting on
 //     a survivor fail too instead of waiting for the timeout;
 //   - the timeout (HOROVOD_GLOO_TIMEOUT_SECONDS, as for Gloo).
@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,8 @@ struct Options {
   int size = 1;
   int job_rank = -1;  // this member's rank in the job, which messages name; -1: the same as rank
   std::chrono::milliseconds timeout{rendezvous::Store::kDefaultTimeout};
+  // Sharing the segment at connect() (elastic jobs: HOROVOD_ELASTIC_TIMEOUT); unset: timeout.
+  std::optional<std::chrono::milliseconds> rendezvous_timeout;
   size_t chunk_bytes = 256 * 1024;  // a multiple of 64
   long spin = -1;                    // polls before sleeping; -1: 20000, or 16 yields when oversubscribed
 };
@@ -74,6 +77,9 @@ class Transport final : public runtime::Transport {
   void reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) override;
   void barrier() override;
   void close(bool orderly) noexcept override;
+  // Before an abortive close: this rank leaves because the job lost a peer (another member, or a rank
+  // elsewhere), so the members still waiting on it fail with PeerLostError rather than BackendError.
+  void leavingAfterLostPeer() noexcept { left_after_lost_peer_ = true; }
   bool failed() const override { return failed_; }
 
  private:
@@ -88,7 +94,9 @@ class Transport final : public runtime::Transport {
   void awaitAll(uint32_t round);
   std::byte* slot(uint32_t round, int rank) const;
   std::byte* result(uint32_t round) const;
-  [[noreturn]] void fail(int lost, const std::string& why);
+  // Fails this rank's operation and sets the group's abort word, so that every member fails: `rank` died
+  // (PeerLostError here and on the others), or this rank gave up (`rank` is its own; BackendError).
+  [[noreturn]] void fail(int rank, bool died, const std::string& why);
   void checkPeer(int peer, uint32_t round);
   std::string who(int rank) const;
 
@@ -101,6 +109,7 @@ class Transport final : public runtime::Transport {
   bool oversubscribed_ = false;
   bool failed_ = false;
   bool closed_ = false;
+  bool left_after_lost_peer_ = false;
 };
 
 }  // namespace hvd::runtime::shm

@@ -5,6 +5,11 @@
 //           survivors print the error their pending handle failed with and exit 0
 //   kill_mid  every rank allreduces 64 MiB in a loop; at step 3 rank 1 submits, waits 2 ms (the others are
 //           then inside the collective) and SIGKILLs itself; the survivors print their error as for die
+//   peer_lost  every rank allreduces 16 MiB in a loop; at step 3 rank 1 submits, waits 2 ms and SIGKILLs
+//           itself, while the survivors also submit "never" (which rank 1 never submits, so it stays queued);
+//           prints "rank R peer_lost step K big S1 queued S2 resubmit S3 shutdown T s: <error text>" with the
+//           statuses of the in-flight allreduce, the queued one and a submission after the failure, and how
+//           long hvd_shutdown() took
 //   stop    (2 ranks) allreduces of 1 MiB for 4 s, checked each step, while rank 0 stops rank 1 with
 //           SIGSTOP for 3 s and then continues it; prints "stop ok after N steps" or what differed
 //   checksum  allreduces of several sizes, types and ops (sums, averages, maxima of small integers, exact in
@@ -28,6 +33,7 @@
 #include <hvd/hvd.hpp>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -102,6 +108,38 @@ int main(int argc, char** argv) {
         hvd_shutdown();
         return 0;
       }
+    }
+  }
+  if (std::strcmp(scenario, "peer_lost") == 0) {
+    std::vector<float> big(4u << 20, 1.0f);
+    float never[4] = {0};
+    for (int step = 0;; ++step) {
+      const int h = hvd_allreduce_async("big", big.data(), big.data(), big.size(), HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      int queued = -1;
+      if (step == 3) {
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          ::raise(SIGKILL);
+        }
+        queued = hvd_allreduce_async("never", never, never, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      }
+      const int status = h < 0 ? h : hvd_wait(h);
+      if (status == HVD_SUCCESS) {
+        if (queued >= 0) {
+          std::printf("rank %d: step %d succeeded after rank 1 was killed\n", rank, step);
+          return 1;
+        }
+        continue;
+      }
+      const std::string text = hvd_error_text();
+      const int queued_status = queued < 0 ? queued : hvd_wait(queued);
+      const int resubmit = hvd_allreduce_async("after", never, never, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      const auto start = std::chrono::steady_clock::now();
+      hvd_shutdown();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("rank %d peer_lost step %d big %d queued %d resubmit %d shutdown %.3f s: %s\n", rank, step, status,
+                  queued_status, resubmit < 0 ? resubmit : 0, s, text.c_str());
+      return 0;
     }
   }
   if (std::strcmp(scenario, "stop") == 0) {

@@ -39,10 +39,15 @@ typedef enum hvd_status {
   HVD_ERR_INVALID_ARGUMENT = -2,  /* bad argument, duplicate in-flight name, unknown handle */
   HVD_ERR_MISMATCH = -3,          /* ranks disagree on an operation's parameters */
   HVD_ERR_SHUT_DOWN = -4,         /* libhvd was shut down (locally, by another rank, or after a failure) */
-  HVD_ERR_BACKEND = -5,           /* communication failed: a peer died, a timeout expired */
+  HVD_ERR_BACKEND = -5,           /* communication failed: a timeout expired, the backend failed */
   HVD_ERR_STALLED = -6,           /* cancelled by the stall inspector (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS) */
   HVD_ERR_INIT = -7,              /* hvd_init() failed (environment, rendezvous) */
-  HVD_ERR_INTERNAL = -8
+  HVD_ERR_INTERNAL = -8,
+  HVD_ERR_PEER_LOST = -9,         /* a peer process died or became unreachable; every operation pending on
+                                     every survivor fails with it and libhvd stops (hvd_shutdown() returns at
+                                     once); elastic jobs re-form: hvd_shutdown(), hvd_init() */
+  HVD_ERR_HOSTS_UPDATED = -10     /* elastic: the job's membership changed (a newer round began); reset
+                                     between steps (hvd_state_commit, hvd_elastic_run) */
 } hvd_status;
 
 /* Element types. */

@@ -43,13 +43,20 @@ class MismatchError : public CollectiveError {
 class ShutDownError : public CollectiveError {
   using CollectiveError::CollectiveError;
 };
-class CommunicationError : public CollectiveError {  // a peer died, a timeout expired
+class CommunicationError : public CollectiveError {  // a timeout expired, the backend failed
   using CollectiveError::CollectiveError;
+};
+class PeerLostError : public CommunicationError {  // a peer process died or became unreachable
+  using CommunicationError::CommunicationError;
 };
 class StalledError : public CollectiveError {
   using CollectiveError::CollectiveError;
 };
 class InitError : public CollectiveError {
+  using CollectiveError::CollectiveError;
+};
+// Elastic jobs: the job's membership changed (hvd::elastic::State::commit); hvd::elastic::run resets.
+class HostsUpdatedError : public CollectiveError {
   using CollectiveError::CollectiveError;
 };
 
@@ -63,6 +70,8 @@ inline int check(int status) {
     case HVD_ERR_MISMATCH: throw MismatchError(status, text);
     case HVD_ERR_SHUT_DOWN: throw ShutDownError(status, text);
     case HVD_ERR_BACKEND: throw CommunicationError(status, text);
+    case HVD_ERR_PEER_LOST: throw PeerLostError(status, text);
+    case HVD_ERR_HOSTS_UPDATED: throw HostsUpdatedError(status, text);
     case HVD_ERR_STALLED: throw StalledError(status, text);
     case HVD_ERR_INIT: throw InitError(status, text);
     default: throw CollectiveError(status, text);
