@@ -203,7 +203,7 @@ po::options_description makeDescription() {
       ("mpi-args", value(), "MPI only")
       ("binding-args", value(), "MPI/jsrun only");
 
-  po::options_description elastic("Elastic (parsed and checked; elastic jobs cannot run yet)");
+  po::options_description elastic("Elastic jobs (docs/elastic.md)");
   elastic.add_options()
       ("min-np", value()->value_name("N"), "--min-num-proc: ranks needed to go on (default -np); elastic mode")
       ("min-num-proc", value()->value_name("N"), "the same as --min-np")
@@ -644,7 +644,7 @@ bool isEnvName(const std::string& name) {
   return true;
 }
 
-// The elastic flags: checked whatever the mode; elastic jobs are then refused, as their driver is not built.
+// The elastic flags: checked whatever the mode; without --min-np or a discovery script they are ignored.
 void parseElastic(const po::options_description& desc, std::map<std::string, std::string>& last,
                   const Environment& env, HvdrunOptions& o, std::vector<std::string>& warnings) {
   const auto given = [&](const char* key) { return last.count(key) > 0; };
@@ -691,10 +691,10 @@ void parseElastic(const po::options_description& desc, std::map<std::string, std
     e.cooldown = std::make_pair(lo, hi);
   }
   if (given(min_key) || e.discovery_script) {
+    usageCheck(!(e.discovery_script && (o.hosts || o.hostfile)), "argument --host-discovery-script: not allowed with ",
+               o.hosts ? "-H/--hosts" : "--hostfile", " (the script lists the hosts)");
     o.elastic = e;
-    throw UsageError(
-        "elastic jobs (--min-np, --host-discovery-script) cannot run yet: hvdrun checks their flags but has no "
-        "elastic driver (see docs/elastic.md)");
+    return;
   }
   // horovodrun runs such a job as a static one and ignores these; say so.
   for (const char* only : {"max-np", "max-num-proc", "elastic-timeout", "reset-limit", "blacklist-cooldown-range"}) {

@@ -60,8 +60,8 @@ struct HvdrunOptions {
   // --no-malloc-tuning or HVD_MALLOC_TUNING=0.
   bool malloc_tuning = true;
 
-  // Elastic mode, on when --min-np or --host-discovery-script is given (horovodrun's rule); see
-  // docs/elastic.md. Parsed and checked; the driver that runs such jobs is not built yet.
+  // Elastic mode, on when --min-np or --host-discovery-script is given (horovodrun's rule); run by
+  // ElasticJob (launcher/elastic.h, docs/elastic.md).
   struct Elastic {
     static constexpr std::chrono::seconds kDefaultTimeout{600};  // horovodrun's default
     int min_np = 0;                                // --min-np; default -np

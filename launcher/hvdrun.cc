@@ -6,6 +6,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/host_plan.h"
+#include "launcher/elastic.h"
 #include "launcher/job.h"
 #include "rendezvous/error.h"
 
@@ -38,6 +39,22 @@ int hvdrunMain(int argc, char** argv) {
       return 0;
     }
     HvdrunOptions& options = cli.options;
+    if (options.elastic) {
+      for (const auto& w : cli.warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
+      // The hosts come from the discovery script, else from -H / --hostfile / the allocation (fixed).
+      const auto hosts = options.elastic->discovery_script ? std::vector<HostSpec>{} : hostsFor(options, env);
+      if (options.dry_run) {
+        if (hosts.empty()) {
+          std::printf("elastic job: hosts from '%s', starting at -np %d\n", options.elastic->discovery_script->c_str(),
+                      options.num_proc);
+        } else {
+          std::fputs(describePlan(assignRanks(hosts, options.num_proc), options, env).c_str(), stdout);
+        }
+        return 0;
+      }
+      ElasticJob job(std::move(options), hosts, env);
+      return job.run().exitCode();
+    }
     const auto hosts = hostsFor(options, env);
     if (options.num_proc == 0) {  // inside Slurm without -np: every task of the allocation
       for (const auto& h : hosts) options.num_proc += h.slots;

@@ -90,11 +90,9 @@ void setJobVariables(EnvBuilder& env, const Placement& p, const RendezvousEndpoi
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> workerEnvironment(const Placement& placement,
-                                                                   const HvdrunOptions& options,
-                                                                   const Environment& inherited,
-                                                                   const Launcher* launcher,
-                                                                   const RendezvousEndpoint& endpoint) {
+std::vector<std::pair<std::string, std::string>> workerEnvironment(
+    const Placement& placement, const HvdrunOptions& options, const Environment& inherited, const Launcher* launcher,
+    const RendezvousEndpoint& endpoint, const std::vector<std::pair<std::string, std::string>>& job) {
   EnvBuilder env;
   for (const auto& [name, value] : inherited) {
     // horovodrun lets a launcher-level HOROVOD_RANK etc. override the per-rank values (nested launches);
@@ -117,6 +115,7 @@ std::vector<std::pair<std::string, std::string>> workerEnvironment(const Placeme
   }
   if (auto tunables = mallocTunables(options, inherited)) env.set("GLIBC_TUNABLES", *tunables);
   setJobVariables(env, placement, endpoint);
+  for (const auto& [name, value] : job) env.set(name, value);
   return env.take();
 }
 
@@ -169,6 +168,61 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
     out << '\n';
   }
   return out.str();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Launchers and the rendezvous server
+
+LauncherPool::LauncherPool(asio::io_context& ioc, const SshOptions& ssh) : ioc_(ioc), ssh_(ssh) {}
+LauncherPool::~LauncherPool() = default;
+
+bool LauncherPool::isLocal(const HostSpec& host) const { return !ssh_.force_ssh && isLocalHost(host.name); }
+
+Launcher& LauncherPool::forHost(const HostSpec& host) {
+  const bool local = isLocal(host);
+  auto& slot = local ? local_ : remote_;
+  if (!slot) {
+    if (local) {
+      slot = std::make_unique<local::LocalLauncher>(ioc_);
+    } else {
+#if HVD_LAUNCHER_HAVE_SSH
+      slot = ssh::makeLauncher(ioc_, ssh_);
+#else
+      throw LaunchError(detail::concat("remote host ", host.name, ": ssh launch not available yet"));
+#endif
+    }
+  }
+  return *slot;
+}
+
+Rendezvous openRendezvous(asio::io_context& ioc, const HvdrunOptions& options, const std::vector<HostSpec>& remote_hosts,
+                          OutputForwarder& output) {
+  const NetworkPlan network = chooseNetwork(remote_hosts, options.network_interfaces);
+  rendezvous::ServerOptions server_options;
+  server_options.bind_address = network.bind_address;
+  if (options.rendezvous_token) {
+    server_options.token = rendezvous::generateToken();
+    // Every rank runs here: Horovod's own workers (no token) are served when they are this user's.
+    server_options.trust_local_peers = remote_hosts.empty();
+  }
+  Rendezvous r;
+  r.server = std::make_unique<rendezvous::Server>(ioc, server_options);
+  r.trust_local_peers = server_options.trust_local_peers;
+  r.endpoint.address = network.bind_address;
+  r.endpoint.port = std::to_string(r.server->port());
+  r.endpoint.token = server_options.token.value_or("");
+  r.endpoint.interfaces = network.interfaces;
+  if (options.verbose) {
+    std::string access = "token required";
+    if (!server_options.token) {
+      access = "no token (--no-rendezvous-token): open to anyone who reaches it";
+    } else if (server_options.trust_local_peers) {
+      access = "token required, except from this user's processes on this machine";
+    }
+    output.message(Stream::kStdout, detail::concat("hvdrun: rendezvous server listening on ", r.endpoint.address, ":",
+                                                   r.endpoint.port, " (", access, ")\n"));
+  }
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -269,34 +323,17 @@ class Supervisor : public WorkerEvents {
     return n;
   }
 
-  Launcher& launcherFor(const HostSpec& host) {
-    const bool local = !options_.ssh.force_ssh && isLocalHost(host.name);
-    auto& slot = local ? local_ : remote_;
-    if (!slot) {
-      if (local) {
-        slot = std::make_unique<local::LocalLauncher>(ioc_);
-      } else {
-#if HVD_LAUNCHER_HAVE_SSH
-        slot = ssh::makeLauncher(ioc_, options_.ssh);
-#else
-        throw LaunchError(detail::concat("remote host ", host.name, ": ssh launch not available yet"));
-#endif
-      }
-    }
-    return *slot;
-  }
-
   void prepare() {
     // Launchers per host, and their checks before anything starts.
     std::map<Launcher*, std::vector<HostSpec>> hosts_by_launcher;
     std::vector<HostSpec> remote_hosts;
     std::map<std::string, bool> seen;
     for (const auto& p : plan_) {
-      Launcher& l = launcherFor(p.host);
-      launchers_.push_back(&l);
+      Launcher& l = launchers_.forHost(p.host);
+      rank_launchers_.push_back(&l);
       if (!seen.emplace(p.host.name, true).second) continue;
       hosts_by_launcher[&l].push_back(p.host);
-      if (&l != local_.get()) {
+      if (!launchers_.isLocal(p.host)) {
         HostSpec routed = p.host;
         routed.name = l.networkName(p.host);
         remote_hosts.push_back(std::move(routed));
@@ -311,20 +348,14 @@ class Supervisor : public WorkerEvents {
     out.num_proc = static_cast<int>(plan_.size());
     output_ = std::make_unique<OutputForwarder>(out);
 
-    const NetworkPlan network = chooseNetwork(remote_hosts, options_.network_interfaces);
-    rendezvous::ServerOptions server_options;
-    server_options.bind_address = network.bind_address;
-    if (options_.rendezvous_token) {
-      server_options.token = rendezvous::generateToken();
-      // Every rank runs here: Horovod's own workers (no token) are served when they are this user's.
-      server_options.trust_local_peers = remote_hosts.empty();
-    }
-    server_ = std::make_unique<rendezvous::Server>(ioc_, server_options);
+    Rendezvous rendezvous = openRendezvous(ioc_, options_, remote_hosts, *output_);
+    server_ = std::move(rendezvous.server);
+    endpoint_ = rendezvous.endpoint;
     server_->setScopeSizes(scopeSizes(plan_));
     for (const auto& host : remote_hosts) remote_names_.push_back(host.name);
-    has_local_ranks_ = local_ != nullptr;
+    has_local_ranks_ = launchers_.hasLocal();
     // The observer runs on this io_context (the server's sessions do).
-    server_->onTokenlessRejection([this, trusted = server_options.trust_local_peers](
+    server_->onTokenlessRejection([this, trusted = rendezvous.trust_local_peers](
                                       const rendezvous::TokenlessRejection& r) { onTokenless(r, trusted); });
     if (options_.verbose) {
       // The ssh benchmark's "all ranks joined" figure; the observer runs on this io_context.
@@ -337,23 +368,8 @@ class Supervisor : public WorkerEvents {
                                                          " ms after hvdrun started\n"));
       });
     }
-    endpoint_.address = network.bind_address;
-    endpoint_.port = std::to_string(server_->port());
-    endpoint_.token = server_options.token.value_or("");
-    endpoint_.interfaces = network.interfaces;
     for (auto& [launcher, hosts] : hosts_by_launcher) {
       launcher->checkRendezvousReachable(hosts, endpoint_.address, server_->port());
-    }
-    if (options_.verbose) {
-      std::string access = "token required";
-      if (!server_options.token) {
-        access = "no token (--no-rendezvous-token): open to anyone who reaches it";
-      } else if (server_options.trust_local_peers) {
-        access = "token required, except from this user's processes on this machine";
-      }
-      output_->message(Stream::kStdout,
-                       detail::concat("hvdrun: rendezvous server listening on ", endpoint_.address, ":",
-                                      endpoint_.port, " (", access, ")\n"));
     }
   }
 
@@ -362,7 +378,7 @@ class Supervisor : public WorkerEvents {
     const std::string dir = ::getcwd(cwd, sizeof cwd) ? cwd : "";
     for (const auto& p : plan_) {
       if (stopping_) break;  // a signal arrived or a worker failed while starting
-      Launcher& launcher = *launchers_[p.rank];
+      Launcher& launcher = *rank_launchers_[p.rank];
       LaunchSpec spec;
       spec.rank = p.rank;
       spec.host = p.host;
@@ -511,9 +527,8 @@ class Supervisor : public WorkerEvents {
   asio::steady_timer start_timer_;
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<OutputForwarder> output_;
-  std::unique_ptr<Launcher> local_;
-  std::unique_ptr<Launcher> remote_;
-  std::vector<Launcher*> launchers_;  // by rank
+  LauncherPool launchers_{ioc_, options_.ssh};
+  std::vector<Launcher*> rank_launchers_;  // by rank
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<bool> ended_;
   RendezvousEndpoint endpoint_;

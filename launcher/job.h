@@ -12,9 +12,15 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+
 #include "launcher/cli.h"
 #include "launcher/host_plan.h"
 #include "launcher/launcher.h"
+#include "launcher/output.h"
+#include "rendezvous/server.h"
 
 namespace hvd::launcher {
 
@@ -28,12 +34,39 @@ struct RendezvousEndpoint {
 
 // The complete environment of one worker, in this order (later entries win): hvdrun's environment
 // (except the variables hvdrun sets itself and those `launcher` does not inherit), the tuning and -x
-// variables, PYTHONUNBUFFERED=1, the per-rank HOROVOD_* variables, the rendezvous and interface variables.
-std::vector<std::pair<std::string, std::string>> workerEnvironment(const Placement& placement,
-                                                                   const HvdrunOptions& options,
-                                                                   const Environment& inherited,
-                                                                   const Launcher* launcher,
-                                                                   const RendezvousEndpoint& endpoint);
+// variables, PYTHONUNBUFFERED=1, the per-rank HOROVOD_* variables, the rendezvous and interface variables,
+// then `job` (an elastic job's HOROVOD_ELASTIC and round).
+std::vector<std::pair<std::string, std::string>> workerEnvironment(
+    const Placement& placement, const HvdrunOptions& options, const Environment& inherited, const Launcher* launcher,
+    const RendezvousEndpoint& endpoint, const std::vector<std::pair<std::string, std::string>>& job = {});
+
+// The launchers of a job, one per kind, made when a host first needs one: LocalLauncher for this machine
+// (isLocalHost), the ssh launcher for every other host or for all with --force-ssh (launcher/launcher.h).
+class LauncherPool {
+ public:
+  LauncherPool(boost::asio::io_context& ioc, const SshOptions& ssh);
+  ~LauncherPool();
+  bool isLocal(const HostSpec& host) const;
+  Launcher& forHost(const HostSpec& host);
+  bool hasLocal() const { return local_ != nullptr; }
+
+ private:
+  boost::asio::io_context& ioc_;
+  const SshOptions& ssh_;
+  std::unique_ptr<Launcher> local_;
+  std::unique_ptr<Launcher> remote_;
+};
+
+// The job's rendezvous server, started on `ioc` for workers on `remote_hosts` (as the launchers reach them;
+// empty: every worker is local) and, with a token, trusting this user's local processes when every worker
+// is local. With --verbose, says where it listens and who may use it.
+struct Rendezvous {
+  std::unique_ptr<rendezvous::Server> server;
+  RendezvousEndpoint endpoint;
+  bool trust_local_peers = false;
+};
+Rendezvous openRendezvous(boost::asio::io_context& ioc, const HvdrunOptions& options,
+                          const std::vector<HostSpec>& remote_hosts, OutputForwarder& output);
 
 // POSIX shell quoting equivalent to Python's shlex.quote.
 std::string shellQuote(const std::string& word);

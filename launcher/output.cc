@@ -70,15 +70,24 @@ std::string OutputForwarder::rankDirectory(int rank, int num_proc) {
 }
 
 OutputForwarder::OutputForwarder(OutputOptions options)
-    : options_(std::move(options)), sinks_(static_cast<size_t>(options_.num_proc) * 2) {
+    : options_(std::move(options)), width_ranks_(options_.num_proc), sinks_(static_cast<size_t>(options_.num_proc) * 2) {
   if (!options_.directory) return;
   makeDirectory(*options_.directory);
-  for (int rank = 0; rank < options_.num_proc; ++rank) {
-    const std::string dir = *options_.directory + "/" + rankDirectory(rank, options_.num_proc);
-    makeDirectory(dir);
-    sinks_[rank * 2].file_fd = openOutput(dir + "/stdout");
-    sinks_[rank * 2 + 1].file_fd = openOutput(dir + "/stderr");
-  }
+  for (int rank = 0; rank < options_.num_proc; ++rank) openFiles(rank);
+}
+
+void OutputForwarder::openFiles(int rank) {
+  const std::string dir = *options_.directory + "/" + rankDirectory(rank, width_ranks_);
+  makeDirectory(dir);
+  sinks_[rank * 2].file_fd = openOutput(dir + "/stdout");
+  sinks_[rank * 2 + 1].file_fd = openOutput(dir + "/stderr");
+}
+
+int OutputForwarder::addRank() {
+  const int rank = options_.num_proc++;
+  sinks_.resize(static_cast<size_t>(options_.num_proc) * 2);
+  if (options_.directory) openFiles(rank);
+  return rank;
 }
 
 OutputForwarder::~OutputForwarder() {

@@ -40,6 +40,10 @@ class OutputForwarder {
   OutputForwarder(const OutputForwarder&) = delete;
   OutputForwarder& operator=(const OutputForwarder&) = delete;
 
+  // Makes room for one more rank (numbered num_proc, num_proc + 1, ...; its directory too) and returns its
+  // number: an elastic job's workers started after the first ones.
+  int addRank();
+
   void write(int rank, Stream stream, std::string_view bytes);
   // End of a stream: writes its partial segment, if any.
   void close(int rank, Stream stream);
@@ -58,10 +62,12 @@ class OutputForwarder {
     int file_fd = -1;
   };
   Sink& sink(int rank, Stream stream);
+  void openFiles(int rank);
   void emit(int rank, Stream stream, std::string_view segment, bool add_newline, std::string& out);
   void flush(Stream stream, Sink& sink, const std::string& out);
 
   OutputOptions options_;
+  const int width_ranks_;  // the first num_proc: rank directories are padded for it
   std::vector<Sink> sinks_;  // index rank * 2 + stream
   bool console_broken_[2] = {false, false};
 };

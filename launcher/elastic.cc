@@ -1,0 +1,752 @@
+#include "launcher/elastic.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "launcher/job.h"
+#include "launcher/local/launcher.h"
+#include "launcher/output.h"
+#include "rendezvous/error.h"
+#include "rendezvous/round.h"
+#include "rendezvous/server.h"
+
+namespace hvd::launcher {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+std::string slotName(const std::string& host, int local_rank) { return host + ":" + std::to_string(local_rank); }
+
+std::vector<Placement> planElasticRound(const std::vector<HostSpec>& hosts, const std::vector<std::string>& survivors,
+                                        std::optional<int> max_np) {
+  // Slots per host, host by host up to max_np.
+  std::vector<std::pair<const HostSpec*, int>> taken;
+  int total = 0;
+  for (const auto& h : hosts) {
+    int n = h.slots;
+    if (max_np) n = std::min(n, *max_np - total);
+    if (n <= 0) continue;
+    taken.emplace_back(&h, n);
+    total += n;
+  }
+  struct Slot {
+    const HostSpec* host;
+    int local_rank;
+    int local_size;
+  };
+  std::vector<Slot> slots;
+  std::map<std::string, size_t> index;
+  for (const auto& [host, n] : taken) {
+    for (int lr = 0; lr < n; ++lr) {
+      index[slotName(host->name, lr)] = slots.size();
+      slots.push_back({host, lr, n});
+    }
+  }
+  // Survivors first, in their order; then the other slots in host order.
+  std::vector<size_t> ranked;
+  std::vector<bool> used(slots.size(), false);
+  for (const auto& name : survivors) {
+    const auto it = index.find(name);
+    if (it == index.end() || used[it->second]) continue;
+    used[it->second] = true;
+    ranked.push_back(it->second);
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!used[i]) ranked.push_back(i);
+  }
+  std::vector<Placement> plan;
+  for (size_t r = 0; r < ranked.size(); ++r) {
+    const Slot& s = slots[ranked[r]];
+    Placement p;
+    p.rank = static_cast<int>(r);
+    p.size = total;
+    p.local_rank = s.local_rank;
+    p.local_size = s.local_size;
+    for (const auto& [host, n] : taken) {
+      if (n <= s.local_rank) continue;
+      if (host == s.host) p.cross_rank = p.cross_size;
+      ++p.cross_size;
+    }
+    p.host = *s.host;
+    plan.push_back(std::move(p));
+  }
+  return plan;
+}
+
+std::chrono::seconds blacklistCooldown(int count, std::pair<int, int> range) {
+  long long seconds = range.first;
+  for (int i = 1; i < count && seconds < range.second; ++i) seconds *= 2;
+  return std::chrono::seconds(std::min<long long>(seconds, range.second));
+}
+
+namespace {
+
+std::string describeHosts(const std::vector<Placement>& plan) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& p : plan) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == p.host.name; });
+    if (it == counts.end()) {
+      counts.emplace_back(p.host.name, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::string out;
+  for (const auto& [host, n] : counts) out += detail::concat(out.empty() ? "" : ", ", host, ":", n);
+  return out;
+}
+
+std::chrono::seconds discoveryTimeout(const Environment& env) {
+  const auto* text = findEnv(env, "HVD_DISCOVERY_TIMEOUT_SECONDS");
+  if (!text || text->empty()) return kDefaultDiscoveryTimeout;
+  char* end = nullptr;
+  const long long seconds = std::strtoll(text->c_str(), &end, 10);
+  if (*end != '\0' || seconds < 1 || seconds > 86400) {
+    throw UsageError(detail::concat("HVD_DISCOVERY_TIMEOUT_SECONDS must be a number of seconds from 1 to 86400, got '",
+                                    *text, "'"));
+  }
+  return std::chrono::seconds(seconds);
+}
+
+class Driver : public WorkerEvents {
+ public:
+  Driver(const HvdrunOptions& options, const std::vector<HostSpec>& fixed_hosts, const Environment& inherited)
+      : options_(options),
+        elastic_(*options.elastic),
+        inherited_(inherited),
+        discovery_timeout_(discoveryTimeout(inherited)),
+        signals_(ioc_, SIGINT, SIGTERM, SIGHUP),
+        kill_timer_(ioc_),
+        tick_timer_(ioc_),
+        settle_timer_(ioc_),
+        below_timer_(ioc_),
+        discovery_timer_(ioc_) {
+    for (const auto& h : fixed_hosts) addHost(h);
+    char cwd[4096];
+    cwd_ = ::getcwd(cwd, sizeof cwd) ? cwd : "";
+  }
+
+  RunResult run() {
+    awaitSignal();
+    const auto deadline = Clock::now() + elastic_.timeout;
+    below_timer_.expires_at(deadline);
+    below_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || round_ > 0 || stopping_) return;
+      fail(detail::concat("fewer than -np ", options_.num_proc, " slots became available within ",
+                          elastic_.timeout.count(), " s (--elastic-timeout)", hostsSeen()));
+    });
+    if (elastic_.discovery_script) {
+      runDiscovery();
+    } else {
+      tick();
+    }
+    ioc_.run();
+    return result_;
+  }
+
+  void onOutput(int id, Stream stream, std::string_view bytes) override {
+    output_->write(id, stream, bytes);
+    if (output_->stdoutBroken() && !options_.output_filename && !stopping_) {
+      result_.interrupted_by = SIGPIPE;
+      stopAll(SIGTERM);
+    }
+  }
+
+  void onStreamClosed(int id, Stream stream) override { output_->close(id, stream); }
+
+  void onExit(int id, const ExitStatus& status) override {
+    WorkerRec& w = workers_.at(id);
+    w.ended = true;
+    if (auto it = live_.find(w.slot); it != live_.end() && it->second == id) live_.erase(it);
+    const bool stopped = w.worker->state() == WorkerState::kStopped;
+    const std::string who = detail::concat("rank ", w.rank, " (slot ", w.slot, ", worker ", id, ")");
+    if (w.removed || (stopped && !status.success() && stopping_)) {
+      if (options_.verbose) message(Stream::kStdout, detail::concat("hvdrun: ", who, " stopped: ", status.describe(), "\n"));
+    } else if (status.success()) {
+      if (!finishing_ && options_.verbose) {
+        message(Stream::kStdout, detail::concat("hvdrun: ", who, " exited 0: the job is finishing\n"));
+      }
+      finishing_ = true;
+    } else if (stopping_ || finishing_) {
+      result_.failures[id] = WorkerFailure{w.host, status, std::chrono::system_clock::now()};
+      if (!stopping_) {
+        result_.first_failed_rank = id;
+        fail(detail::concat(who, " failed with ", status.describe(), " after the job began finishing"));
+      }
+    } else {
+      workerFailed(id, w, status);
+    }
+    if (live_.empty() && (stopping_ || finishing_) && !anyRunning()) finish();
+  }
+
+ private:
+  struct HostState {
+    HostSpec spec;
+    bool listed = true;  // in the latest discovery output (always, for fixed hosts)
+    std::optional<Clock::time_point> blacklisted_until;  // time_point::max(): for good
+    int blacklist_count = 0;
+    std::string blacklist_reason;
+    std::deque<Clock::time_point> failures;  // within kFailureWindow
+    bool prepared = false;                   // preflight and rendezvous reachability checked
+  };
+
+  struct WorkerRec {
+    std::string slot;
+    std::string host;
+    int rank = -1;  // in the round it last took part in
+    std::unique_ptr<Worker> worker;
+    bool ended = false;
+    bool removed = false;  // stopped by the driver: left out of a round
+  };
+
+  // The discovery script's process: its stdout is the host list, its stderr goes to hvdrun's stderr.
+  class DiscoveryEvents : public WorkerEvents {
+   public:
+    explicit DiscoveryEvents(Driver& d) : d_(d) {}
+    void onOutput(int, Stream stream, std::string_view bytes) override {
+      if (stream == Stream::kStdout) {
+        out_.append(bytes);
+      } else {
+        d_.message(Stream::kStderr, bytes);
+      }
+    }
+    void onStreamClosed(int, Stream) override {}
+    void onExit(int, const ExitStatus& status) override { d_.discoveryEnded(status, std::move(out_)); }
+
+   private:
+    Driver& d_;
+    std::string out_;
+  };
+
+  // ---- messages and outcome
+
+  void message(Stream stream, std::string_view text) {
+    if (output_) {
+      output_->message(stream, text);
+    } else {
+      writeAll(stream == Stream::kStdout ? 1 : 2, text);
+    }
+  }
+
+  std::string hostsSeen() const {
+    if (hosts_.empty()) return "; no host was found";
+    std::string out = "; hosts found:";
+    for (const auto& h : hosts_) {
+      out += detail::concat(" ", h.spec.name, ":", h.spec.slots);
+      if (!h.listed) out += " (no longer listed)";
+      if (h.blacklisted_until) out += " (blacklisted: " + h.blacklist_reason + ")";
+    }
+    return out;
+  }
+
+  void fail(const std::string& why) {
+    if (stopping_) return;
+    result_.error = why;
+    message(Stream::kStderr, "hvdrun: error: " + why + "; stopping the job\n");
+    stopAll(SIGTERM);
+  }
+
+  bool anyRunning() const {
+    for (const auto& [id, w] : workers_) {
+      if (!w.ended) return true;
+    }
+    return discovery_ != nullptr;
+  }
+
+  // ---- hosts
+
+  void addHost(const HostSpec& spec) {
+    HostState h;
+    h.spec = spec;
+    hosts_.push_back(std::move(h));
+  }
+
+  HostState* findHost(const std::string& name) {
+    for (auto& h : hosts_) {
+      if (h.spec.name == name) return &h;
+    }
+    return nullptr;
+  }
+
+  std::vector<HostSpec> usableHosts() {
+    std::vector<HostSpec> usable;
+    const auto now = Clock::now();
+    for (auto& h : hosts_) {
+      if (h.blacklisted_until && *h.blacklisted_until <= now) {
+        h.blacklisted_until.reset();
+        h.failures.clear();
+        message(Stream::kStderr, detail::concat("hvdrun: host ", h.spec.name, " is usable again after its cooldown\n"));
+      }
+      if (h.listed && !h.blacklisted_until && h.spec.slots > 0) usable.push_back(h.spec);
+    }
+    return usable;
+  }
+
+  void blacklist(HostState& h, const std::string& reason) {
+    if (h.blacklisted_until) return;
+    ++h.blacklist_count;
+    h.blacklist_reason = reason;
+    std::string period = "for the rest of the job";
+    if (elastic_.cooldown) {
+      const auto cooldown = blacklistCooldown(h.blacklist_count, *elastic_.cooldown);
+      h.blacklisted_until = Clock::now() + cooldown;
+      period = detail::concat("for ", cooldown.count(), " s (--blacklist-cooldown-range)");
+    } else {
+      h.blacklisted_until = Clock::time_point::max();
+    }
+    lost_.push_back(detail::concat("host ", h.spec.name, " blacklisted: ", reason));
+    message(Stream::kStderr, detail::concat("hvdrun: blacklisting host ", h.spec.name, " ", period, ": ", reason, "\n"));
+    // Its other workers go too.
+    for (auto& [id, w] : workers_) {
+      if (w.host == h.spec.name && !w.ended && !w.removed) {
+        w.removed = true;
+        w.worker->signal(SIGTERM);
+      }
+    }
+    armKillTimer();
+  }
+
+  // ---- discovery
+
+  void runDiscovery() {
+    if (stopping_ || finishing_) return;
+    LaunchSpec spec;
+    spec.rank = 0;
+    spec.host.name = "localhost";
+    spec.argv = {"/bin/sh", "-c", *elastic_.discovery_script};
+    spec.env.assign(inherited_.begin(), inherited_.end());
+    spec.cwd = cwd_;
+    discovery_events_ = std::make_unique<DiscoveryEvents>(*this);
+    if (!discovery_launcher_) discovery_launcher_ = std::make_unique<local::LocalLauncher>(ioc_);
+    discovery_timed_out_ = false;
+    discovery_ = discovery_launcher_->start(spec, *discovery_events_);
+    discovery_timer_.expires_after(discovery_timeout_);
+    discovery_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || !discovery_) return;
+      discovery_timed_out_ = true;
+      discovery_->signal(SIGKILL);
+    });
+  }
+
+  void discoveryEnded(const ExitStatus& status, std::string out) {
+    discovery_timer_.cancel();
+    // The worker object goes once this callback has returned.
+    asio::post(ioc_, [this, keep = std::shared_ptr<Worker>(std::move(discovery_))] {});
+    std::string problem;
+    if (discovery_timed_out_) {
+      problem = detail::concat("did not finish within ", discovery_timeout_.count(),
+                               " s (HVD_DISCOVERY_TIMEOUT_SECONDS) and was killed");
+    } else if (!status.success()) {
+      problem = "ended with " + status.describe();
+    } else {
+      try {
+        updateHosts(parseDiscoveryOutput(out, options_.slots_per_host));
+      } catch (const UsageError& e) {
+        problem = detail::concat("printed what is not a host list: ", e.what());
+      }
+    }
+    if (!problem.empty() && problem != discovery_problem_) {
+      message(Stream::kStderr, detail::concat("hvdrun: warning: host discovery script '", *elastic_.discovery_script,
+                                              "' ", problem, "; keeping the hosts known so far and retrying every 1 s\n"));
+    } else if (problem.empty() && !discovery_problem_.empty()) {
+      message(Stream::kStderr, "hvdrun: host discovery script works again\n");
+    }
+    discovery_problem_ = problem;
+    if (stopping_ || finishing_) {
+      if (!anyRunning()) finish();
+      return;
+    }
+    tick();
+    // horovodrun's period: 1 s after each call ends.
+    tick_timer_.expires_after(std::chrono::seconds(1));
+    tick_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) runDiscovery();
+    });
+  }
+
+  void updateHosts(const std::vector<HostSpec>& found) {
+    for (auto& h : hosts_) h.listed = false;
+    for (const auto& spec : found) {
+      if (HostState* h = findHost(spec.name)) {
+        h->listed = true;
+        h->spec = spec;
+      } else {
+        addHost(spec);
+      }
+    }
+  }
+
+  // ---- reconciling what runs with what should run
+
+  // Every second without a discovery script (cooldowns end), and after every discovery result.
+  void tick() {
+    reconcile();
+    if (elastic_.discovery_script || stopping_ || finishing_) return;
+    tick_timer_.expires_after(std::chrono::seconds(1));
+    tick_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) tick();
+    });
+  }
+
+  // A worker failed: wait a moment for the exits of the same event (a host going down ends all its
+  // workers) so that they make one round, not several.
+  void settleThenReconcile() {
+    settle_timer_.expires_after(std::chrono::milliseconds(100));
+    settle_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) reconcile();
+    });
+  }
+
+  std::vector<std::string> survivors() const {
+    std::vector<std::string> out;
+    for (const auto& slot : members_) {
+      if (live_.count(slot)) out.push_back(slot);
+    }
+    return out;
+  }
+
+  void reconcile() {
+    if (stopping_ || finishing_) return;
+    const auto plan = planElasticRound(usableHosts(), survivors(), elastic_.max_np);
+    const int needed = round_ == 0 ? options_.num_proc : elastic_.min_np;
+    if (static_cast<int>(plan.size()) < needed) {
+      if (round_ > 0) belowMinimum(plan.size());
+      return;
+    }
+    if (below_since_ || round_ == 0) {
+      below_timer_.cancel();
+      if (below_since_) message(Stream::kStderr, "hvdrun: enough slots again\n");
+      below_since_.reset();
+    }
+    std::vector<std::string> slots;
+    bool all_live = true;
+    for (const auto& p : plan) {
+      slots.push_back(slotName(p.host.name, p.local_rank));
+      all_live = all_live && live_.count(slots.back());
+    }
+    if (slots == members_ && all_live) return;
+    if (round_ > 0 && survivors().empty()) {
+      fail(detail::concat("no process of elastic round ", round_, " is left to hand the job's state on",
+                          lostSummary()));
+      return;
+    }
+    if (round_ > 0 && elastic_.reset_limit && resets_ >= *elastic_.reset_limit) {
+      fail(detail::concat("the job would re-form a ", resets_ + 1, ordinalSuffix(resets_ + 1), " time, past --reset-limit ",
+                          *elastic_.reset_limit, lostSummary()));
+      return;
+    }
+    beginRound(plan, slots);
+  }
+
+  static const char* ordinalSuffix(int n) {
+    if (n % 100 >= 11 && n % 100 <= 13) return "th";
+    switch (n % 10) {
+      case 1:
+        return "st";
+      case 2:
+        return "nd";
+      case 3:
+        return "rd";
+      default:
+        return "th";
+    }
+  }
+
+  std::string lostSummary() const {
+    if (lost_.empty()) return "";
+    std::string out = " (lost: ";
+    for (size_t i = 0; i < lost_.size(); ++i) out += (i ? "; " : "") + lost_[i];
+    return out + ")";
+  }
+
+  void belowMinimum(size_t usable) {
+    if (below_since_) return;
+    below_since_ = Clock::now();
+    message(Stream::kStderr, detail::concat("hvdrun: only ", usable, " slots are usable, fewer than --min-np ",
+                                            elastic_.min_np, "; waiting up to ", elastic_.timeout.count(),
+                                            " s (--elastic-timeout) for more\n"));
+    below_timer_.expires_after(elastic_.timeout);
+    below_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || !below_since_) return;
+      fail(detail::concat("fewer than --min-np ", elastic_.min_np, " slots were usable for ", elastic_.timeout.count(),
+                          " s (--elastic-timeout)", lostSummary()));
+    });
+  }
+
+  void prepareFirstRound(const std::vector<Placement>& plan) {
+    std::vector<HostSpec> remote;
+    std::set<std::string> seen;
+    for (const auto& p : plan) {
+      if (launchers_.isLocal(p.host) || !seen.insert(p.host.name).second) continue;
+      HostSpec routed = p.host;
+      routed.name = launchers_.forHost(p.host).networkName(p.host);
+      remote.push_back(std::move(routed));
+    }
+    OutputOptions out;
+    out.tag = options_.tag_output;
+    out.timestamp = options_.prefix_timestamp;
+    out.directory = options_.output_filename;
+    out.num_proc = static_cast<int>(plan.size());
+    output_ = std::make_unique<OutputForwarder>(out);
+    Rendezvous rendezvous = openRendezvous(ioc_, options_, remote, *output_);
+    server_ = std::move(rendezvous.server);
+    endpoint_ = rendezvous.endpoint;
+    // The server's sessions run on this io_context.
+    server_->onRoundRequest([this](const std::string& slot, uint64_t) { roundRequested(slot); });
+  }
+
+  void beginRound(const std::vector<Placement>& plan, const std::vector<std::string>& slots) {
+    const bool first = round_ == 0;
+    if (first) prepareFirstRound(plan);
+    if (!first) ++resets_;
+    rendezvous::ElasticRound round;
+    round.number = ++round_;
+    for (const auto& p : plan) {
+      round.slots[slotName(p.host.name, p.local_rank)] = {p.rank,       p.size,       p.local_rank,
+                                                          p.local_size, p.cross_rank, p.cross_size};
+    }
+    for (const auto& [scope, size] : scopeSizes(plan)) round.scope_sizes[rendezvous::roundScope(round.number, scope)] = size;
+    for (const auto& h : hosts_) {
+      if (h.blacklisted_until) round.blacklist.push_back(h.spec.name);
+    }
+    const std::set<std::string> next(slots.begin(), slots.end());
+    for (const auto& slot : members_) {
+      if (!next.count(slot) || !live_.count(slot)) round.changes |= rendezvous::kRoundRemoved;
+    }
+    for (const auto& slot : slots) {
+      if (!live_.count(slot)) round.changes |= rendezvous::kRoundAdded;
+    }
+    // Live workers left out of the round (a host removed or shrunk, --max-np) are stopped.
+    for (auto& [id, w] : workers_) {
+      if (!w.ended && !w.removed && !next.count(w.slot)) {
+        w.removed = true;
+        w.worker->signal(SIGTERM);
+        armKillTimer();
+      }
+    }
+    server_->beginRound(round);
+    members_ = slots;
+    if (!first || options_.verbose) {
+      message(Stream::kStderr, detail::concat("hvdrun: elastic round ", round.number, ": ", plan.size(), " ranks on ",
+                                              describeHosts(plan), "\n"));
+    }
+    for (const auto& p : plan) {
+      const std::string slot = slotName(p.host.name, p.local_rank);
+      if (auto it = live_.find(slot); it != live_.end()) {
+        workers_.at(it->second).rank = p.rank;
+      } else {
+        startWorker(p, first);
+        if (stopping_) return;
+      }
+    }
+  }
+
+  void startWorker(const Placement& p, bool first) {
+    HostState& h = *findHost(p.host.name);
+    const std::string slot = slotName(p.host.name, p.local_rank);
+    Launcher* launcher = nullptr;
+    try {
+      launcher = &launchers_.forHost(h.spec);
+      if (!h.prepared) {
+        launcher->preflight({h.spec});
+        HostSpec routed = h.spec;
+        routed.name = launcher->networkName(h.spec);
+        if (!launchers_.isLocal(h.spec)) {
+          launcher->checkRendezvousReachable({h.spec}, endpoint_.address, server_->port());
+        }
+        h.prepared = true;
+      }
+    } catch (const Error& e) {
+      blacklist(h, detail::concat("cannot start workers there: ", e.what()));
+      settleThenReconcile();
+      return;
+    }
+    const int id = first ? p.rank : output_->addRank();
+    LaunchSpec spec;
+    spec.rank = id;
+    spec.host = h.spec;
+    spec.argv = options_.command;
+    spec.env = workerEnvironment(p, options_, inherited_, launcher, endpoint_,
+                                 {{"HOROVOD_ELASTIC", "1"},
+                                  {"HVD_ELASTIC_ROUND", std::to_string(round_)},
+                                  {"HOROVOD_ELASTIC_TIMEOUT", std::to_string(elastic_.timeout.count())}});
+    spec.cwd = cwd_;
+    spec.forward_stdin = first && p.rank == 0;
+    if (options_.verbose) {
+      message(Stream::kStdout, detail::concat("hvdrun: starting rank ", p.rank, " (slot ", slot, ", worker ", id,
+                                              ") on ", displayName(h.spec), " (", launcher->name(), ")\n"));
+    }
+    WorkerRec& w = workers_[id];
+    w.slot = slot;
+    w.host = h.spec.name;
+    w.rank = p.rank;
+    server_->markStarted(slot, round_);
+    live_[slot] = id;
+    try {
+      w.worker = launcher->start(spec, *this);
+    } catch (const Error& e) {
+      w.ended = true;
+      live_.erase(slot);
+      blacklist(h, detail::concat("cannot start workers there: ", e.what()));
+      settleThenReconcile();
+    }
+  }
+
+  void workerFailed(int id, WorkerRec& w, const ExitStatus& status) {
+    HostState& h = *findHost(w.host);
+    const std::string who = detail::concat("rank ", w.rank, " (slot ", w.slot, ", worker ", id, ") on ", w.host);
+    lost_.push_back(detail::concat(who, ": ", status.describe()));
+    const auto now = Clock::now();
+    h.failures.push_back(now);
+    while (!h.failures.empty() && now - h.failures.front() > kFailureWindow) h.failures.pop_front();
+    message(Stream::kStderr, detail::concat("hvdrun: ", who, " failed with ", status.describe(),
+                                            "; re-forming the job\n"));
+    if (status.kind == ExitStatus::Kind::kLost) {
+      blacklist(h, "unreachable (" + status.describe() + ")");
+    } else if (static_cast<int>(h.failures.size()) >= kFailuresToBlacklist) {
+      blacklist(h, detail::concat(h.failures.size(), " worker failures within ", kFailureWindow.count(), " s"));
+    }
+    // Every member of the round failed: nothing is left to go on with (horovodrun stops here too).
+    bool any_member_alive = false;
+    for (const auto& slot : members_) any_member_alive = any_member_alive || live_.count(slot);
+    if (!any_member_alive) {
+      result_.failures[id] = WorkerFailure{w.host, status, std::chrono::system_clock::now()};
+      result_.first_failed_rank = id;
+      fail(detail::concat("every worker of elastic round ", round_, " failed", lostSummary()));
+      return;
+    }
+    settleThenReconcile();
+  }
+
+  // A worker asks for its place in a round after its own: once the job is finishing there is none.
+  void roundRequested(const std::string& slot) {
+    if (!finishing_ || stopping_) return;
+    auto it = live_.find(slot);
+    if (it == live_.end()) return;
+    fail(detail::concat("rank ", workers_.at(it->second).rank, " (slot ", slot,
+                        ") lost its peers and asks to re-form after another rank exited 0; an elastic job ends when "
+                        "all its ranks return from training together"));
+  }
+
+  // ---- teardown (the static job's rules)
+
+  void awaitSignal() {
+    signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
+      if (ec) return;
+      if (!result_.interrupted_by) result_.interrupted_by = signo;
+      if (stopping_) {
+        message(Stream::kStderr, "hvdrun: received signal again, killing all workers\n");
+        killAll();
+      } else {
+        message(Stream::kStderr, detail::concat("hvdrun: received signal ", signo, ", stopping the job\n"));
+        stopAll(signo);
+      }
+      awaitSignal();
+    });
+  }
+
+  void stopAll(int signo) {
+    stopping_ = true;
+    for (auto& [id, w] : workers_) {
+      if (!w.ended && w.worker) w.worker->signal(signo);
+    }
+    if (discovery_) discovery_->signal(SIGKILL);
+    tick_timer_.cancel();
+    settle_timer_.cancel();
+    below_timer_.cancel();
+    armKillTimer();
+    if (!anyRunning()) finish();
+  }
+
+  void armKillTimer() {
+    if (kill_armed_) return;
+    kill_armed_ = true;
+    kill_timer_.expires_after(options_.grace_period);
+    kill_timer_.async_wait([this](const boost::system::error_code& ec) {
+      kill_armed_ = false;
+      if (ec) return;
+      for (auto& [id, w] : workers_) {
+        if (!w.ended && w.worker && (stopping_ || w.removed)) w.worker->signal(SIGKILL);
+      }
+    });
+  }
+
+  void killAll() {
+    for (auto& [id, w] : workers_) {
+      if (!w.ended && w.worker) w.worker->signal(SIGKILL);
+    }
+    if (discovery_) discovery_->signal(SIGKILL);
+  }
+
+  void finish() {
+    kill_timer_.cancel();
+    tick_timer_.cancel();
+    settle_timer_.cancel();
+    below_timer_.cancel();
+    discovery_timer_.cancel();
+    signals_.cancel();
+    if (server_) server_->stop();
+    ioc_.stop();
+  }
+
+  const HvdrunOptions& options_;
+  const HvdrunOptions::Elastic& elastic_;
+  const Environment& inherited_;
+  const std::chrono::seconds discovery_timeout_;
+  std::string cwd_;
+  // Destroyed in reverse: workers (kill what still runs), launchers (reap), server, then the loop.
+  asio::io_context ioc_;
+  asio::signal_set signals_;
+  asio::steady_timer kill_timer_;
+  asio::steady_timer tick_timer_;
+  asio::steady_timer settle_timer_;
+  asio::steady_timer below_timer_;
+  asio::steady_timer discovery_timer_;
+  std::unique_ptr<rendezvous::Server> server_;
+  std::unique_ptr<OutputForwarder> output_;
+  LauncherPool launchers_{ioc_, options_.ssh};
+  std::unique_ptr<Launcher> discovery_launcher_;
+  std::unique_ptr<DiscoveryEvents> discovery_events_;
+  std::unique_ptr<Worker> discovery_;
+  std::map<int, WorkerRec> workers_;  // by worker id (the output tag)
+  RendezvousEndpoint endpoint_;
+  std::vector<HostState> hosts_;      // in the order they first appeared
+  std::vector<std::string> members_;  // the current round's slots, in rank order
+  std::map<std::string, int> live_;   // slot -> its live worker
+  std::vector<std::string> lost_;     // what the job lost, for failure messages
+  std::optional<Clock::time_point> below_since_;
+  std::string discovery_problem_;
+  bool discovery_timed_out_ = false;
+  uint64_t round_ = 0;
+  int resets_ = 0;
+  bool finishing_ = false;
+  bool stopping_ = false;
+  bool kill_armed_ = false;
+  RunResult result_;
+};
+
+}  // namespace
+
+ElasticJob::ElasticJob(HvdrunOptions options, std::vector<HostSpec> fixed_hosts, Environment inherited)
+    : options_(std::move(options)), fixed_hosts_(std::move(fixed_hosts)), inherited_(std::move(inherited)) {}
+
+RunResult ElasticJob::run() {
+  ::signal(SIGPIPE, SIG_IGN);
+  Driver driver(options_, fixed_hosts_, inherited_);
+  return driver.run();
+}
+
+}  // namespace hvd::launcher
