@@ -52,12 +52,13 @@ assert not hasattr(hvd, "is_homogeneous") and is_homogeneous() is True
 assert hvd.gloo_enabled() and not hvd.mpi_enabled() and hvd.nccl_built() == 0
 assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
 assert hvd.SyncBatchNorm is SyncBatchNorm and broadcast_object(hvd.rank(), root_rank=1) == 1
-try:
-    hvd.elastic.run
-except NotImplementedError as e:
-    assert "elastic training is not supported" in str(e), e
-else:
-    raise AssertionError("hvd.elastic.run did not raise")
+import horovod.torch.elastic
+from horovod.common.elastic import ObjectState, State, run_fn
+from horovod.torch.elastic.state import get_handler_registry
+assert hvd.elastic is horovod.torch.elastic and hvd.elastic.__all__ == ["TorchState", "ElasticSampler", "run"]
+assert hvd.elastic.run is native.elastic.run and hvd.elastic.TorchState is native.elastic.TorchState
+assert issubclass(hvd.elastic.TorchState, ObjectState) and issubclass(ObjectState, State) and callable(run_fn)
+assert get_handler_registry() is native.elastic.state.get_handler_registry()
 
 model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
                             torch.nn.Flatten(), torch.nn.Linear(4, 10))
@@ -205,16 +206,19 @@ def test_hvd_horovod_compat_variable(tmp_path):
     assert off.stdout.splitlines()[-1].endswith("failed with ModuleNotFoundError: No module named 'horovod'"), off
 
 
-def test_elastic_names_raise(tmp_path):
+def test_elastic_modules(tmp_path):
     code = """
+    import horovod.common.elastic
     import horovod.torch.elastic as elastic
-    try:
-        from horovod.torch.elastic import ElasticSampler
-    except NotImplementedError as e:
-        print(e)
+    from horovod.torch.elastic import ElasticSampler, TorchState, run
+    from horovod.torch.elastic.sampler import ElasticSampler as S
+    import hvd.common.elastic
+    import hvd.torch.elastic
+    assert ElasticSampler is S is hvd.torch.elastic.ElasticSampler and run is hvd.torch.elastic.run
+    assert horovod.common.elastic.State is hvd.common.elastic.State
+    print(sorted(elastic.__all__))
     """
     done = _python(code, COMPAT_PATH, tmp_path)
     assert done.returncode == 0, done
-    assert done.stdout == ("horovod.torch.elastic.ElasticSampler: elastic training is not supported by hvd yet; "
-                           "run with a fixed number of ranks (hvdrun -np N)\n"), done
+    assert done.stdout == "['ElasticSampler', 'TorchState', 'run']\n", done
 

@@ -78,3 +78,6 @@ try:
 except ImportError as _e:  # pragma: no cover - while those modules are being written
     if "hvd.torch." not in str(_e):
         raise
+
+# hvd.elastic after `import hvd.torch as hvd`, as horovod.torch exports its elastic module.
+from hvd.torch import elastic  # noqa: F401,E402

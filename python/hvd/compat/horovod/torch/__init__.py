@@ -1,7 +1,7 @@
 """horovod.torch on hvd: Horovod 0.28.1's horovod.torch names, bound to hvd.torch's objects.
 
 As in Horovod, is_homogeneous is only in horovod.torch.mpi_ops and HostsUpdatedInterrupt only in
-horovod.common.exceptions. `elastic` imports, but elastic training is not supported yet.
+horovod.common.exceptions. `elastic` is hvd.torch.elastic's API (horovod.torch.elastic).
 """
 
 from horovod.torch import elastic  # noqa: F401
