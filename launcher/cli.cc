@@ -644,6 +644,24 @@ bool isEnvName(const std::string& name) {
   return true;
 }
 
+// `program` as the shell finds it: a path with '/' as it is, else the first match in the PATH of `env`.
+std::optional<std::string> findExecutable(const std::string& program, const Environment& env) {
+  if (program.find('/') != std::string::npos) {
+    if (::access(program.c_str(), X_OK) == 0) return program;
+    return std::nullopt;
+  }
+  const auto* path = findEnv(env, "PATH");
+  const std::string dirs = path ? *path : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
 // The elastic flags: checked whatever the mode; without --min-np or a discovery script they are ignored.
 void parseElastic(const po::options_description& desc, std::map<std::string, std::string>& last,
                   const Environment& env, HvdrunOptions& o, std::vector<std::string>& warnings) {
@@ -665,8 +683,13 @@ void parseElastic(const po::options_description& desc, std::map<std::string, std
     e.max_np = max_np;
   }
   if (given("host-discovery-script")) {
-    usageCheck(!last["host-discovery-script"].empty(), "argument --host-discovery-script: empty path");
-    e.discovery_script = last["host-discovery-script"];
+    const std::string& script = last["host-discovery-script"];
+    usageCheck(!script.empty(), "argument --host-discovery-script: empty path");
+    // It runs through /bin/sh, so it may carry arguments; its program must be there to run.
+    const std::string program = script.substr(0, script.find_first_of(" \t"));
+    usageCheck(findExecutable(program, env).has_value(), "argument --host-discovery-script: '", program,
+               "' is not an executable file", program.find('/') == std::string::npos ? " in PATH" : "");
+    e.discovery_script = script;
   }
   if (given("elastic-timeout")) {
     e.timeout = toSeconds(desc, "elastic-timeout", last["elastic-timeout"], false);
