@@ -1,6 +1,8 @@
 // The C API (hvd/hvd.h): one global Runtime, int handles, exceptions turned into hvd_status codes and
-// a per-thread error text. This is the only place where exceptions become status codes.
+// a per-thread error text. This is the only place where exceptions become status codes (elastic_state.cc,
+// the state API over the functions here, uses them through runtime/c_api.h).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -9,6 +11,8 @@
 #include <mutex>
 
 #include "hvd/hvd.h"
+#include "runtime/c_api.h"
+#include "runtime/elastic.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -25,6 +29,8 @@ static_assert(HVD_INT16 == static_cast<int>(hvd::gloo_backend::DataType::kInt16)
 static_assert(HVD_OP_JOIN == static_cast<int>(OpType::kJoin));
 static_assert(HVD_AVERAGE == static_cast<int>(hvd::gloo_backend::ReduceOp::kAverage));
 static_assert(HVD_PRODUCT == static_cast<int>(hvd::gloo_backend::ReduceOp::kProduct));
+static_assert(HVD_HOSTS_REMOVED == hvd::rendezvous::kRoundRemoved && HVD_HOSTS_ADDED == hvd::rendezvous::kRoundAdded,
+              "hvd_elastic_check_host_updates passes the server's round changes through");
 
 thread_local std::string last_error;
 
@@ -166,6 +172,11 @@ int identity(F f) {
 
 }  // namespace
 
+namespace hvd::runtime::capi {
+int fail(int status, std::string text) { return ::fail(status, std::move(text)); }
+int statusOf(std::exception_ptr error) { return ::statusOf(std::move(error)); }
+}  // namespace hvd::runtime::capi
+
 extern "C" {
 
 int hvd_init(void) {
@@ -174,10 +185,11 @@ int hvd_init(void) {
   try {
     auto options = hvd::runtime::RuntimeOptions::fromEnvironment();
     // An elastic worker initializing again (after a failed collective and hvd_shutdown()) joins the next
-    // round, with the place the driver gave its slot there; the first init takes the environment's.
-    if (options.elastic && elastic_round) options = Runtime::nextElasticRound(options, *elastic_round);
-    runtime = std::make_shared<Runtime>(options, Runtime::makeStore(options));
-    if (options.elastic) elastic_round = options.elastic_round;
+    // round, with the place the driver gave its slot there; the first init takes the environment's. Either
+    // goes on to a later round when its round ends before init finished.
+    const auto after = options.elastic ? elastic_round : std::nullopt;
+    runtime = hvd::runtime::elastic::start(options, after);
+    if (options.elastic) elastic_round = runtime->options().elastic_round;
     return HVD_SUCCESS;
   } catch (const std::exception& e) {
     return fail(HVD_ERR_INIT, std::string("hvd_init failed: ") + e.what());
@@ -469,5 +481,65 @@ int hvd_release(int handle) {
 }
 
 const char* hvd_error_text(void) { return last_error.c_str(); }
+
+int hvd_elastic_enabled(void) {
+  if (auto rt = current()) return rt->options().elastic ? 1 : 0;
+  try {
+    return hvd::runtime::RuntimeOptions::fromEnvironment().elastic ? 1 : 0;
+  } catch (const std::exception&) {
+    // Another variable is malformed (hvd_init's error to report): HOROVOD_ELASTIC=1 alone decides here.
+    const char* v = std::getenv("HOROVOD_ELASTIC");
+    return v && std::strcmp(v, "1") == 0 ? 1 : 0;
+  }
+}
+
+long long hvd_elastic_round(void) {
+  auto rt = current();
+  if (!rt || !rt->options().elastic) return -1;
+  return static_cast<long long>(rt->options().elastic_round);
+}
+
+int hvd_elastic_check_host_updates(int* changes) {
+  if (changes) *changes = 0;
+  auto rt = current();
+  if (!rt) return fail(HVD_ERR_NOT_INITIALIZED, kNotInitialized);
+  const auto& options = rt->options();
+  if (!options.elastic) return 0;
+  // {status on rank 0, the latest round, the changes since this process's round}, broadcast from rank 0 so
+  // that every rank answers alike (and resets at the same step).
+  int64_t news[3] = {HVD_SUCCESS, static_cast<int64_t>(options.elastic_round), 0};
+  if (rt->rank() == 0) {
+    try {
+      const auto n = Runtime::server(options)->roundNews(options.elastic_round);
+      news[1] = static_cast<int64_t>(n.round);
+      news[2] = static_cast<int64_t>(n.changes);
+    } catch (...) {
+      news[0] = statusOf(std::current_exception());
+      last_error = "hvd_elastic_check_host_updates: " + last_error;
+    }
+  }
+  try {
+    Request r;
+    r.type = OpType::kBroadcast;
+    r.name = "hvd.elastic.host_updates";
+    r.input = news;
+    r.output = news;
+    r.rows = 3;
+    r.dtype = hvd::runtime::DataType::kInt64;
+    r.root = 0;
+    rt->enqueue(std::move(r))->wait();
+  } catch (...) {
+    return statusOf(std::current_exception());
+  }
+  if (news[0] != HVD_SUCCESS) {
+    const int status = static_cast<int>(news[0]);
+    if (rt->rank() == 0) return status;
+    return fail(status, "hvd_elastic_check_host_updates: rank 0 could not read the elastic job's rounds from the "
+                        "rendezvous server (status " + std::to_string(status) + "; rank 0's error text names the cause)");
+  }
+  if (news[1] <= static_cast<int64_t>(options.elastic_round)) return 0;
+  if (changes) *changes = static_cast<int>(news[2]);
+  return 1;
+}
 
 }  // extern "C"

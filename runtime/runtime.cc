@@ -22,6 +22,7 @@
 #include "runtime/autotune.h"
 #include "runtime/channel.h"
 #include "runtime/coordinator.h"
+#include "runtime/elastic.h"
 #include "runtime/gloo_transport.h"
 #include "runtime/gpu.h"
 #include "runtime/hierarchical.h"
@@ -1147,9 +1148,15 @@ rendezvous::StoreOptions serverOf(const RuntimeOptions& options) {
 
 std::shared_ptr<rendezvous::Store> Runtime::makeStore(const RuntimeOptions& options) {
   if (!options.rendezvous_addr) return std::make_shared<rendezvous::MemoryStore>();
-  auto http = std::make_shared<rendezvous::HttpStore>(serverOf(options));
-  if (options.elastic) return std::make_shared<rendezvous::RoundStore>(options.elastic_round, http);
+  auto http = server(options);
+  if (options.elastic) return std::make_shared<elastic::RoundWatchStore>(options.elastic_round, http);
   return http;
+}
+
+std::shared_ptr<rendezvous::HttpStore> Runtime::server(const RuntimeOptions& options) {
+  HVD_CHECK(options.rendezvous_addr, UsageError,
+            "no rendezvous server (HOROVOD_GLOO_RENDEZVOUS_ADDR is not set) for rank ", options.rank);
+  return std::make_shared<rendezvous::HttpStore>(serverOf(options));
 }
 
 RuntimeOptions Runtime::nextElasticRound(RuntimeOptions options, uint64_t after) {

@@ -21,6 +21,10 @@
 #include "runtime/options.h"
 #include "runtime/work.h"
 
+namespace hvd::rendezvous {
+class HttpStore;
+}  // namespace hvd::rendezvous
+
 namespace hvd::runtime {
 
 class Runtime {
@@ -32,8 +36,12 @@ class Runtime {
   Runtime(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store);
 
   // The store the options name: HttpStore for HOROVOD_GLOO_RENDEZVOUS_ADDR (in an elastic job seen through
-  // the round's scopes, rendezvous::RoundStore), else a MemoryStore (size 1).
+  // the round's scopes, whose waits end when a later round begins: elastic::RoundWatchStore), else a
+  // MemoryStore (size 1).
   static std::shared_ptr<rendezvous::Store> makeStore(const RuntimeOptions& options);
+
+  // The options' rendezvous server, unscoped (for the elastic job's rounds). UsageError when none is set.
+  static std::shared_ptr<rendezvous::HttpStore> server(const RuntimeOptions& options);
 
   // Elastic jobs: `options` with this slot's place in the first round after `after`, waiting up to
   // options.elastic_timeout for the driver to form it. Throws BackendError when the round leaves the slot

@@ -19,12 +19,25 @@
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
 //   elastic  (2 ranks, an elastic job) an allreduce, hvd_shutdown(), hvd_init() again (the next round) and
 //           another allreduce; prints "round R rank K size N sum S" after each
+//   init_round  (an elastic job) prints "init round R rank K size N sum S status T" after init and one
+//           allreduce of rank + 1
+//   host_updates  (2 ranks, an elastic job) hvd_elastic_check_host_updates() once ("check 0 changes C"),
+//           then creates the file $HVD_TEST_SIGNAL_FILE (rank 0) and checks again every 20 ms until it returns
+//           something else or 20 s passed ("check S changes C round R enabled E" with hvd_elastic_round(),
+//           hvd_elastic_enabled())
+//   state   (3 ranks) the C state API (sync, commit, restore of rank-dependent buffers) and the C++ State;
+//           prints "state ok" or what differed
+//   elastic_run c|cpp  (an elastic job of 3 ranks, or a static one) linear updates of 4 doubles for 12
+//           steps with hvd_elastic_run (c) or hvd::elastic::run (cpp), committing every 3 steps; the rank 2
+//           of round 1 SIGKILLs itself inside step 7's allreduce. Every rank prints "rank R round N size S
+//           resets K done", rank 0 also "final step S w <4 values>"
 //   process_sets  (3 ranks, HOROVOD_DYNAMIC_PROCESS_SETS=1) the C++ ProcessSet API and hvd_enqueue_group;
 //           prints "process_sets ok" or what differed
 #include <signal.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <unistd.h>
@@ -41,6 +54,150 @@ namespace {
 int allreduceOnce(const char* name, float* v, size_t n) {
   const int h = hvd_allreduce_async(name, v, v, n, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
   return h < 0 ? h : hvd_wait(h);
+}
+
+// elastic_run: the training state, and the step both implementations run.
+constexpr int64_t kElasticSteps = 12;
+constexpr int64_t kCommitEvery = 3;
+struct Linear {
+  double w[4];
+  int64_t step = 0;
+  int resets = 0;
+};
+
+// One step: w -= 0.25 * mean over ranks of (w - target(rank, step)); the test recomputes it.
+int linearStep(Linear& m) {
+  const int rank = hvd_rank();
+  if (hvd_elastic_round() == 1 && rank == 2 && m.step == 7) {
+    double g[4] = {0, 0, 0, 0};
+    hvd_allreduce_async("grad", g, g, 4, HVD_FLOAT64, HVD_SUM, 1.0, 1.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ::raise(SIGKILL);
+  }
+  double g[4];
+  for (int i = 0; i < 4; ++i) g[i] = m.w[i] - static_cast<double>(rank + i + m.step % 5);
+  const int h = hvd_allreduce_async("grad", g, g, 4, HVD_FLOAT64, HVD_SUM, 1.0, 1.0);
+  const int status = h < 0 ? h : hvd_wait(h);
+  if (status != HVD_SUCCESS) return status;
+  for (int i = 0; i < 4; ++i) m.w[i] -= 0.25 * g[i] / hvd_size();
+  ++m.step;
+  return HVD_SUCCESS;
+}
+
+void printLinear(const Linear& m) {
+  std::printf("rank %d round %lld size %d resets %d done\n", hvd_rank(), hvd_elastic_round(), hvd_size(), m.resets);
+  if (hvd_rank() == 0) {
+    std::printf("final step %lld w %.17g %.17g %.17g %.17g\n", static_cast<long long>(m.step), m.w[0], m.w[1],
+                m.w[2], m.w[3]);
+  }
+  std::fflush(stdout);
+}
+
+int elasticRun(bool cpp) {
+  Linear m;
+  for (int i = 0; i < 4; ++i) m.w[i] = (hvd_rank() + 1.0) * (i + 1);  // differ per rank: sync must fix them
+  if (cpp) {
+    try {
+      hvd::elastic::State state;
+      state.add("w", m.w);
+      state.add("step", m.step);
+      state.onReset([&] { ++m.resets; });
+      hvd::elastic::run(state, [&] {
+        while (m.step < kElasticSteps) {
+          hvd::check(linearStep(m));
+          if (m.step % kCommitEvery == 0) state.commit();
+        }
+      });
+    } catch (const std::exception& e) {
+      std::printf("rank %d elastic_run failed: %s\n", hvd_rank(), e.what());
+      return 1;
+    }
+  } else {
+    hvd_state* state = hvd_state_create();
+    hvd_state_add(state, "w", m.w, sizeof m.w);
+    hvd_state_add(state, "step", &m.step, sizeof m.step);
+    hvd_state_on_reset(state, [](void* p) { ++static_cast<Linear*>(p)->resets; }, &m);
+    const int status = hvd_elastic_run(
+        state,
+        [](hvd_state* st, void* p) -> int {
+          Linear& lm = *static_cast<Linear*>(p);
+          while (lm.step < kElasticSteps) {
+            if (const int s = linearStep(lm); s != HVD_SUCCESS) return s;
+            if (lm.step % kCommitEvery == 0) {
+              if (const int s = hvd_state_commit(st); s != HVD_SUCCESS) return s;
+            }
+          }
+          return HVD_SUCCESS;
+        },
+        &m);
+    hvd_state_free(state);
+    if (status != HVD_SUCCESS) {
+      std::printf("rank %d elastic_run failed with status %d: %s\n", hvd_rank(), status, hvd_error_text());
+      return 1;
+    }
+  }
+  printLinear(m);
+  hvd_shutdown();
+  return 0;
+}
+
+// state: "what differed" when a check fails.
+struct StateFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw StateFailure(what);
+}
+
+int stateScenario() {
+  const int rank = hvd_rank();
+  try {
+    double w[3];
+    int64_t step = 100 + rank;
+    for (int i = 0; i < 3; ++i) w[i] = rank * 10.0 + i;
+    hvd_state* st = hvd_state_create();
+    expect(hvd_state_add(st, "w", w, sizeof w) == HVD_SUCCESS, "add w");
+    expect(hvd_state_add(st, "step", &step, sizeof step) == HVD_SUCCESS, "add step");
+    expect(hvd_state_add(st, "w", &step, sizeof step) == HVD_ERR_INVALID_ARGUMENT, "duplicate name accepted");
+    // Restore before any commit: the values at registration.
+    w[0] = -1;
+    step = -1;
+    expect(hvd_state_restore(st) == HVD_SUCCESS && w[0] == rank * 10.0 && step == 100 + rank, "restore to add");
+    expect(hvd_state_sync(st) == HVD_SUCCESS, std::string("sync: ") + hvd_error_text());
+    expect(w[0] == 0.0 && w[1] == 1.0 && w[2] == 2.0 && step == 100, "sync did not give rank 0's values");
+    for (double& x : w) x += rank + 1;  // differ again
+    step = 7;
+    expect(hvd_state_commit(st) == HVD_SUCCESS, std::string("commit: ") + hvd_error_text());
+    w[1] = 1e9;
+    step = 0;
+    expect(hvd_state_restore(st) == HVD_SUCCESS, "restore");
+    expect(w[1] == 2.0 + rank && step == 7, "restore did not give the last commit");
+    // A sync commits too: restoring after it gives rank 0's values.
+    expect(hvd_state_sync(st) == HVD_SUCCESS && w[1] == 2.0, "second sync");
+    w[1] = 5;
+    expect(hvd_state_restore(st) == HVD_SUCCESS && w[1] == 2.0, "restore after sync");
+    hvd_state_free(st);
+
+    hvd::elastic::State state;
+    std::vector<float> v(5, static_cast<float>(rank));
+    int32_t epoch = rank * 3;
+    state.add("v", v);
+    state.add("epoch", epoch);
+    state.sync();
+    expect(v == std::vector<float>(5, 0.0f) && epoch == 0, "C++ sync");
+    v[4] = 9;
+    epoch = 1;
+    state.commit();
+    v[4] = 0;
+    epoch = 0;
+    state.restore();
+    expect(v[4] == 9.0f && epoch == 1, "C++ restore");
+    std::printf("rank %d state ok\n", rank);
+  } catch (const std::exception& e) {
+    std::printf("rank %d state failed: %s\n", rank, e.what());
+  }
+  hvd_shutdown();
+  return 0;
 }
 
 }  // namespace
@@ -70,6 +227,37 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::strcmp(scenario, "init_round") == 0) {
+    float x = static_cast<float>(rank + 1);
+    const int status = allreduceOnce("sum", &x, 1);
+    std::printf("init round %lld rank %d size %d sum %g status %d\n", hvd_elastic_round(), rank, hvd_size(), x, status);
+    hvd_shutdown();
+    return status == HVD_SUCCESS ? 0 : 3;
+  }
+  if (std::strcmp(scenario, "host_updates") == 0) {
+    int changes = -1;
+    int status = hvd_elastic_check_host_updates(&changes);
+    std::printf("check %d changes %d\n", status, changes);
+    std::fflush(stdout);
+    if (status != 0) return 3;
+    if (rank == 0) {
+      const char* path = std::getenv("HVD_TEST_SIGNAL_FILE");
+      std::FILE* signal = path ? std::fopen(path, "w") : nullptr;
+      if (!signal) return 4;
+      std::fclose(signal);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (status == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      status = hvd_elastic_check_host_updates(&changes);
+    }
+    std::printf("check %d changes %d round %lld enabled %d: %s\n", status, changes, hvd_elastic_round(),
+                hvd_elastic_enabled(), status < 0 ? hvd_error_text() : "");
+    hvd_shutdown();
+    return 0;
+  }
+  if (std::strcmp(scenario, "state") == 0) return stateScenario();
+  if (std::strcmp(scenario, "elastic_run") == 0) return elasticRun(argc > 2 && std::strcmp(argv[2], "cpp") == 0);
   if (std::strcmp(scenario, "stall") == 0) {
     const char* name = rank == 0 ? "lonely" : "other";
     const int status = allreduceOnce(name, v, 16);

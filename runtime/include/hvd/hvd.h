@@ -234,6 +234,83 @@ int hvd_release(int handle);
  * this thread. */
 const char* hvd_error_text(void);
 
+/* Elastic jobs (HOROVOD_ELASTIC=1, set by hvdrun for --min-np/--max-np/--host-discovery-script jobs).
+ *
+ * A job is re-formed in rounds: when a worker dies, every survivor's operations fail with
+ * HVD_ERR_PEER_LOST; when hosts are added or removed, hvd_elastic_check_host_updates() (or
+ * hvd_state_commit) says so between steps. Either way each process calls hvd_shutdown() and hvd_init(),
+ * which joins the next round (possibly with another rank and size), restores or syncs its state, and
+ * goes on. hvd_elastic_run() does all of that around a training function:
+ *
+ *   hvd_state* st = hvd_state_create();
+ *   hvd_state_add(st, "weights", w, sizeof w);
+ *   hvd_state_add(st, "step", &step, sizeof step);
+ *   int status = hvd_elastic_run(st, train, &args);   (train calls hvd_state_commit(st) every few steps)
+ *   hvd_state_free(st);
+ *
+ * Without HOROVOD_ELASTIC the same program runs as a static job: commits only copy, nothing resets. */
+
+/* Membership changes reported by hvd_elastic_check_host_updates (a bit set). */
+#define HVD_HOSTS_REMOVED 1 /* workers left (failed, removed hosts, blacklisted hosts) */
+#define HVD_HOSTS_ADDED 2   /* workers joined (new hosts or slots, replacements of failed workers) */
+
+/* 1 when this process runs in an elastic job (HOROVOD_ELASTIC=1), else 0. Needs no init. */
+int hvd_elastic_enabled(void);
+
+/* The elastic round this process's libhvd runs in; -1 when not initialized or not elastic. */
+long long hvd_elastic_round(void);
+
+/* Collective over the job (every rank calls it at the same point, between steps): rank 0 asks the
+ * rendezvous server whether a round newer than this process's has begun and broadcasts the answer.
+ * Returns 1 and sets *changes (HVD_HOSTS_REMOVED | HVD_HOSTS_ADDED, over every newer round) when one has,
+ * 0 (and *changes = 0) when not, or a negative hvd_status (the server could not be asked: every rank gets
+ * the error; the broadcast failed). Not elastic: returns 0 at once, with no communication. changes may be
+ * NULL. */
+int hvd_elastic_check_host_updates(int* changes);
+
+/* Training state: named byte buffers that the program owns and registers, committed (copied) between
+ * steps, restored after a failure, and synced from rank 0 after a reset. Not thread-safe: use one state
+ * from one thread at a time. */
+typedef struct hvd_state hvd_state;
+
+/* A new, empty state (NULL only when out of memory). */
+hvd_state* hvd_state_create(void);
+
+/* Registers bytes bytes at data under name (unique in the state, non-empty). The buffer must stay valid
+ * until hvd_state_free; its current contents are the first commit. HVD_ERR_INVALID_ARGUMENT for a null
+ * state, data or name, an empty or duplicate name. */
+int hvd_state_add(hvd_state* state, const char* name, void* data, size_t bytes);
+
+/* Frees the state and its copies (not the registered buffers). NULL is a no-op. */
+void hvd_state_free(hvd_state* state);
+
+/* Copies every buffer (the new last commit), then, collectively, hvd_elastic_check_host_updates():
+ * HVD_SUCCESS, HVD_ERR_HOSTS_UPDATED when the job is re-forming (reset between steps: hvd_elastic_run does),
+ * or the check's negative status. Every rank must commit at the same step. */
+int hvd_state_commit(hvd_state* state);
+
+/* Copies the last commit back into every buffer. Local. */
+int hvd_state_restore(hvd_state* state);
+
+/* Broadcasts every buffer from rank 0 (collective, in registration order; every rank must have registered
+ * the same names and sizes), then commits locally (without checking for host updates). */
+int hvd_state_sync(hvd_state* state);
+
+/* Registers fn(arg), called after every reset of hvd_elastic_run (in registration order), e.g. to adjust
+ * the learning rate or data sharding to the new size. */
+int hvd_state_on_reset(hvd_state* state, void (*fn)(void*), void* arg);
+
+/* Runs train(state, arg) with Horovod's elastic loop: sync the state (unless skipped), call train;
+ *   HVD_ERR_PEER_LOST, HVD_ERR_BACKEND, HVD_ERR_SHUT_DOWN: restore the last commit, reset, sync;
+ *   HVD_ERR_HOSTS_UPDATED: reset, and sync unless the changes were only removals (the survivors hold the
+ *   state committed at that step already);
+ * where reset is hvd_shutdown() + hvd_init() (joining the next round) followed by the on_reset callbacks.
+ * Returns train's status otherwise (HVD_SUCCESS, or any other error), or the failing sync's or init's
+ * status (HVD_ERR_INIT, with the reason in hvd_error_text()). Resets are not counted here (hvdrun's
+ * --reset-limit bounds them). Needs hvd_init() first. In a job that is not elastic nothing is reset:
+ * train's status is returned as it is. */
+int hvd_elastic_run(hvd_state* state, int (*train)(hvd_state* state, void* arg), void* arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <list>
+#include <new>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -293,5 +298,135 @@ inline int join() {
   hvd_release(h);
   return static_cast<int>(last);
 }
+
+// Elastic jobs (see hvd.h): a State of registered buffers, and run(), Horovod's elastic loop.
+//
+//   std::vector<float> w(n);
+//   int64_t step = 0;
+//   hvd::elastic::State state;
+//   state.add("w", w);
+//   state.add("step", step);
+//   hvd::elastic::run(state, [&] {
+//     for (; step < steps; ++step) {
+//       ... hvd::allreduce ...
+//       if (step % 10 == 0) state.commit();   // throws HostsUpdatedError when the job re-forms
+//     }
+//   });
+namespace elastic {
+
+inline bool enabled() { return hvd_elastic_enabled() == 1; }
+// The round this process runs in; -1 when not initialized or not elastic.
+inline long long round() { return hvd_elastic_round(); }
+
+// Collective (see hvd_elastic_check_host_updates): the changes (HVD_HOSTS_REMOVED | HVD_HOSTS_ADDED) when a
+// newer round began, nullopt when not.
+inline std::optional<int> checkHostUpdates() {
+  int changes = 0;
+  if (check(hvd_elastic_check_host_updates(&changes)) == 0) return std::nullopt;
+  return changes;
+}
+
+class State;
+inline void run(State& state, const std::function<void()>& train);
+
+// Owns an hvd_state. Registered buffers must outlive the State and keep their size (a registered vector
+// must not be resized). Not thread-safe.
+class State {
+ public:
+  State() : state_(hvd_state_create()) {
+    if (!state_) throw std::bad_alloc();
+  }
+  ~State() { hvd_state_free(state_); }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+
+  // Registers bytes at data; their current contents are the first commit. Throws InvalidArgumentError for a
+  // null pointer, an empty or duplicate name.
+  void add(const std::string& name, void* data, size_t bytes) { check(hvd_state_add(state_, name.c_str(), data, bytes)); }
+  // The elements of v.
+  template <typename T>
+  void add(const std::string& name, std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>, "state buffers are copied bytewise");
+    static unsigned char none;  // an empty vector may have no storage; zero bytes at a valid address
+    add(name, v.empty() ? static_cast<void*>(&none) : static_cast<void*>(v.data()), v.size() * sizeof(T));
+  }
+  // One value (a step counter, a struct of plain fields).
+  template <typename T>
+  void add(const std::string& name, T& value) {
+    static_assert(std::is_trivially_copyable_v<T>, "state buffers are copied bytewise");
+    add(name, static_cast<void*>(&value), sizeof(T));
+  }
+
+  // Copies every buffer, then checks for host updates (collective): throws HostsUpdatedError when the job
+  // re-forms, or the check's error.
+  void commit() { check(hvd_state_commit(state_)); }
+  // Copies the last commit back.
+  void restore() { check(hvd_state_restore(state_)); }
+  // Broadcasts every buffer from rank 0 (collective), then commits locally.
+  void sync() { check(hvd_state_sync(state_)); }
+  // Called after every reset of run(), in registration order. An exception it throws ends run() with it.
+  void onReset(std::function<void()> fn) {
+    callbacks_.push_back({std::move(fn), this});
+    check(hvd_state_on_reset(state_, &State::callReset, &callbacks_.back()));
+  }
+
+  hvd_state* get() const { return state_; }
+
+ private:
+  friend void run(State& state, const std::function<void()>& train);
+  struct Callback {
+    std::function<void()> fn;
+    State* owner;
+  };
+  static void callReset(void* p) {
+    auto* c = static_cast<Callback*>(p);
+    try {
+      c->fn();
+    } catch (...) {
+      if (!c->owner->reset_error_) c->owner->reset_error_ = std::current_exception();
+    }
+  }
+
+  hvd_state* state_;
+  std::list<Callback> callbacks_;  // stable addresses: the C callbacks point at them
+  std::exception_ptr reset_error_;  // thrown by an onReset callback; run() rethrows it
+};
+
+// Horovod's elastic loop (hvd_elastic_run): sync, then train(); after a PeerLostError, CommunicationError or
+// ShutDownError restore the last commit, after a HostsUpdatedError keep the state; then reset (re-init into
+// the next round, onReset callbacks) and go again. Any other exception from train() ends the loop and is
+// rethrown as it is; so is the failing sync's or init's error (InitError). A static job resets nothing.
+inline void run(State& state, const std::function<void()>& train) {
+  struct Context {
+    const std::function<void()>* train;
+    State* state;
+    std::exception_ptr error;  // what the last train() threw
+    int status = HVD_SUCCESS;  // and the status it became
+  } context{&train, &state, nullptr, HVD_SUCCESS};
+  const auto trampoline = [](hvd_state*, void* p) -> int {
+    auto* c = static_cast<Context*>(p);
+    c->error = nullptr;
+    try {
+      if (c->state->reset_error_) std::rethrow_exception(std::exchange(c->state->reset_error_, nullptr));
+      (*c->train)();
+      c->status = HVD_SUCCESS;
+    } catch (const CollectiveError& e) {
+      c->error = std::current_exception();
+      c->status = e.status();
+    } catch (...) {
+      // Not libhvd's: the loop must end, and the exception leaves from run() (never through C frames).
+      c->error = std::current_exception();
+      c->status = HVD_ERR_INTERNAL;
+    }
+    return c->status;
+  };
+  const int status = hvd_elastic_run(state.get(), trampoline, &context);
+  // train()'s own exception when its status ended the loop (a reset's failure returns another status).
+  if (status != HVD_SUCCESS && status == context.status && context.error) std::rethrow_exception(context.error);
+  if (state.reset_error_) std::rethrow_exception(std::exchange(state.reset_error_, nullptr));
+  check(status);
+}
+
+}  // namespace elastic
 
 }  // namespace hvd
