@@ -48,9 +48,11 @@ std::unique_ptr<Runtime> start(RuntimeOptions options, std::optional<uint64_t> a
   if (!options.elastic) return std::make_unique<Runtime>(options, Runtime::makeStore(options));
   const auto timeout = options.elastic_timeout;
   const auto deadline = Clock::now() + timeout;
-  // The next round's place, waiting no longer than what is left of the call's elastic timeout.
+  // The next round's place, waiting no longer than what is left of the call's elastic timeout. Asked with
+  // the options as given (the environment's), whose slot names this process in every round.
+  const RuntimeOptions given = options;
   auto next = [&](uint64_t previous) {
-    RuntimeOptions limited = options;
+    RuntimeOptions limited = given;
     const auto left = std::chrono::ceil<std::chrono::seconds>(deadline - Clock::now());
     limited.elastic_timeout = std::max(left, std::chrono::seconds(1));
     RuntimeOptions joined = Runtime::nextElasticRound(std::move(limited), previous);
