@@ -12,8 +12,10 @@
 //   HVD_ERR_MISMATCH          -> MismatchError
 //   HVD_ERR_SHUT_DOWN         -> ShutDownError
 //   HVD_ERR_BACKEND           -> CommunicationError
+//   HVD_ERR_PEER_LOST         -> PeerLostError (a CommunicationError)
 //   HVD_ERR_STALLED           -> StalledError
 //   HVD_ERR_INIT              -> InitError
+//   HVD_ERR_HOSTS_UPDATED     -> HostsUpdatedError
 //   anything else             -> HorovodInternalError
 // and every class but InvalidArgumentError derives from HorovodInternalError (a RuntimeError).
 #include <pybind11/pybind11.h>
@@ -37,8 +39,10 @@ struct Exceptions {
   PyObject* mismatch = nullptr;
   PyObject* shut_down = nullptr;
   PyObject* communication = nullptr;
+  PyObject* peer_lost = nullptr;
   PyObject* stalled = nullptr;
   PyObject* init = nullptr;
+  PyObject* hosts_updated = nullptr;
 };
 Exceptions exceptions;
 
@@ -49,8 +53,10 @@ PyObject* classOf(int status) {
     case HVD_ERR_MISMATCH: return exceptions.mismatch;
     case HVD_ERR_SHUT_DOWN: return exceptions.shut_down;
     case HVD_ERR_BACKEND: return exceptions.communication;
+    case HVD_ERR_PEER_LOST: return exceptions.peer_lost;
     case HVD_ERR_STALLED: return exceptions.stalled;
     case HVD_ERR_INIT: return exceptions.init;
+    case HVD_ERR_HOSTS_UPDATED: return exceptions.hosts_updated;
     default: return exceptions.internal;
   }
 }
@@ -134,10 +140,15 @@ PYBIND11_MODULE(_core, m) {
       makeException(m, "MismatchError", exceptions.internal, "Ranks disagree on an operation's parameters.");
   exceptions.shut_down = makeException(m, "ShutDownError", exceptions.internal, "libhvd was shut down.");
   exceptions.communication = makeException(m, "CommunicationError", exceptions.internal,
-                                           "Communication failed: a peer died, a timeout expired.");
+                                           "Communication failed: a timeout expired, the backend failed.");
+  exceptions.peer_lost = makeException(m, "PeerLostError", exceptions.communication,
+                                       "A peer process died or became unreachable; libhvd stopped (elastic jobs "
+                                       "re-form).");
   exceptions.stalled =
       makeException(m, "StalledError", exceptions.internal, "Cancelled by the stall inspector's shutdown.");
   exceptions.init = makeException(m, "InitError", exceptions.internal, "hvd_init() failed.");
+  exceptions.hosts_updated = makeException(m, "HostsUpdatedError", exceptions.internal,
+                                           "Elastic jobs: an operation ended because the job's membership changed.");
 
   m.attr("GLOBAL_PROCESS_SET") = HVD_GLOBAL_PROCESS_SET;
   m.attr("IN_PROGRESS") = static_cast<int>(HVD_IN_PROGRESS);
@@ -196,6 +207,21 @@ PYBIND11_MODULE(_core, m) {
   m.def("cross_rank", &hvd_cross_rank);
   m.def("cross_size", &hvd_cross_size);
   m.def("device", &hvd_device);
+
+  // Elastic jobs. elastic_round() is -1 when libhvd is not initialized or the job is not elastic.
+  // elastic_check_host_updates() is a collective (every rank calls it at the same point): None when the
+  // job has not re-formed since this process's round (and at once in a job that is not elastic), else
+  // what changed (a bit set: HVD_HOSTS_REMOVED, HVD_HOSTS_ADDED; 0 when a newer round began without
+  // either).
+  m.attr("HOSTS_REMOVED") = HVD_HOSTS_REMOVED;
+  m.attr("HOSTS_ADDED") = HVD_HOSTS_ADDED;
+  m.def("elastic_enabled", [] { return hvd_elastic_enabled() != 0; });
+  m.def("elastic_round", &hvd_elastic_round);
+  m.def("elastic_check_host_updates", []() -> std::optional<int> {
+    int changes = 0;
+    if (released([&] { return hvd_elastic_check_host_updates(&changes); }) != 1) return std::nullopt;
+    return changes;
+  });
 
   // Process sets.
   m.def("add_process_set", [](const std::vector<int>& ranks) {

@@ -30,28 +30,32 @@ from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt, M
 
 class HostUpdateResult(enum.IntFlag):
     """What changed when the job re-formed (Horovod's horovod.runner.elastic.worker.HostUpdateResult), as
-    libhvd's hvd_elastic_check_host_updates reports it."""
+    libhvd's hvd_elastic_check_host_updates reports it (HVD_HOSTS_REMOVED, HVD_HOSTS_ADDED)."""
 
     no_update = 0
-    removed = 1
-    added = 2
-    mixed = 3
+    removed = _core.HOSTS_REMOVED
+    added = _core.HOSTS_ADDED
+    mixed = _core.HOSTS_REMOVED | _core.HOSTS_ADDED
 
 
 def elastic_enabled():
-    """True in an elastic job (HOROVOD_ELASTIC=1, set by hvdrun's elastic driver)."""
-    return bool(_core.elastic_enabled())
+    """True in an elastic job (HOROVOD_ELASTIC=1, set by hvdrun's elastic driver). Needs no init."""
+    return _core.elastic_enabled()
 
 
 def elastic_round():
-    """The rendezvous round this process belongs to (0 in a job that is not elastic)."""
+    """The rendezvous round this process's libhvd runs in; -1 when hvd is not initialized or the job is not
+    elastic. Each re-formation of an elastic job is a new round."""
     return _core.elastic_round()
 
 
 def _check_host_updates():
-    """libhvd's check (a collective over the job): the HostUpdateResult of a re-formation begun since this
-    process joined its round, or no_update. no_update at once in a job that is not elastic."""
-    return HostUpdateResult(_core.elastic_check_host_updates())
+    """libhvd's check, a collective over the job (every rank calls it at the same point): None when the job
+    has not re-formed since this process's round (at once, without communication, in a job that is not
+    elastic); else a HostUpdateResult, the same on every rank: what changed over the newer rounds
+    (no_update when a newer round began with the same members)."""
+    changes = _core.elastic_check_host_updates()
+    return None if changes is None else HostUpdateResult(changes)
 
 
 def _callable_or_raise(what, value):
@@ -103,12 +107,18 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank together when hosts were added or removed since this
-        process joined the job (skip_sync=True when they were only removed). A collective: every rank must
-        call it at the same point. Returns None when nothing changed, and always in a job that is not
-        elastic."""
+        """Raises HostsUpdatedInterrupt on every rank together when the job has re-formed since this process
+        joined its round: hosts or workers were added or removed (skip_sync=True when they were only
+        removed). A collective: every rank must call it at the same point. Returns None when nothing
+        changed, and always in a job that is not elastic.
+
+        libhvd answers it: rank 0 asks the rendezvous server for rounds newer than this process's and
+        broadcasts the answer, so every rank raises at the same step, and no update is lost or merged away
+        (rounds are numbered, not time-stamped). Raises HorovodInternalError (CommunicationError) when the
+        server cannot be asked."""
         changes = _check_host_updates()
-        if changes != HostUpdateResult.no_update:
+        if changes is not None:
+            # Only removals: every surviving rank holds the state committed at this same step already.
             raise HostsUpdatedInterrupt(skip_sync=changes == HostUpdateResult.removed)
 
     def save(self):

@@ -1,8 +1,10 @@
 """Exceptions: libhvd's error classes (raised by hvd._core) and Horovod's Python-side ones.
 
 HorovodInternalError is a RuntimeError, as in Horovod; libhvd's subclasses say what failed:
-MismatchError (ranks disagree), ShutDownError, CommunicationError (a peer died, a timeout),
-StalledError, NotInitializedError, InitError.
+MismatchError (ranks disagree), ShutDownError, CommunicationError (a timeout, a backend failure) and
+its subclass PeerLostError (a peer process died or became unreachable), StalledError,
+NotInitializedError, InitError, HostsUpdatedError (elastic jobs: an operation ended because the job's
+membership changed).
 Bad arguments raise InvalidArgumentError, a ValueError (Horovod raises plain ValueError there).
 
 HostsUpdatedInterrupt is not an error: elastic jobs raise it on every rank together from
@@ -12,10 +14,12 @@ State.commit() / State.check_host_updates() when the job is re-forming.
 from hvd._core import (  # noqa: F401  (re-exported)
     CommunicationError,
     HorovodInternalError,
+    HostsUpdatedError,
     InitError,
     InvalidArgumentError,
     MismatchError,
     NotInitializedError,
+    PeerLostError,
     ShutDownError,
     StalledError,
 )

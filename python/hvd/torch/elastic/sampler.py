@@ -2,6 +2,7 @@
 the job re-forms (Horovod's horovod.torch.elastic.sampler)."""
 
 import math
+import operator
 import random
 
 import torch.utils.data
@@ -9,10 +10,16 @@ import torch.utils.data
 from hvd.torch.mpi_ops import rank, size
 
 
-def _check_int(what, value, minimum=0):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what} must be an int >= {minimum}, got {value!r}")
-    return value
+def _check_int(what, value, minimum=None):
+    """value as an int (anything with __index__: int, NumPy and torch integers), not a bool, >= minimum."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or (minimum is not None and number < minimum):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ValueError(f"{what} must be an int{bound}, got {value!r}")
+    return number
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -44,11 +51,9 @@ class ElasticSampler(torch.utils.data.Sampler):
                              f"{type(dataset).__name__}") from None
         if not isinstance(shuffle, bool):
             raise ValueError(f"ElasticSampler: shuffle must be a bool, got {shuffle!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"ElasticSampler: seed must be an int, got {seed!r}")
         self.dataset = dataset
         self.shuffle = shuffle
-        self.seed = seed
+        self.seed = _check_int("ElasticSampler: seed", seed)
 
         self.epoch = 0
         # Horovod's attribute, kept for scripts that read it; the state is processed_num.
@@ -72,7 +77,7 @@ class ElasticSampler(torch.utils.data.Sampler):
     def record_batch(self, batch_idx, batch_size):
         """Records that every rank processed one more batch of batch_size samples (batch_idx is not used:
         Horovod's signature). The count is what a re-partition skips."""
-        _check_int("ElasticSampler.record_batch(batch_size)", batch_size)
+        batch_size = _check_int("ElasticSampler.record_batch(batch_size)", batch_size, minimum=0)
         self.processed_num += batch_size * self.num_replicas
 
     def load_state_dict(self, state_dict):
@@ -84,7 +89,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         if missing:
             raise ValueError(f"ElasticSampler.load_state_dict: {state_dict!r} lacks {', '.join(map(repr, missing))}")
         epoch = _check_int("ElasticSampler state 'epoch'", state_dict["epoch"])
-        processed = _check_int("ElasticSampler state 'processed_num'", state_dict["processed_num"])
+        processed = _check_int("ElasticSampler state 'processed_num'", state_dict["processed_num"], minimum=0)
         self.epoch = epoch
         self.processed_num = processed
         self.reset()

@@ -1,0 +1,312 @@
+"""Elastic training's Python layer on real jobs through hvdrun: in static jobs (np 2 and 3) sync gives every
+rank rank 0's state, check_host_updates reports nothing, errors propagate (a lost peer as PeerLostError);
+examples/python/elastic_torch_train.py trains and prints its documented lines, and in an elastic job
+recovers from a crashed worker. hvdrun's own elastic tests (tests/launcher) cover the driver."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import HVDRUN, PACKAGE_DIR, PYTHON, Job, assert_ok
+
+SOURCE_DIR = Path(os.environ.get("HVD_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+EXAMPLE = SOURCE_DIR / "examples" / "python" / "elastic_torch_train.py"
+
+SYNC_WORKER = r"""
+import copy
+
+import torch
+
+import hvd.torch as hvd
+from hvd.common.elastic import ObjectState, elastic_enabled, elastic_round
+from hvd.torch.functions import broadcast_object
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+assert not elastic_enabled() and elastic_round() == -1
+
+
+def rank0_value(obj):
+    # rank 0's obj, fetched by allgather_object (independent of the broadcasts under test).
+    return hvd.allgather_object(obj, name="check")[0]
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def every_rank_equals_rank0(obj):
+    mine = same(obj, rank0_value(obj))
+    return int(hvd.allreduce(torch.tensor([int(not mine)]), op=hvd.Sum, name="differing").item()) == 0
+
+
+# Every rank starts with its own model, optimizer state (Adam after R + 1 steps), LR scheduler,
+# sampler position and plain attributes.
+torch.manual_seed(100 + R)
+model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.BatchNorm1d(5), torch.nn.Linear(5, 1))
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01 * (R + 1))
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+for _ in range(R + 1):
+    optimizer.zero_grad()
+    model(torch.randn(8, 3)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+sampler = hvd.elastic.ElasticSampler(range(50), seed=4)
+sampler.set_epoch(R)
+sampler.record_batch(0, 2 + R)
+state = hvd.elastic.TorchState(model, optimizer, scheduler=scheduler, sampler=sampler, epoch=R,
+                               meta={"rank": R, "losses": [float(R)] * (R + 1)})
+assert not every_rank_equals_rank0(model.state_dict())
+
+calls = []
+
+
+@hvd.elastic.run
+def train(state, tag):
+    calls.append(tag)
+    everything = (state.model.state_dict(), state.optimizer.state_dict(), state.scheduler.state_dict(),
+                  state.sampler.state_dict(), state.epoch, state.meta)
+    assert every_rank_equals_rank0(everything)
+    assert state.epoch == 0 and state.meta == {"rank": 0, "losses": [0.0]}
+    assert state.sampler.state_dict() == {"epoch": 0, "processed_num": 2 * N}
+    # Every rank holds its part of what rank 0 had left of its epoch: no sample twice, none lost.
+    parts = hvd.allgather_object(list(state.sampler))
+    remaining = [i for part in parts for i in part]
+    assert set(remaining) == set(state.sampler.remaining_indices) and len(state.sampler.remaining_indices) == 50 - 2 * N
+    # commit = save + check for host updates: nothing to report in a job that is not elastic.
+    assert state.check_host_updates() is None
+    state.commit()
+    return tag * 2
+
+
+assert train(state, 21) == 42 and calls == [21]
+state.restore()  # back to the commit made inside train: rank 0's values
+assert every_rank_equals_rank0(model.state_dict()) and state.epoch == 0
+
+# ObjectState with hvd.torch's broadcast_object: sync sends rank 0's current values.
+plain = ObjectState(lambda obj: broadcast_object(obj, 0, name="plain"), hvd.rank, step=R, table={"r": [R]})
+plain.step += 10
+plain.sync()
+assert (plain.step, plain.table) == (10, {"r": [0]})
+hvd.barrier()
+print("OK")
+"""
+
+ERRORS_WORKER = r"""
+import torch
+
+import hvd.torch as hvd
+from hvd.common.exceptions import HorovodInternalError, MismatchError
+
+hvd.init()
+R = hvd.rank()
+state = hvd.elastic.TorchState(epoch=0)
+calls = []
+
+
+@hvd.elastic.run
+def mismatched(state):
+    calls.append("mismatched")
+    hvd.allreduce(torch.zeros(R + 1), name="shape_differs")
+
+
+try:
+    mismatched(state)
+except MismatchError as e:
+    assert "shape_differs" in str(e), e
+else:
+    raise AssertionError("no MismatchError")
+assert calls == ["mismatched"]  # raised at once: a retry would fail the same way
+
+# The job is still usable; in a job that is not elastic, other failures propagate too (no driver can
+# re-form the job), without a restore or a reset.
+assert hvd.allreduce(torch.ones(2), name="after").tolist() == [1.0, 1.0]
+
+
+@hvd.elastic.run
+def failing(state):
+    calls.append("failing")
+    state.epoch = 5
+    raise HorovodInternalError("simulated failure")
+
+
+try:
+    failing(state)
+except HorovodInternalError as e:
+    assert str(e) == "simulated failure"
+assert calls == ["mismatched", "failing"] and state.epoch == 5 and hvd.is_initialized()
+hvd.barrier()
+print("OK")
+"""
+
+
+PEER_LOST_WORKER = r"""
+import os
+
+import torch
+
+import hvd.torch as hvd
+from hvd.common.exceptions import CommunicationError, HorovodInternalError, PeerLostError
+
+hvd.init()
+state = hvd.elastic.TorchState(step=0)
+
+
+@hvd.elastic.run
+def train(state):
+    hvd.allreduce(torch.ones(1), name="before")
+    if hvd.rank() == 1:
+        os._exit(0)  # gone without hvd.shutdown(): a lost peer, not a failed job
+    while True:
+        hvd.allreduce(torch.ones(1), name=f"step.{state.step}")
+        state.step += 1
+
+
+try:
+    train(state)
+except PeerLostError as e:
+    assert isinstance(e, CommunicationError) and isinstance(e, HorovodInternalError)
+    print(f"PeerLostError: {e}")
+print("OK")
+"""
+
+
+def test_a_lost_peer_is_peer_lost_error(hvdrun):
+    job = hvdrun(2, PEER_LOST_WORKER)
+    assert job.returncode == 0, job
+    assert job.rank_output(0)[-1] == "OK" and job.rank_output(0)[0].startswith("PeerLostError: "), job
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_sync_makes_every_rank_equal_to_rank0(hvdrun, np):
+    assert_ok(hvdrun(np, SYNC_WORKER), np)
+
+
+def test_errors_propagate_in_a_static_job(hvdrun):
+    assert_ok(hvdrun(2, ERRORS_WORKER), 2)
+
+
+START = r"start: rank 0 size (\d+) round (-?\d+) epoch (\d+) batch (\d+)"
+RESET = r"reset: rank (\d+) size (\d+) round (-?\d+)"
+EPOCH = r"epoch (\d+): loss (\S+) size (\d+)"
+FINAL = r"final: size (\d+) round (-?\d+) epochs (\d+) loss (\S+) checksum (\S+) params (\S+)"
+VERDICT = r"rank (\d+) of (\d+): parameters (bit-identical to|DIFFERENT from) rank 0's"
+
+
+def run_example(tmp_path, np, *args, flags=()):
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR))
+    completed = subprocess.run([str(HVDRUN), "-np", str(np), "-H", f"localhost:{np}", *flags, PYTHON, str(EXAMPLE),
+                                *args], env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    return Job(completed)
+
+
+def test_example_as_a_static_job(tmp_path):
+    job = run_example(tmp_path, 2, "--epochs", "3")
+    assert job.returncode == 0, job
+    lines = job.rank_output(0)
+    assert re.fullmatch(START, lines[0]).groups() == ("2", "-1", "0", "0"), job
+    epochs = [re.fullmatch(EPOCH, line) for line in lines[1:4]]
+    assert all(epochs), job
+    assert [int(m.group(1)) for m in epochs] == [1, 2, 3] and all(m.group(3) == "2" for m in epochs)
+    losses = [float(m.group(2)) for m in epochs]
+    assert losses[0] > losses[1] > losses[2], losses
+
+    final = re.fullmatch(FINAL, lines[4])
+    assert final, job
+    size, rnd, done, loss, checksum, params = final.groups()
+    assert (size, rnd, done, float(loss)) == ("2", "-1", "3", losses[-1])
+    values = [float(v) for v in params.split(",")]
+    assert len(values) == 8 * 16 + 16 + 16 + 1  # the example's MLP
+    assert abs(sum(values) - float(checksum)) < 1e-6
+
+    for rank in (0, 1):
+        verdict = re.fullmatch(VERDICT, job.rank_output(rank)[-1])
+        assert verdict and verdict.groups() == (str(rank), "2", "bit-identical to"), job
+    assert job.rank_output(1)[:-1] == [], job  # only rank 0 reports progress
+
+
+def test_example_crash_in_a_static_job_fails_the_job(tmp_path):
+    marker = tmp_path / "crashed"
+    job = run_example(tmp_path, 2, "--epochs", "2", "--crash-at", "1:0:2", "--crash-marker", str(marker))
+    assert job.returncode == 13, job
+    assert marker.exists()
+    assert "crash: rank 1 epoch 0 batch 2" in job.rank_output(1), job
+
+
+def test_example_recovers_from_a_crash_in_an_elastic_job(tmp_path):
+    """A worker crashes between two commits of an elastic job: rank 0 restores the last commit, the job
+    re-forms with a replacement worker (synchronized from rank 0), and training ends with the parameters
+    of a run without the crash, bit for bit (the same batches on the same number of ranks)."""
+    static = run_example(tmp_path, 2, "--epochs", "3")
+    assert static.returncode == 0, static
+    expected = re.fullmatch(FINAL, static.rank_output(0)[-2]).group(6)
+
+    marker = tmp_path / "crashed"
+    job = run_example(tmp_path, 2, "--epochs", "3", "--crash-at", "1:1:1", "--crash-marker", str(marker),
+                      flags=("--min-np", "1", "--max-np", "2"))
+    assert job.returncode == 0, job
+    lines = job.rank_output(0)
+    starts = [re.fullmatch(START, line) for line in lines if line.startswith("start:")]
+    assert [m.groups()[2:] for m in starts] == [("0", "0"), ("1", "0")], job  # back to the end of epoch 1
+    assert int(starts[1].group(2)) > int(starts[0].group(2)) >= 0  # a newer round
+    resets = [re.fullmatch(RESET, line) for line in lines if line.startswith("reset:")]
+    assert len(resets) == 1 and resets[0].group(1, 2) == ("0", "2"), job
+    final = re.fullmatch(FINAL, lines[-2])
+    assert final and final.group(1) == "2" and final.group(6) == expected, job
+    verdicts = [line for n in job.lines for line in job.rank_output(n) if re.fullmatch(VERDICT, line)]
+    assert sorted(verdicts) == ["rank 0 of 2: parameters bit-identical to rank 0's",
+                                "rank 1 of 2: parameters bit-identical to rank 0's"], job
+
+
+def test_example_grows_when_hosts_are_added(tmp_path):
+    """One worker trains; once it has finished an epoch, the discovery script offers two more slots. At its
+    next commit the worker gets HostsUpdatedInterrupt (no restore), the job re-forms with 3 ranks, the new
+    workers are synchronized from rank 0 and every rank trains on its share of the rest of the epoch."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:1\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR))
+    cmd = [str(HVDRUN), "-np", "1", "--min-np", "1", "--max-np", "3", "--host-discovery-script", str(script),
+           PYTHON, str(EXAMPLE), "--epochs", "4", "--step-seconds", "0.02"]
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=tmp_path) as proc:
+        out = []
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                if "<stdout>:epoch 1:" in line:
+                    hosts.write_text("localhost:3\n")
+            stderr = proc.stderr.read()
+            proc.wait(timeout=180)
+        finally:
+            proc.kill()
+    job = Job(subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), stderr))
+    assert job.returncode == 0, job
+    lines = job.rank_output(0)
+    starts = [re.fullmatch(START, line).groups() for line in lines if line.startswith("start:")]
+    assert len(starts) == 2 and starts[0][:1] == ("1",) and starts[1][:1] == ("3",), job
+    # No restore: the second start is at or after the end of epoch 1 (a host update needs no restore).
+    assert int(starts[1][2]) >= 1, job
+    assert [line for line in lines if line.startswith("reset:")] == [f"reset: rank 0 size 3 round {starts[1][1]}"]
+    final = re.fullmatch(FINAL, lines[-2])
+    assert final and final.group(1, 3) == ("3", "4"), job
+    verdicts = sorted(line for n in job.lines for line in job.rank_output(n) if re.fullmatch(VERDICT, line))
+    assert verdicts == [f"rank {r} of 3: parameters bit-identical to rank 0's" for r in range(3)], job
+
+
+def test_example_bad_arguments(tmp_path):
+    completed = subprocess.run([PYTHON, str(EXAMPLE), "--crash-at", "1:2"], capture_output=True, text=True,
+                               timeout=60, env=dict(os.environ, PYTHONPATH=str(PACKAGE_DIR)))
+    assert completed.returncode == 2
+    assert "--crash-at expects RANK:EPOCH:BATCH (three integers), got '1:2'" in completed.stderr
