@@ -200,7 +200,6 @@ class Driver : public WorkerEvents {
     int blacklist_count = 0;
     std::string blacklist_reason;
     std::deque<Clock::time_point> failures;  // within kFailureWindow
-    bool prepared = false;                   // preflight and rendezvous reachability checked
   };
 
   struct WorkerRec {
@@ -487,14 +486,21 @@ class Driver : public WorkerEvents {
   }
 
   void prepareFirstRound(const std::vector<Placement>& plan) {
+    // The first round's hosts are checked before anything starts, as a static job's are (a failure ends the
+    // job); hosts found later are started directly, and blacklisted when that fails.
+    std::map<Launcher*, std::vector<HostSpec>> hosts_by_launcher;
     std::vector<HostSpec> remote;
     std::set<std::string> seen;
     for (const auto& p : plan) {
-      if (launchers_.isLocal(p.host) || !seen.insert(p.host.name).second) continue;
+      if (!seen.insert(p.host.name).second) continue;
+      Launcher& l = launchers_.forHost(p.host);
+      hosts_by_launcher[&l].push_back(p.host);
+      if (launchers_.isLocal(p.host)) continue;
       HostSpec routed = p.host;
-      routed.name = launchers_.forHost(p.host).networkName(p.host);
+      routed.name = l.networkName(p.host);
       remote.push_back(std::move(routed));
     }
+    for (auto& [launcher, hosts] : hosts_by_launcher) launcher->preflight(hosts);
     OutputOptions out;
     out.tag = options_.tag_output;
     out.timestamp = options_.prefix_timestamp;
@@ -504,6 +510,9 @@ class Driver : public WorkerEvents {
     Rendezvous rendezvous = openRendezvous(ioc_, options_, remote, *output_);
     server_ = std::move(rendezvous.server);
     endpoint_ = rendezvous.endpoint;
+    for (auto& [launcher, hosts] : hosts_by_launcher) {
+      launcher->checkRendezvousReachable(hosts, endpoint_.address, server_->port());
+    }
     // The server's sessions run on this io_context.
     server_->onRoundRequest([this](const std::string& slot, uint64_t) { roundRequested(slot); });
   }
@@ -560,15 +569,6 @@ class Driver : public WorkerEvents {
     Launcher* launcher = nullptr;
     try {
       launcher = &launchers_.forHost(h.spec);
-      if (!h.prepared) {
-        launcher->preflight({h.spec});
-        HostSpec routed = h.spec;
-        routed.name = launcher->networkName(h.spec);
-        if (!launchers_.isLocal(h.spec)) {
-          launcher->checkRendezvousReachable({h.spec}, endpoint_.address, server_->port());
-        }
-        h.prepared = true;
-      }
     } catch (const Error& e) {
       blacklist(h, detail::concat("cannot start workers there: ", e.what()));
       settleThenReconcile();

@@ -311,3 +311,38 @@ TEST_CASE("a failing remote rank stops the job: hvdrun exits with its code, no w
     CHECK(countMarked(lab, i, mark) == 0);
   }
 }
+
+TEST_CASE("elastic: a host that drops off the network is blacklisted, and the job goes on without it") {
+  requireLab();
+  SshHome home;
+  NetnsLab lab(3, home);
+  const std::string mark = "hvdelasticmark" + std::to_string(::getpid());
+  // Each worker runs until its file says stop; the host cut leaves its workers unreachable.
+  const std::string stop = home.home() + "/stop";
+  Hvdrun run(lab, home,
+             {"-np", "3", "--min-np", "1", "-H", hostList(lab, 1), "bash", "-c",
+              "echo \"$HOROVOD_HOSTNAME rank $HOROVOD_RANK of $HOROVOD_SIZE round $HVD_ELASTIC_ROUND\"; "
+              "until [ -e " + stop + " ]; do (exec -a " + mark + " sleep 0.2); done"},
+             home.home() + "/hvdrun.out");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (run.output().find("rank 2 of 3 round 1") == std::string::npos && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+  }
+  INFO(run.output());
+  REQUIRE(run.output().find("rank 2 of 3 round 1") != std::string::npos);
+  lab.cutHost(1);  // no FIN, no RST: the connection just goes silent
+  const std::string cut = lab.hostAddress(1);
+  const auto cut_at = std::chrono::steady_clock::now();
+  // hvdrun's side: the connection is aborted (TCP_USER_TIMEOUT 10 s), the host is blacklisted, round 2 has
+  // the two others.
+  const std::string round2 = "hvdrun: elastic round 2: 2 ranks on " + lab.hostAddress(0) + ":1, " + lab.hostAddress(2) + ":1";
+  while (run.output().find(round2) == std::string::npos && std::chrono::steady_clock::now() - cut_at < 40s) {
+    std::this_thread::sleep_for(100ms);
+  }
+  INFO(run.output());
+  CHECK_THAT(run.output(), Catch::Contains("hvdrun: blacklisting host " + cut + " for the rest of the job: unreachable"));
+  CHECK_THAT(run.output(), Catch::Contains(round2));
+  std::ofstream(stop) << "";
+  CHECK(run.wait(30s) == 0);
+  for (int i = 0; i < 3; ++i) CHECK(countMarked(lab, i, mark) == 0);
+}
