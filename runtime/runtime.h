@@ -31,8 +31,9 @@ class Runtime {
  public:
   // Joins the job: rendezvous of the global, local_<host> and cross_<local_rank> Gloo contexts and of
   // the control plane through store, then starts the background thread. Blocks until every rank has
-  // joined or options.gloo_timeout expires. Throws UsageError / StoreError / NetworkError /
-  // BackendError naming the cause.
+  // joined or options.rendezvousTimeout() expires (the Gloo timeout; an elastic job's elastic timeout).
+  // Throws UsageError / StoreError / NetworkError / BackendError (PeerLostError: a peer's connection closed
+  // during setup) naming the cause.
   Runtime(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store);
 
   // The store the options name: HttpStore for HOROVOD_GLOO_RENDEZVOUS_ADDR (in an elastic job seen through
@@ -87,8 +88,8 @@ class Runtime {
   std::vector<int32_t> processSetIds() const;  // ascending, 0 first
 
   // Orderly shutdown of the whole job (Horovod semantics: every rank leaves together; operations still
-  // pending fail with ShutDownError). Blocks until this rank's background thread has stopped.
-  // Idempotent.
+  // pending fail with ShutDownError). Blocks until this rank's background thread has stopped; at once when
+  // it stopped already (a lost peer: pending operations failed with PeerLostError). Idempotent.
   void shutdown();
 
   // True once the background thread stopped (shutdown, a lost peer, a stall shutdown).
