@@ -30,58 +30,64 @@ using Clock = std::chrono::steady_clock;
 
 std::string slotName(const std::string& host, int local_rank) { return host + ":" + std::to_string(local_rank); }
 
-std::vector<Placement> planElasticRound(const std::vector<HostSpec>& hosts, const std::vector<std::string>& survivors,
-                                        std::optional<int> max_np) {
-  // Slots per host, host by host up to max_np.
-  std::vector<std::pair<const HostSpec*, int>> taken;
-  int total = 0;
+std::vector<std::string> offeredSlots(const std::vector<HostSpec>& hosts, std::optional<int> max_np) {
+  std::vector<std::string> slots;
   for (const auto& h : hosts) {
-    int n = h.slots;
-    if (max_np) n = std::min(n, *max_np - total);
-    if (n <= 0) continue;
-    taken.emplace_back(&h, n);
-    total += n;
-  }
-  struct Slot {
-    const HostSpec* host;
-    int local_rank;
-    int local_size;
-  };
-  std::vector<Slot> slots;
-  std::map<std::string, size_t> index;
-  for (const auto& [host, n] : taken) {
-    for (int lr = 0; lr < n; ++lr) {
-      index[slotName(host->name, lr)] = slots.size();
-      slots.push_back({host, lr, n});
+    for (int index = 0; index < h.slots && !(max_np && static_cast<int>(slots.size()) >= *max_np); ++index) {
+      slots.push_back(slotName(h.name, index));
     }
   }
-  // Survivors first, in their order; then the other slots in host order.
-  std::vector<size_t> ranked;
-  std::vector<bool> used(slots.size(), false);
-  for (const auto& name : survivors) {
-    const auto it = index.find(name);
-    if (it == index.end() || used[it->second]) continue;
-    used[it->second] = true;
-    ranked.push_back(it->second);
+  return slots;
+}
+
+std::vector<ElasticPlace> planElasticRound(const std::vector<HostSpec>& hosts, const std::vector<std::string>& survivors,
+                                           const std::set<std::string>& joining, std::optional<int> max_np) {
+  struct Offer {
+    const HostSpec* host;
+    int index;
+  };
+  std::map<std::string, Offer> offered;
+  std::vector<std::string> in_host_order;
+  for (const auto& h : hosts) {
+    for (int index = 0; index < h.slots && !(max_np && static_cast<int>(in_host_order.size()) >= *max_np); ++index) {
+      in_host_order.push_back(slotName(h.name, index));
+      offered.emplace(in_host_order.back(), Offer{&h, index});
+    }
   }
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (!used[i]) ranked.push_back(i);
+  // Rank order: the survivors in their order, then the joining slots in host order.
+  std::vector<std::string> members;
+  std::set<std::string> taken;
+  for (const auto& slot : survivors) {
+    if (offered.count(slot) && taken.insert(slot).second) members.push_back(slot);
   }
-  std::vector<Placement> plan;
-  for (size_t r = 0; r < ranked.size(); ++r) {
-    const Slot& s = slots[ranked[r]];
-    Placement p;
+  for (const auto& slot : in_host_order) {
+    if (joining.count(slot) && taken.insert(slot).second) members.push_back(slot);
+  }
+  // Local ranks: a host's members by slot index; cross ranks: over the hosts (in order) that have a member
+  // at that local rank.
+  std::map<const HostSpec*, std::vector<int>> indexes;  // host -> its members' slot indexes, sorted
+  for (const auto& slot : members) indexes[offered.at(slot).host].push_back(offered.at(slot).index);
+  for (auto& [host, list] : indexes) std::sort(list.begin(), list.end());
+  std::vector<ElasticPlace> plan;
+  for (size_t r = 0; r < members.size(); ++r) {
+    const Offer& o = offered.at(members[r]);
+    const auto& mine = indexes.at(o.host);
+    ElasticPlace e;
+    e.slot = members[r];
+    e.index = o.index;
+    Placement& p = e.place;
     p.rank = static_cast<int>(r);
-    p.size = total;
-    p.local_rank = s.local_rank;
-    p.local_size = s.local_size;
-    for (const auto& [host, n] : taken) {
-      if (n <= s.local_rank) continue;
-      if (host == s.host) p.cross_rank = p.cross_size;
+    p.size = static_cast<int>(members.size());
+    p.local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), o.index) - mine.begin());
+    p.local_size = static_cast<int>(mine.size());
+    for (const auto& h : hosts) {
+      const auto it = indexes.find(&h);
+      if (it == indexes.end() || static_cast<int>(it->second.size()) <= p.local_rank) continue;
+      if (&h == o.host) p.cross_rank = p.cross_size;
       ++p.cross_size;
     }
-    p.host = *s.host;
-    plan.push_back(std::move(p));
+    p.host = *o.host;
+    plan.push_back(std::move(e));
   }
   return plan;
 }
@@ -179,6 +185,16 @@ class Driver : public WorkerEvents {
       if (!finishing_ && options_.verbose) {
         message(Stream::kStdout, detail::concat("hvdrun: ", who, " exited 0: the job is finishing\n"));
       }
+      if (!finishing_) {
+        // No round will take the standby processes in any more.
+        for (auto& [other, s] : workers_) {
+          if (s.standby && !s.ended && !s.removed) {
+            s.removed = true;
+            s.worker->signal(SIGTERM);
+            armKillTimer();
+          }
+        }
+      }
       finishing_ = true;
     } else if (stopping_ || finishing_) {
       result_.failures[id] = WorkerFailure{w.host, status, std::chrono::system_clock::now()};
@@ -209,6 +225,8 @@ class Driver : public WorkerEvents {
     std::unique_ptr<Worker> worker;
     bool ended = false;
     bool removed = false;  // stopped by the driver: left out of a round
+    bool standby = false;  // started outside a round; a member once a round takes it in
+    bool ready = false;    // standby and asking for its place
   };
 
   // The discovery script's process: its stdout is the host list, its stderr goes to hvdrun's stderr.
@@ -409,45 +427,68 @@ class Driver : public WorkerEvents {
     });
   }
 
+  // The live members of the current round, in rank order.
   std::vector<std::string> survivors() const {
     std::vector<std::string> out;
     for (const auto& slot : members_) {
-      if (live_.count(slot)) out.push_back(slot);
+      if (const auto it = live_.find(slot); it != live_.end() && !workers_.at(it->second).standby) out.push_back(slot);
     }
     return out;
   }
 
   void reconcile() {
     if (stopping_ || finishing_) return;
-    const auto plan = planElasticRound(usableHosts(), survivors(), elastic_.max_np);
-    const int needed = round_ == 0 ? options_.num_proc : elastic_.min_np;
-    if (static_cast<int>(plan.size()) < needed) {
-      if (round_ > 0) belowMinimum(plan.size());
+    const auto hosts = usableHosts();
+    const auto offered = offeredSlots(hosts, elastic_.max_np);
+    if (round_ == 0) {
+      if (static_cast<int>(offered.size()) < options_.num_proc) return;  // the start deadline runs
+      below_timer_.cancel();
+      beginRound(planElasticRound(hosts, {}, std::set<std::string>(offered.begin(), offered.end()), elastic_.max_np));
       return;
     }
-    if (below_since_ || round_ == 0) {
+    const std::set<std::string> wanted(offered.begin(), offered.end());
+    // Workers whose slot is no longer offered (its host was removed, shrank or is blacklisted; --max-np) stop.
+    for (auto& [id, w] : workers_) {
+      if (!w.ended && !w.removed && !wanted.count(w.slot)) {
+        w.removed = true;
+        w.worker->signal(SIGTERM);
+        armKillTimer();
+      }
+    }
+    // Every offered slot without a process gets one, on standby: it joins a round once it is ready, so
+    // the running workers never wait for a process to start.
+    for (const auto& slot : offered) {
+      if (!live_.count(slot)) startStandby(hosts, slot);
+      if (stopping_) return;
+    }
+    std::set<std::string> ready;
+    for (const auto& [slot, id] : live_) {
+      if (workers_.at(id).standby && workers_.at(id).ready) ready.insert(slot);
+    }
+    const auto plan = planElasticRound(hosts, survivors(), ready, elastic_.max_np);
+    if (static_cast<int>(plan.size()) < elastic_.min_np) {
+      belowMinimum(plan.size());
+      return;
+    }
+    if (below_since_) {
       below_timer_.cancel();
-      if (below_since_) message(Stream::kStderr, "hvdrun: enough slots again\n");
       below_since_.reset();
+      message(Stream::kStderr, "hvdrun: enough slots again\n");
     }
     std::vector<std::string> slots;
-    bool all_live = true;
-    for (const auto& p : plan) {
-      slots.push_back(slotName(p.host.name, p.local_rank));
-      all_live = all_live && live_.count(slots.back());
-    }
-    if (slots == members_ && all_live) return;
-    if (round_ > 0 && survivors().empty()) {
+    for (const auto& e : plan) slots.push_back(e.slot);
+    if (slots == members_) return;  // the same members, all alive: nothing to re-form
+    if (survivors().empty()) {
       fail(detail::concat("no process of elastic round ", round_, " is left to hand the job's state on",
                           lostSummary()));
       return;
     }
-    if (round_ > 0 && elastic_.reset_limit && resets_ >= *elastic_.reset_limit) {
+    if (elastic_.reset_limit && resets_ >= *elastic_.reset_limit) {
       fail(detail::concat("the job would re-form a ", resets_ + 1, ordinalSuffix(resets_ + 1), " time, past --reset-limit ",
                           *elastic_.reset_limit, lostSummary()));
       return;
     }
-    beginRound(plan, slots);
+    beginRound(plan);
   }
 
   static const char* ordinalSuffix(int n) {
@@ -517,55 +558,75 @@ class Driver : public WorkerEvents {
     server_->onRoundRequest([this](const std::string& slot, uint64_t) { roundRequested(slot); });
   }
 
-  void beginRound(const std::vector<Placement>& plan, const std::vector<std::string>& slots) {
+  void beginRound(const std::vector<ElasticPlace>& plan) {
     const bool first = round_ == 0;
-    if (first) prepareFirstRound(plan);
+    std::vector<Placement> placements;
+    for (const auto& e : plan) placements.push_back(e.place);
+    if (first) prepareFirstRound(placements);
     if (!first) ++resets_;
     rendezvous::ElasticRound round;
     round.number = ++round_;
-    for (const auto& p : plan) {
-      round.slots[slotName(p.host.name, p.local_rank)] = {p.rank,       p.size,       p.local_rank,
-                                                          p.local_size, p.cross_rank, p.cross_size};
+    std::set<std::string> next;
+    for (const auto& e : plan) {
+      const Placement& p = e.place;
+      round.slots[e.slot] = {p.rank, p.size, p.local_rank, p.local_size, p.cross_rank, p.cross_size};
+      next.insert(e.slot);
     }
-    for (const auto& [scope, size] : scopeSizes(plan)) round.scope_sizes[rendezvous::roundScope(round.number, scope)] = size;
+    // Scopes under both names: the round's for libhvd, the plain ones for Horovod's own workers.
+    for (const auto& [scope, size] : scopeSizes(placements)) {
+      round.scope_sizes[rendezvous::roundScope(round.number, scope)] = size;
+      round.scope_sizes[scope] = size;
+    }
     for (const auto& h : hosts_) {
       if (h.blacklisted_until) round.blacklist.push_back(h.spec.name);
     }
-    const std::set<std::string> next(slots.begin(), slots.end());
+    const std::set<std::string> previous(members_.begin(), members_.end());
     for (const auto& slot : members_) {
       if (!next.count(slot) || !live_.count(slot)) round.changes |= rendezvous::kRoundRemoved;
     }
-    for (const auto& slot : slots) {
-      if (!live_.count(slot)) round.changes |= rendezvous::kRoundAdded;
+    for (const auto& slot : next) {
+      if (!previous.count(slot)) round.changes |= rendezvous::kRoundAdded;
     }
-    // Live workers left out of the round (a host removed or shrunk, --max-np) are stopped.
-    for (auto& [id, w] : workers_) {
-      if (!w.ended && !w.removed && !next.count(w.slot)) {
-        w.removed = true;
-        w.worker->signal(SIGTERM);
-        armKillTimer();
-      }
-    }
+    members_.clear();
+    for (const auto& e : plan) members_.push_back(e.slot);
     server_->beginRound(round);
-    members_ = slots;
     if (!first || options_.verbose) {
       message(Stream::kStderr, detail::concat("hvdrun: elastic round ", round.number, ": ", plan.size(), " ranks on ",
-                                              describeHosts(plan), "\n"));
+                                              describeHosts(placements), "\n"));
     }
-    for (const auto& p : plan) {
-      const std::string slot = slotName(p.host.name, p.local_rank);
-      if (auto it = live_.find(slot); it != live_.end()) {
-        workers_.at(it->second).rank = p.rank;
+    for (const auto& e : plan) {
+      if (auto it = live_.find(e.slot); it != live_.end()) {
+        WorkerRec& w = workers_.at(it->second);
+        w.rank = e.place.rank;
+        w.standby = false;
       } else {
-        startWorker(p, first);
+        startWorker(e.place, e.slot, e.index, true);  // the first round's processes
         if (stopping_) return;
       }
     }
   }
 
-  void startWorker(const Placement& p, bool first) {
+  // A process for a slot outside the current round: it asks for its place when it is ready.
+  void startStandby(const std::vector<HostSpec>& hosts, const std::string& slot) {
+    const auto colon = slot.rfind(':');
+    const std::string host = slot.substr(0, colon);
+    const int index = std::stoi(slot.substr(colon + 1));
+    // Placeholders, consistent with one another, but the slot (HOROVOD_HOSTNAME, HOROVOD_LOCAL_RANK): the
+    // round that takes the process in gives its place.
+    Placement p;
+    p.rank = index;
+    p.size = index + 1;
+    p.local_rank = index;
+    p.local_size = index + 1;
+    p.cross_size = 1;
+    for (const auto& h : hosts) {
+      if (h.name == host) p.host = h;
+    }
+    startWorker(p, slot, index, false);
+  }
+
+  void startWorker(const Placement& p, const std::string& slot, int index, bool member) {
     HostState& h = *findHost(p.host.name);
-    const std::string slot = slotName(p.host.name, p.local_rank);
     Launcher* launcher = nullptr;
     try {
       launcher = &launchers_.forHost(h.spec);
@@ -574,25 +635,34 @@ class Driver : public WorkerEvents {
       settleThenReconcile();
       return;
     }
+    const bool first = round_ == 1 && member;
     const int id = first ? p.rank : output_->addRank();
+    // The slot's identity is its index: HOROVOD_LOCAL_RANK (the round's local rank comes from the server).
+    Placement env_place = p;
+    env_place.local_rank = index;
+    env_place.local_size = std::max(p.local_size, index + 1);
+    std::vector<std::pair<std::string, std::string>> job = {
+        {"HOROVOD_ELASTIC", "1"},
+        {"HVD_ELASTIC_ROUND", std::to_string(round_)},
+        {"HOROVOD_ELASTIC_TIMEOUT", std::to_string(elastic_.timeout.count())}};
+    if (!member) job.emplace_back("HVD_ELASTIC_STANDBY", "1");
     LaunchSpec spec;
     spec.rank = id;
     spec.host = h.spec;
     spec.argv = options_.command;
-    spec.env = workerEnvironment(p, options_, inherited_, launcher, endpoint_,
-                                 {{"HOROVOD_ELASTIC", "1"},
-                                  {"HVD_ELASTIC_ROUND", std::to_string(round_)},
-                                  {"HOROVOD_ELASTIC_TIMEOUT", std::to_string(elastic_.timeout.count())}});
+    spec.env = workerEnvironment(env_place, options_, inherited_, launcher, endpoint_, job);
     spec.cwd = cwd_;
     spec.forward_stdin = first && p.rank == 0;
     if (options_.verbose) {
-      message(Stream::kStdout, detail::concat("hvdrun: starting rank ", p.rank, " (slot ", slot, ", worker ", id,
-                                              ") on ", displayName(h.spec), " (", launcher->name(), ")\n"));
+      message(Stream::kStdout,
+              detail::concat("hvdrun: starting ", member ? "rank " + std::to_string(p.rank) : std::string("a standby process"),
+                             " (slot ", slot, ", worker ", id, ") on ", displayName(h.spec), " (", launcher->name(), ")\n"));
     }
     WorkerRec& w = workers_[id];
     w.slot = slot;
     w.host = h.spec.name;
-    w.rank = p.rank;
+    w.rank = member ? p.rank : -1;
+    w.standby = !member;
     server_->markStarted(slot, round_);
     live_[slot] = id;
     try {
@@ -607,22 +677,21 @@ class Driver : public WorkerEvents {
 
   void workerFailed(int id, WorkerRec& w, const ExitStatus& status) {
     HostState& h = *findHost(w.host);
-    const std::string who = detail::concat("rank ", w.rank, " (slot ", w.slot, ", worker ", id, ") on ", w.host);
+    const std::string who = w.standby ? detail::concat("the standby process of slot ", w.slot, " (worker ", id, ")")
+                                      : detail::concat("rank ", w.rank, " (slot ", w.slot, ", worker ", id, ") on ", w.host);
     lost_.push_back(detail::concat(who, ": ", status.describe()));
     const auto now = Clock::now();
     h.failures.push_back(now);
     while (!h.failures.empty() && now - h.failures.front() > kFailureWindow) h.failures.pop_front();
     message(Stream::kStderr, detail::concat("hvdrun: ", who, " failed with ", status.describe(),
-                                            "; re-forming the job\n"));
+                                            w.standby ? "\n" : "; re-forming the job\n"));
     if (status.kind == ExitStatus::Kind::kLost) {
       blacklist(h, "unreachable (" + status.describe() + ")");
     } else if (static_cast<int>(h.failures.size()) >= kFailuresToBlacklist) {
       blacklist(h, detail::concat(h.failures.size(), " worker failures within ", kFailureWindow.count(), " s"));
     }
     // Every member of the round failed: nothing is left to go on with (horovodrun stops here too).
-    bool any_member_alive = false;
-    for (const auto& slot : members_) any_member_alive = any_member_alive || live_.count(slot);
-    if (!any_member_alive) {
+    if (!w.standby && survivors().empty()) {
       result_.failures[id] = WorkerFailure{w.host, status, std::chrono::system_clock::now()};
       result_.first_failed_rank = id;
       fail(detail::concat("every worker of elastic round ", round_, " failed", lostSummary()));
@@ -631,12 +700,23 @@ class Driver : public WorkerEvents {
     settleThenReconcile();
   }
 
-  // A worker asks for its place in a round after its own: once the job is finishing there is none.
+  // A worker asks for its place in a round after its own (the server parks the request until the round
+  // begins): a standby process is ready; a member asking once the job is finishing will find none.
   void roundRequested(const std::string& slot) {
-    if (!finishing_ || stopping_) return;
     auto it = live_.find(slot);
-    if (it == live_.end()) return;
-    fail(detail::concat("rank ", workers_.at(it->second).rank, " (slot ", slot,
+    if (it == live_.end() || stopping_) return;
+    WorkerRec& w = workers_.at(it->second);
+    if (w.standby) {
+      // A standby process is ready: it joins the next round.
+      if (!w.ready && options_.verbose) {
+        message(Stream::kStdout, detail::concat("hvdrun: the standby process of slot ", slot, " is ready\n"));
+      }
+      w.ready = true;
+      asio::post(ioc_, [this] { reconcile(); });
+      return;
+    }
+    if (!finishing_) return;
+    fail(detail::concat("rank ", w.rank, " (slot ", slot,
                         ") lost its peers and asks to re-form after another rank exited 0; an elastic job ends when "
                         "all its ranks return from training together"));
   }

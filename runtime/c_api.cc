@@ -185,9 +185,11 @@ int hvd_init(void) {
   try {
     auto options = hvd::runtime::RuntimeOptions::fromEnvironment();
     // An elastic worker initializing again (after a failed collective and hvd_shutdown()) joins the next
-    // round, with the place the driver gave its slot there; the first init takes the environment's. Either
-    // goes on to a later round when its round ends before init finished.
-    const auto after = options.elastic ? elastic_round : std::nullopt;
+    // round, with the place the driver gave its slot there; the first init takes the environment's, except
+    // in a standby process, which waits for a round that takes it in. Either goes on to a later round when
+    // its round ends before init finished.
+    auto after = options.elastic ? elastic_round : std::nullopt;
+    if (!after && options.elastic_standby) after = options.elastic_round;
     runtime = hvd::runtime::elastic::start(options, after);
     if (options.elastic) elastic_round = runtime->options().elastic_round;
     return HVD_SUCCESS;

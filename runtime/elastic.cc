@@ -59,6 +59,24 @@ std::unique_ptr<Runtime> start(RuntimeOptions options, std::optional<uint64_t> a
     joined.elastic_timeout = timeout;
     return joined;
   };
+  if (after && options.elastic_standby && options.elastic_round == *after) {
+    // A standby process's first init: rounds that leave its slot out are passed over (they began before the
+    // driver knew the process was ready: it learns so from this very request), up to the elastic timeout.
+    const auto server = Runtime::server(options);
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        throw RendezvousTimeout(detail::concat("no elastic round took slot ", options.slot(), " in within ",
+                                               timeout.count(), " s (HOROVOD_ELASTIC_TIMEOUT)"));
+      }
+      const auto place = server->nextRound(options.slot(), *after, left);
+      if (place.slot.rank >= 0) {
+        *after = place.round - 1;  // next() below asks for that round (or a later one) again
+        break;
+      }
+      *after = place.round;
+    }
+  }
   if (after) options = next(*after);
   for (;;) {
     try {

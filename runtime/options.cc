@@ -84,6 +84,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.rank = static_cast<int>(readInt(getenv, "HOROVOD_RANK", 0, 0, kMaxRanks));
   o.size = static_cast<int>(readInt(getenv, "HOROVOD_SIZE", 1, 1, kMaxRanks));
   o.local_rank = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_RANK", 0, 0, kMaxRanks));
+  o.slot_local_rank = o.local_rank;
   o.local_size = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_SIZE", 1, 1, kMaxRanks));
   o.cross_rank = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_RANK", 0, 0, kMaxRanks));
   o.cross_size = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_SIZE", 1, 1, kMaxRanks));
@@ -143,6 +144,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   }
   o.elastic = readBool(getenv, "HOROVOD_ELASTIC", false);
   o.elastic_round = static_cast<uint64_t>(readInt(getenv, "HVD_ELASTIC_ROUND", 0, 0, 1ll << 40));
+  o.elastic_standby = o.elastic && readBool(getenv, "HVD_ELASTIC_STANDBY", false);
   o.elastic_timeout = std::chrono::seconds(readInt(getenv, "HOROVOD_ELASTIC_TIMEOUT", 600, 1, 1 << 24));
   o.validate();
   HVD_CHECK(o.size == 1 || o.rendezvous_addr.has_value(), UsageError, "HOROVOD_SIZE=", o.size,

@@ -26,6 +26,8 @@
 //                                         after a shutdown asks the server for this slot's place in the next
 //                                         round, waiting up to HOROVOD_ELASTIC_TIMEOUT seconds (600); init's
 //                                         rendezvous waits that long for the round's other ranks too
+//   HVD_ELASTIC_STANDBY                   1: started by hvdrun outside any round (a replacement, a new host):
+//                                         the first init waits for a round that includes this slot
 //   CUDA_VISIBLE_DEVICES                  honoured by the CUDA runtime when pinning
 // Invalid values (not a number, out of range, inconsistent identity) throw UsageError naming the
 // variable and the value.
@@ -103,8 +105,15 @@ struct RuntimeOptions {
   std::chrono::milliseconds rendezvousTimeout() const {
     return elastic ? std::chrono::milliseconds(elastic_timeout) : gloo_timeout;
   }
-  // "<HOROVOD_HOSTNAME>:<local rank>": this process's slot, which keeps its identity across rounds.
-  std::string slot() const { return hostname + ":" + std::to_string(local_rank); }
+  // A process the driver started outside any round (HVD_ELASTIC_STANDBY=1: a replacement, or a new host's):
+  // its first init waits for the first round that takes its slot in, as a re-initialization does.
+  bool elastic_standby = false;
+  // The local rank the process was started with (HOROVOD_LOCAL_RANK): with HOROVOD_HOSTNAME it names the
+  // process's slot in every round, and it chooses the GPU, so a process keeps its device when a round
+  // renumbers the ranks of its host (local_rank is the round's).
+  int slot_local_rank = 0;
+  // "<HOROVOD_HOSTNAME>:<slot_local_rank>": this process's slot, which keeps its identity across rounds.
+  std::string slot() const { return hostname + ":" + std::to_string(slot_local_rank); }
 
   // Reads the variables above through getenv (injectable for tests) and validates them. SIZE > 1
   // without a rendezvous server is a UsageError (Horovod silently runs every rank as a single process

@@ -216,7 +216,8 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
   cycle_time_ = options_.cycle_time;
   busy_poll_ = options_.busy_poll.value_or(options_.local_size > shm::onlineCores() ? std::chrono::microseconds(0)
                                                                                     : RuntimeOptions::kDefaultBusyPoll);
-  const auto pin = pinGpu(options_.local_rank, options_.gpu_pinning);
+  // An elastic process keeps the device of its slot when a round renumbers its host's ranks.
+  const auto pin = pinGpu(options_.elastic ? options_.slot_local_rank : options_.local_rank, options_.gpu_pinning);
   device_ = pin.device;
   log(LogLevel::kDebug, pin.detail);
 

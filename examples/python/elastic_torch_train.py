@@ -42,6 +42,11 @@ the epoch) of epoch EPOCH (from 0). With --crash-marker PATH, the crash happens 
 exist yet (the worker creates it first), so a job crashes once even when a restored state or a
 replacement worker passes the same point again. --step-seconds S sleeps S seconds after each step, to
 give a driver time to add or remove hosts while the job trains.
+
+Checkpoints, for comparing an elastic run with an uninterrupted one: --save-commits DIR makes rank 0 write
+the committed state (model, optimizer, sampler, epoch, batch, loss) to DIR/commit-e<EPOCH>-b<BATCH>.pt at
+every commit; --resume FILE starts from such a file instead of from scratch (the learning rate is scaled
+to this job's size, as after a reset).
 """
 
 import argparse
@@ -72,6 +77,8 @@ def parse_args():
     parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep after each step")
     parser.add_argument("--crash-at", default=None, metavar="RANK:EPOCH:BATCH")
     parser.add_argument("--crash-marker", default=None, metavar="PATH")
+    parser.add_argument("--save-commits", default=None, metavar="DIR")
+    parser.add_argument("--resume", default=None, metavar="FILE")
     args = parser.parse_args()
     if args.epochs < 1 or args.samples < 1 or args.batch_size < 1 or args.batches_per_commit < 1:
         parser.error("--epochs, --samples, --batch-size and --batches-per-commit must be >= 1")
@@ -124,9 +131,28 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=args.seed)
+    start = {"epoch": 0, "batch": 0, "loss": math.nan}
+    if args.resume is not None:
+        saved = torch.load(args.resume)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * hvd.size()
+        sampler.load_state_dict(saved["sampler"])
+        start = {key: saved[key] for key in start}
 
-    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0, batch=0,
-                                   loss=math.nan)
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, **start)
+
+    def commit():
+        """state.commit(), with rank 0 writing the committed state to --save-commits first."""
+        state.save()
+        if args.save_commits is not None and hvd.rank() == 0:
+            saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                     "sampler": sampler.state_dict(), "epoch": state.epoch, "batch": state.batch, "loss": state.loss}
+            path = os.path.join(args.save_commits, f"commit-e{state.epoch}-b{state.batch}.pt")
+            torch.save(saved, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        state.check_host_updates()
 
     def on_reset():
         for group in optimizer.param_groups:
@@ -160,7 +186,7 @@ def main():
                 state.sampler.record_batch(idx, args.batch_size)
                 state.batch = batch + 1  # batches done in this epoch
                 if state.batch % args.batches_per_commit == 0:
-                    state.commit()
+                    commit()
             # The loss of the batches this call trained in this epoch (all of them unless a reset came
             # mid-epoch), averaged over the ranks.
             mean = total / count if count else 0.0
@@ -170,7 +196,7 @@ def main():
             state.sampler.set_epoch(state.epoch)
             if hvd.rank() == 0:
                 print(f"epoch {state.epoch}: loss {state.loss!r} size {hvd.size()}", flush=True)
-            state.commit()
+            commit()
 
     train(state)
 

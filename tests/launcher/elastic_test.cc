@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <set>
 #include <regex>
 #include <thread>
 
@@ -41,23 +42,44 @@ std::string describe(const std::vector<Placement>& plan) {
 
 }  // namespace
 
+std::string describe(const std::vector<ElasticPlace>& plan) {
+  std::vector<Placement> places;
+  for (const auto& e : plan) {
+    places.push_back(e.place);
+    CHECK(e.slot == slotName(e.place.host.name, e.index));
+  }
+  return describe(places);
+}
+
+std::set<std::string> all(const std::vector<std::string>& slots) { return {slots.begin(), slots.end()}; }
+
 TEST_CASE("elastic rounds: slots host by host up to --max-np, survivors first", "[elastic][plan]") {
   const std::vector<HostSpec> hosts = {host("a", 2), host("b", 2), host("c", 1)};
+  CHECK(offeredSlots(hosts, std::nullopt) == std::vector<std::string>{"a:0", "a:1", "b:0", "b:1", "c:0"});
+  CHECK(offeredSlots(hosts, 3) == std::vector<std::string>{"a:0", "a:1", "b:0"});
   // First round: host order, local ranks 0..n-1; cross ranks over hosts with that local rank.
-  auto first = planElasticRound(hosts, {}, std::nullopt);
+  auto first = planElasticRound(hosts, {}, all(offeredSlots(hosts, std::nullopt)), std::nullopt);
   CHECK(describe(first) == "a:0=0/5 l0/2 x0/3;a:1=1/5 l1/2 x0/2;b:0=2/5 l0/2 x1/3;b:1=3/5 l1/2 x1/2;c:0=4/5 l0/1 x2/3;");
-  // --max-np 3 leaves b's second slot and c idle.
-  CHECK(describe(planElasticRound(hosts, {}, 3)) == "a:0=0/3 l0/2 x0/2;a:1=1/3 l1/2 x0/1;b:0=2/3 l0/1 x1/2;");
-  // a:0 died and is started again: the survivors keep their order and come first, so rank 0 is a process
-  // that holds the state; the new process comes last.
-  auto again = planElasticRound(hosts, {"a:1", "b:0", "b:1", "c:0"}, std::nullopt);
+  // --max-np 3 leaves b's second slot and c idle, even when they are ready.
+  CHECK(describe(planElasticRound(hosts, {}, all(offeredSlots(hosts, std::nullopt)), 3)) ==
+        "a:0=0/3 l0/2 x0/2;a:1=1/3 l1/2 x0/1;b:0=2/3 l0/1 x1/2;");
+  // a:0 died: the round goes on without it. a:1 is its host's only member, so its local rank is 0.
+  auto without = planElasticRound(hosts, {"a:1", "b:0", "b:1", "c:0"}, {}, std::nullopt);
+  CHECK(describe(without) == "a:0=0/4 l0/1 x0/3;b:0=1/4 l0/2 x1/3;b:1=2/4 l1/2 x0/1;c:0=3/4 l0/1 x2/3;");
+  CHECK(without[0].slot == "a:1");
+  CHECK(without[0].index == 1);
+  // Its replacement is ready: the survivors keep their order and come first (rank 0 holds the state), the
+  // new process comes last; a's slots have their indexes as local ranks again.
+  auto again = planElasticRound(hosts, {"a:1", "b:0", "b:1", "c:0"}, {"a:0"}, std::nullopt);
   CHECK(describe(again) == "a:1=0/5 l1/2 x0/2;b:0=1/5 l0/2 x1/3;b:1=2/5 l1/2 x1/2;c:0=3/5 l0/1 x2/3;a:0=4/5 l0/2 x0/3;");
   // Host b gone: its slots leave, the others close up.
-  auto without_b = planElasticRound({host("a", 2), host("c", 1)}, {"a:0", "a:1", "b:0", "b:1", "c:0"}, std::nullopt);
+  auto without_b = planElasticRound({host("a", 2), host("c", 1)}, {"a:0", "a:1", "b:0", "b:1", "c:0"}, {}, std::nullopt);
   CHECK(describe(without_b) == "a:0=0/3 l0/2 x0/2;a:1=1/3 l1/2 x0/1;c:0=2/3 l0/1 x1/2;");
-  // A survivor whose slot is no longer offered (its host shrank) is left out.
-  CHECK(planElasticRound({host("a", 1)}, {"a:1", "a:0"}, std::nullopt).size() == 1);
-  CHECK(planElasticRound({}, {"a:0"}, std::nullopt).empty());
+  // A survivor whose slot is no longer offered (its host shrank) is left out; slots nobody holds are not
+  // members.
+  CHECK(planElasticRound({host("a", 1)}, {"a:1", "a:0"}, {}, std::nullopt).size() == 1);
+  CHECK(planElasticRound({host("a", 3)}, {}, {}, std::nullopt).empty());
+  CHECK(planElasticRound({}, {"a:0"}, {"a:1"}, std::nullopt).empty());
 }
 
 TEST_CASE("elastic blacklist cooldown: MIN, 2 MIN, 4 MIN ... capped at MAX", "[elastic][plan]") {
@@ -97,6 +119,34 @@ bool waitForText(const std::string& path, const std::string& text, std::chrono::
   return false;
 }
 
+// Shell for a worker that asks for its place the way libhvd does when it is started on standby (outside a
+// round): GET /rank_and_size/<slot>?round=N until a round takes it in; then HOROVOD_RANK, HOROVOD_SIZE and
+// HVD_ELASTIC_ROUND are the round's. $RAW is the raw-bytes client (tests/rendezvous/raw_request.cc).
+const char* const kJoinIfStandby = R"SH(
+if [ -n "${HVD_ELASTIC_STANDBY:-}" ]; then
+  r=$HVD_ELASTIC_ROUND
+  while :; do
+    a=$(printf 'GET /rank_and_size/%s:%s?round=%s HTTP/1.1\r\nHost: x\r\nX-Hvd-Token: %s\r\n\r\n' \
+      "$HOROVOD_HOSTNAME" "$HOROVOD_LOCAL_RANK" "$r" "${HVD_RENDEZVOUS_TOKEN:-}" |
+      "$RAW" "$HOROVOD_GLOO_RENDEZVOUS_ADDR" "$HOROVOD_GLOO_RENDEZVOUS_PORT") || exit 20
+    body=$(printf '%s\n' "$a" | tail -n 1)
+    round=$(printf '%s\n' "$a" | tr -d '\r' | sed -n 's/^X-Hvd-Round: //p')
+    case $body in
+      -1,*) r=$round ;;
+      [0-9]*) break ;;
+      *) sleep 0.1 ;;
+    esac
+  done
+  HOROVOD_RANK=${body%%,*}; rest=${body#*,}; HOROVOD_SIZE=${rest%%,*}; HVD_ELASTIC_ROUND=$round
+fi
+)SH";
+
+std::string rawRequest() {
+  const char* path = std::getenv("HVD_TEST_RAW_REQUEST");  // set by tests/launcher/CMakeLists.txt
+  REQUIRE(path != nullptr);
+  return "RAW=" + std::string(path);
+}
+
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
@@ -109,21 +159,24 @@ size_t count(const std::string& text, const std::string& what) {
 TEST_CASE("elastic: a worker that fails on a healthy host is started again there, and the job goes on",
           "[elastic][job]") {
   const std::string marker = uniqueMarker();
-  // Round 1: the process of slot localhost:0 (rank 0) fails; round 2 starts a new one there. The survivor
-  // (slot localhost:1) becomes rank 0, the new process rank 1.
+  // Round 1: the process of slot localhost:0 (rank 0) fails. Round 2 goes on with the survivor (slot
+  // localhost:1, now rank 0 of 1) while a new process for localhost:0 starts on standby; once it asks for
+  // its place, round 3 takes it in as rank 1.
   const auto r = hvdrun({"-np", "2", "--min-np", "1", "-H", "localhost:2", "sh", "-c",
-                         "echo \"slot $HOROVOD_HOSTNAME:$HOROVOD_LOCAL_RANK rank $HOROVOD_RANK of $HOROVOD_SIZE round "
-                         "$HVD_ELASTIC_ROUND elastic $HOROVOD_ELASTIC timeout $HOROVOD_ELASTIC_TIMEOUT\"; "
-                         "if [ $HVD_ELASTIC_ROUND = 1 ] && [ $HOROVOD_RANK = 0 ]; then exit 7; fi; sleep 1"},
-                        {marker});
+                         std::string(kJoinIfStandby) +
+                             "echo \"slot $HOROVOD_HOSTNAME:$HOROVOD_LOCAL_RANK rank $HOROVOD_RANK of $HOROVOD_SIZE "
+                             "round $HVD_ELASTIC_ROUND elastic $HOROVOD_ELASTIC timeout $HOROVOD_ELASTIC_TIMEOUT\"; "
+                             "if [ $HVD_ELASTIC_ROUND = 1 ] && [ $HOROVOD_RANK = 0 ]; then exit 7; fi; sleep 2"},
+                        {marker, rawRequest()});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:slot localhost:0 rank 0 of 2 round 1 elastic 1 timeout 600"));
   CHECK_THAT(r.out, Catch::Contains("[1]<stdout>:slot localhost:1 rank 1 of 2 round 1"));
-  CHECK_THAT(r.out, Catch::Contains("[2]<stdout>:slot localhost:0 rank 1 of 2 round 2"));
   CHECK_THAT(r.err, Catch::Contains("hvdrun: rank 0 (slot localhost:0, worker 0) on localhost failed with exit code 7; "
                                     "re-forming the job"));
-  CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 2: 2 ranks on localhost:2"));
+  CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 2: 1 ranks on localhost:1\n"));
+  CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 3: 2 ranks on localhost:2\n"));
+  CHECK_THAT(r.out, Catch::Contains("[2]<stdout>:slot localhost:0 rank 1 of 2 round 3"));
   CHECK_THAT(r.err, !Catch::Contains("blacklist"));
   CHECK(processesWithEnv(marker).empty());
 }
@@ -136,10 +189,13 @@ TEST_CASE("elastic: a host whose workers keep failing is blacklisted, and the jo
                          "echo \"done at round $HVD_ELASTIC_ROUND\""});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK(count(r.err, "on 127.0.0.1 failed with exit code 5; re-forming the job") == 3);
+  // The member fails in round 1, then the two standby processes started in its place.
+  CHECK(count(r.err, "on 127.0.0.1 failed with exit code 5; re-forming the job") == 1);
+  CHECK(count(r.err, "hvdrun: the standby process of slot 127.0.0.1:0 (worker ") == 2);
   CHECK_THAT(r.err, Catch::Contains("hvdrun: blacklisting host 127.0.0.1 for the rest of the job: 3 worker failures "
                                     "within 60 s"));
-  CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 4: 1 ranks on localhost:1"));
+  CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 2: 1 ranks on localhost:1"));
+  CHECK_THAT(r.err, !Catch::Contains("elastic round 3"));
   CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:done at round 1"));
 }
 
@@ -165,14 +221,17 @@ TEST_CASE("elastic: every worker of a round failing ends the job with the worker
 }
 
 TEST_CASE("elastic: --reset-limit ends the job when it would re-form once more", "[elastic][job]") {
-  const auto r = hvdrun({"-np", "2", "--min-np", "1", "--reset-limit", "1", "-H", "localhost:2", "sh", "-c",
-                         "if [ $HOROVOD_LOCAL_RANK = 1 ]; then exit 3; fi; sleep 10"});
+  // Slot 1 fails at once (round 2 goes on without it), slot 2 a second later: a third round is one
+  // re-formation too many. Standby processes never ask for a place here.
+  const auto r = hvdrun({"-np", "3", "--min-np", "1", "--reset-limit", "1", "-H", "localhost:3", "sh", "-c",
+                         "if [ -z \"${HVD_ELASTIC_STANDBY:-}\" ]; then case $HOROVOD_LOCAL_RANK in 1) exit 3;; 2) sleep 1; "
+                         "exit 3;; esac; fi; sleep 10"});
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 2: 2 ranks on localhost:2"));
   CHECK_THAT(r.err, Catch::Contains("hvdrun: error: the job would re-form a 2nd time, past --reset-limit 1 (lost: "
                                     "rank 1 (slot localhost:1, worker 1) on localhost: exit code 3; rank 1 (slot "
-                                    "localhost:1, worker 2) on localhost: exit code 3)"));
+                                    "localhost:2, worker 2) on localhost: exit code 3)"));
   CHECK(r.elapsed < 8s);  // not the survivor's 10 s
 }
 
@@ -183,17 +242,20 @@ TEST_CASE("elastic: the discovery script adds and removes hosts; --max-np caps t
   const std::string marker = uniqueMarker();
   const auto started = startProcess({hvdrunPath(), "-np", "1", "--max-np", "2", "--host-discovery-script", script,
                                      "sh", "-c",
-                                     "echo \"$HOROVOD_HOSTNAME rank $HOROVOD_RANK of $HOROVOD_SIZE round "
-                                     "$HVD_ELASTIC_ROUND\"; sleep 30"},
-                                    dir, {marker});
+                                     std::string(kJoinIfStandby) +
+                                         "echo \"$HOROVOD_HOSTNAME rank $HOROVOD_RANK of $HOROVOD_SIZE round "
+                                         "$HVD_ELASTIC_ROUND\"; sleep 30"},
+                                    dir, {marker, rawRequest()});
   REQUIRE(waitForText(dir + "/out.txt", "localhost rank 0 of 1 round 1", 10s));
   // Two more hosts: one is taken (--max-np 2), in the order of the output.
   writeFile(dir + "/hosts", "localhost:1\n127.0.0.1:1\n127.0.0.2:1\n");
   REQUIRE(waitForText(dir + "/out.txt", "127.0.0.1 rank 1 of 2 round 2", 10s));
-  // localhost leaves: its worker is stopped, 127.0.0.1 goes on alone as rank 0, and 127.0.0.2 is taken.
+  // localhost leaves: its worker is stopped, 127.0.0.1 goes on alone as rank 0 (round 3), and 127.0.0.2's
+  // process joins once it is ready (round 4).
   writeFile(dir + "/hosts", "127.0.0.1:1\n127.0.0.2:1\n");
-  REQUIRE(waitForText(dir + "/err.txt", "hvdrun: elastic round 3: 2 ranks on 127.0.0.1:1, 127.0.0.2:1", 10s));
-  REQUIRE(waitForText(dir + "/out.txt", "127.0.0.2 rank 1 of 2 round 3", 10s));
+  REQUIRE(waitForText(dir + "/err.txt", "hvdrun: elastic round 3: 1 ranks on 127.0.0.1:1\n", 10s));
+  REQUIRE(waitForText(dir + "/err.txt", "hvdrun: elastic round 4: 2 ranks on 127.0.0.1:1, 127.0.0.2:1", 10s));
+  REQUIRE(waitForText(dir + "/out.txt", "127.0.0.2 rank 1 of 2 round 4", 10s));
   ::kill(started.pid, SIGTERM);
   CHECK(waitProcess(started.pid, 20000ms) == 128 + SIGTERM);
   CHECK(waitUntilGone(marker, 5000ms).empty());
@@ -256,11 +318,13 @@ TEST_CASE("elastic: a job whose hosts never come fails after --elastic-timeout, 
 TEST_CASE("elastic: SIGKILL of hvdrun while the job re-forms leaves no process behind", "[elastic][job][signals]") {
   const std::string dir = makeTempDir();
   const std::string marker = uniqueMarker();
-  // Slot 1 fails every 0.3 s and is started again: the job is re-forming all the time.
+  // Slot 1 fails after 0.3 s, and so do the processes started in its place: the job re-forms and starts
+  // processes all the time.
   const auto started = startProcess({hvdrunPath(), "-np", "3", "--min-np", "1", "-H", "localhost:3", "sh", "-c",
                                      "if [ $HOROVOD_LOCAL_RANK = 1 ]; then sleep 0.3; exit 1; fi; sleep 60"},
                                     dir, {marker});
-  REQUIRE(waitForText(dir + "/err.txt", "elastic round 3", 10s));
+  REQUIRE(waitForText(dir + "/err.txt", "elastic round 2", 10s));
+  REQUIRE(waitForText(dir + "/err.txt", "the standby process of slot localhost:1", 10s));
   ::kill(started.pid, SIGKILL);
   waitProcess(started.pid, 5000ms);
   CHECK(waitUntilGone(marker, 5000ms).empty());

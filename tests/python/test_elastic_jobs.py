@@ -5,6 +5,7 @@ recovers from a crashed worker. hvdrun's own elastic tests (tests/launcher) cove
 
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -242,35 +243,87 @@ def test_example_crash_in_a_static_job_fails_the_job(tmp_path):
     assert "crash: rank 1 epoch 0 batch 2" in job.rank_output(1), job
 
 
-def test_example_recovers_from_a_crash_in_an_elastic_job(tmp_path):
-    """A worker crashes between two commits of an elastic job: rank 0 restores the last commit, the job
-    re-forms with a replacement worker (synchronized from rank 0), and training ends with the parameters
-    of a run without the crash, bit for bit (the same batches on the same number of ranks)."""
-    static = run_example(tmp_path, 2, "--epochs", "3")
-    assert static.returncode == 0, static
-    expected = re.fullmatch(FINAL, static.rank_output(0)[-2]).group(6)
+def worker_pids(marker, slot_index):
+    """Live processes started by hvdrun with `marker` ("NAME=VALUE") in their environment for slot index
+    `slot_index` (HOROVOD_LOCAL_RANK), leaving out standby processes."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (marker.encode() in env and f"HOROVOD_LOCAL_RANK={slot_index}".encode() in env
+                and b"HVD_ELASTIC_STANDBY=1" not in env):
+            pids.append(int(entry))
+    return pids
 
-    marker = tmp_path / "crashed"
-    job = run_example(tmp_path, 2, "--epochs", "3", "--crash-at", "1:1:1", "--crash-marker", str(marker),
-                      flags=("--min-np", "1", "--max-np", "2"))
+
+def run_until(cmd, env, cwd, on_line, timeout=180):
+    """Runs cmd, calling on_line(line) for each line of its stdout as it comes; returns a Job."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd) as proc:
+        out = []
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                on_line(line)
+            stderr = proc.stderr.read()
+            proc.wait(timeout=timeout)
+        finally:
+            proc.kill()
+    return Job(subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), stderr))
+
+
+def test_example_goes_on_after_a_worker_is_sigkilled(tmp_path):
+    """A worker is SIGKILLed mid-training. The survivor goes on at the smaller size from the last commit
+    (the process started again in the killed one's slot waits on standby and joins at a later commit), and
+    the job finishes. Its final parameters are those of an uninterrupted run resumed from the commit where
+    the job last re-formed, at the size it finished with, bit for bit."""
+    commits = tmp_path / "commits"
+    commits.mkdir()
+    marker = f"HVD_TEST_MARKER=elastic{os.getpid()}"
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR), HVD_TEST_MARKER=marker.split("=", 1)[1])
+    cmd = [str(HVDRUN), "-np", "2", "--min-np", "1", "--max-np", "2", "-H", "localhost:2", PYTHON, str(EXAMPLE),
+           "--epochs", "3", "--step-seconds", "0.02", "--save-commits", str(commits)]
+    killed = []
+
+    def kill_after_epoch_1(line):
+        if not killed and "[0]<stdout>:epoch 1:" in line:
+            pids = worker_pids(marker, 1)
+            assert len(pids) == 1, pids
+            os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids[0])
+
+    job = run_until(cmd, env, tmp_path, kill_after_epoch_1)
     assert job.returncode == 0, job
+    assert killed, job
+    assert "hvdrun: rank 1 (slot localhost:1, worker 1) on localhost failed with signal 9" in job.stderr, job
     lines = job.rank_output(0)
-    starts = [re.fullmatch(START, line) for line in lines if line.startswith("start:")]
-    assert [m.groups()[2:] for m in starts] == [("0", "0"), ("1", "0")], job  # back to the end of epoch 1
-    assert int(starts[1].group(2)) > int(starts[0].group(2)) >= 0  # a newer round
-    resets = [re.fullmatch(RESET, line) for line in lines if line.startswith("reset:")]
-    assert len(resets) == 1 and resets[0].group(1, 2) == ("0", "2"), job
+    starts = [re.fullmatch(START, line).groups() for line in lines if line.startswith("start:")]
+    # The first start, then the survivor alone from the last commit (at or after the end of epoch 1), then
+    # (if the replacement was ready before the end) both again.
+    assert starts[0][0] == "2" and starts[1][0] == "1" and int(starts[1][2]) >= 1, job
+    assert len(starts) <= 3 and all(s[0] == "2" for s in starts[2:]), job
     final = re.fullmatch(FINAL, lines[-2])
-    assert final and final.group(1) == "2" and final.group(6) == expected, job
+    assert final and final.group(1) == starts[-1][0] and final.group(3) == "3", job
+
+    size, _, epoch, batch = starts[-1]
+    reference = run_example(tmp_path, int(size), "--epochs", "3", "--resume",
+                            str(commits / f"commit-e{epoch}-b{batch}.pt"))
+    assert reference.returncode == 0, reference
+    ref_final = re.fullmatch(FINAL, reference.rank_output(0)[-2])
+    assert ref_final and ref_final.group(6) == final.group(6), (job, reference)
     verdicts = [line for n in job.lines for line in job.rank_output(n) if re.fullmatch(VERDICT, line)]
-    assert sorted(verdicts) == ["rank 0 of 2: parameters bit-identical to rank 0's",
-                                "rank 1 of 2: parameters bit-identical to rank 0's"], job
+    assert sorted(verdicts) == [f"rank {r} of {size}: parameters bit-identical to rank 0's" for r in range(int(size))], job
 
 
 def test_example_grows_when_hosts_are_added(tmp_path):
-    """One worker trains; once it has finished an epoch, the discovery script offers two more slots. At its
-    next commit the worker gets HostsUpdatedInterrupt (no restore), the job re-forms with 3 ranks, the new
-    workers are synchronized from rank 0 and every rank trains on its share of the rest of the epoch."""
+    """One worker trains; once it has finished an epoch, the discovery script offers two more slots. hvdrun
+    starts their processes at once on standby; as they become ready, the workers get HostsUpdatedInterrupt
+    at their next commit (no restore), the job re-forms, the new workers are synchronized from rank 0 and
+    every rank trains on its share of the rest of the epoch, up to 3 ranks."""
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:1\n")
     script = tmp_path / "discover.sh"
@@ -279,26 +332,22 @@ def test_example_grows_when_hosts_are_added(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR))
     cmd = [str(HVDRUN), "-np", "1", "--min-np", "1", "--max-np", "3", "--host-discovery-script", str(script),
            PYTHON, str(EXAMPLE), "--epochs", "4", "--step-seconds", "0.02"]
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          cwd=tmp_path) as proc:
-        out = []
-        try:
-            for line in proc.stdout:
-                out.append(line)
-                if "<stdout>:epoch 1:" in line:
-                    hosts.write_text("localhost:3\n")
-            stderr = proc.stderr.read()
-            proc.wait(timeout=180)
-        finally:
-            proc.kill()
-    job = Job(subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), stderr))
+
+    def add_hosts_after_epoch_1(line):
+        if "<stdout>:epoch 1:" in line:
+            hosts.write_text("localhost:3\n")
+
+    job = run_until(cmd, env, tmp_path, add_hosts_after_epoch_1)
     assert job.returncode == 0, job
     lines = job.rank_output(0)
     starts = [re.fullmatch(START, line).groups() for line in lines if line.startswith("start:")]
-    assert len(starts) == 2 and starts[0][:1] == ("1",) and starts[1][:1] == ("3",), job
-    # No restore: the second start is at or after the end of epoch 1 (a host update needs no restore).
-    assert int(starts[1][2]) >= 1, job
-    assert [line for line in lines if line.startswith("reset:")] == [f"reset: rank 0 size 3 round {starts[1][1]}"]
+    # The new processes join as each becomes ready: one or two re-formations, growing to 3 ranks.
+    sizes = [int(s[0]) for s in starts]
+    assert sizes[0] == 1 and sizes[-1] == 3 and sizes == sorted(sizes) and len(starts) in (2, 3), job
+    # No restore: every later start is at or after the end of epoch 1 (a host update needs no restore).
+    assert all(int(s[2]) >= 1 for s in starts[1:]), job
+    assert [line for line in lines if line.startswith("reset:")] == [f"reset: rank 0 size {s[0]} round {s[1]}"
+                                                                      for s in starts[1:]], job
     final = re.fullmatch(FINAL, lines[-2])
     assert final and final.group(1, 3) == ("3", "4"), job
     verdicts = sorted(line for n in job.lines for line in job.rank_output(n) if re.fullmatch(VERDICT, line))
