@@ -2,8 +2,8 @@
 // and hosts come and go.
 //
 // Membership is a sequence of rounds served by the rendezvous server (rendezvous/round.h). The driver
-// reconciles what runs with what should run: after every worker exit (a short debounce gathers the exits
-// of one event), every discovery result and every cooldown expiry, it plans the slots the usable hosts
+// reconciles what runs with what should run: after every worker exit (kSettle gathers the exits of one
+// event), every discovery result and every cooldown expiry, it plans the slots the usable hosts
 // offer and, when they differ from the current round's members or a member has died, begins the next
 // round: workers left out are stopped, every slot without a live process gets one, and the survivors
 // learn of the round when a collective fails (a peer died) or between steps (GET /round_news, from
@@ -41,6 +41,9 @@ namespace hvd::launcher {
 inline constexpr int kFailuresToBlacklist = 3;
 inline constexpr std::chrono::seconds kFailureWindow{60};
 inline constexpr std::chrono::seconds kDefaultDiscoveryTimeout{30};
+// After a worker's exit, the driver waits this long for the exits of the same event (a host going down ends
+// all its workers within milliseconds) so that they make one round.
+inline constexpr std::chrono::milliseconds kSettle{10};
 
 // "<host>:<local_rank>": a process's identity across rounds (horovodrun's), as rank_and_size names it.
 std::string slotName(const std::string& host, int local_rank);

@@ -92,7 +92,8 @@ def get(data, key):
 
 def why_absent(data, *subjects):
     for s in subjects:
-        section = s.split(":")[0] if s in ("rendezvous", "ssh", "hier") or s.startswith("train") else None
+        section = (s.split(":")[0] if s in ("rendezvous", "ssh", "hier") or s.startswith(("train", "elastic"))
+                   else None)
         section = "shm" if s.startswith("shm") else section
         if section and section not in data.get("sections", [section]):
             return f"section `{section}` not selected in this run"
@@ -221,6 +222,7 @@ def evaluate_targets(data):
                         "synchronize each: <= 1.5 ms", "pyfusion.total.hvd", 1500.0, False, "us",
                         ["train:hvd", "hvdrun"]),
     ]
+    ts += elastic_targets(data)
     ts += shm_targets(data)
     # The same targets read from the other measurement of ours, as a cross-check (not the verdict).
     alt = {"hvd_bench": ("hvd", "gloo"), "hvd": ("hvd_bench", "gloo_bench")}[o]
@@ -468,6 +470,7 @@ def render(data, chart_errors):
     L += ssh_md(data)
     L += hier_md(data)
     L += train_md(data)
+    L += elastic_md(data)
     L += missed_md(data)
     L += failures_md(data)
     L += method_md(data)
@@ -796,6 +799,52 @@ def hier_md(data):
                + ": no single winner.") + " By the medians over the rounds; the round-by-round ratios (hierarchical "
               "÷ flat of the same round, median [min-max]) show whether the order held in every round.", ""]
     return L
+
+
+ELASTIC_TEXT = {
+    "death": ("a worker SIGKILLed: time from the kill to the survivor's first step completed after it "
+              "re-initialized", 1000.0),
+    "add": ("a host added to the discovery output: time from that write to the first step completed at the new "
+            "size", 2000.0),
+}
+
+
+def elastic_targets(data):
+    ts = []
+    for scenario, (text, limit) in ELASTIC_TEXT.items():
+        ts.append(absolute_target(data, f"elastic-{scenario}", None, f"elastic, {text}: <= {limit / 1000:g} s "
+                                  + ("(1 s plus the discovery interval)" if scenario == "add" else ""),
+                                  f"elastic.{scenario}.hvd", limit, False, "ms", ["elastic:hvd", "hvdrun"]))
+        ts.append(ratio_target(data, f"elastic-{scenario}-vs-horovod", None, f"elastic, {text}: <= 0.2x Horovod's "
+                               "elastic driver (5x faster)", f"elastic.{scenario}.hvd", f"elastic.{scenario}.horovod",
+                               0.2, False, "ms", ["elastic:hvd", "hvdrun", "horovod"]))
+    return ts
+
+
+def elastic_md(data):
+    L = ["## Elastic recovery", ""]
+    absent = section_absent(data, "elastic", "elastic:hvd")
+    if absent and not any(k.startswith("elastic.") for k in data["summary"]):
+        return L + absent
+    if absent:
+        L += absent
+    L += ["`bench/elastic/recovery.py` on `bench/elastic/worker.py`, one script on Horovod's elastic API (a small "
+          "Linear model, a DistributedOptimizer step and `state.commit()` each step, 20 ms sleep between steps). "
+          "ours: `hvdrun --horovod-compat` (the script's `import horovod` is hvd); Horovod: its own "
+          "`horovodrun --gloo`. Both: `--min-np 1 --max-np 2 --network-interface lo` and a discovery script listing "
+          "`localhost` and `127.0.0.1`, two names of this machine, so that Horovod, which blacklists a whole host "
+          "when a worker fails, can go on. death: 2 workers; after 20 steps each, the one on 127.0.0.1 is "
+          "SIGKILLed. add: 1 worker on localhost; after 20 steps, `127.0.0.1:1` is added to the discovery output. "
+          "Time in ms; re-initialized: to the first reset callback in the new membership.", ""]
+    subs = ["hvd", "horovod"]
+    owners = {"hvd": ["elastic:hvd", "hvdrun"], "horovod": ["horovod"]}
+    rows = []
+    for scenario, (text, _) in ELASTIC_TEXT.items():
+        for fig, label in ((scenario, text), (f"{scenario}_reset", f"{scenario}: re-initialized")):
+            keys = {x: f"elastic.{fig}.{x}" for x in subs}
+            rows.append([label] + [subject_cell(data, keys[x], x, owners[x], failed_key=f"elastic.{scenario}.{x}")
+                                   for x in subs] + [ratio_str(get(data, keys["hvd"]), get(data, keys["horovod"]), False)])
+    return L + [table(["measure"] + [name(x) for x in subs] + ["ours ÷ Horovod"], rows), ""]
 
 
 def train_md(data):
