@@ -528,6 +528,18 @@ std::optional<std::string> closest(const std::string& word, const std::vector<st
   return best;
 }
 
+// The config file's `elastic` section (hvdrun's own: horovodrun's config file cannot set elastic options):
+// YAML key -> the flag it stands for when the flag is not given.
+const std::vector<std::pair<const char*, const char*>> kElasticYaml = {
+    {"min_np", "min-np"},
+    {"max_np", "max-np"},
+    {"slots_per_host", "slots-per-host"},
+    {"host_discovery_script", "host-discovery-script"},
+    {"elastic_timeout", "elastic-timeout"},
+    {"reset_limit", "reset-limit"},
+    {"blacklist_cooldown_range", "blacklist-cooldown-range"},  // [MIN, MAX]
+};
+
 // horovodrun's config format knows `controller` and the sections and keys of kTunables; it ignores
 // anything else, so a typo silently leaves a default. Here an unknown key is a usage error naming it,
 // with the closest known key when there is one.
@@ -540,6 +552,8 @@ void checkConfigKeys(const YAML::Node& root, const std::string& file) {
     if (std::find(sections.begin(), sections.end(), t.section) == sections.end()) sections.push_back(t.section);
     qualified.push_back(std::string(t.section) + "." + t.yaml);
   }
+  sections.push_back("elastic");
+  for (const auto& [yaml, flag] : kElasticYaml) qualified.push_back(std::string("elastic.") + yaml);
   const auto suggestion = [](const std::optional<std::string>& s) {
     return s ? " (did you mean " + *s + "?)" : std::string();
   };
@@ -664,7 +678,31 @@ std::optional<std::string> findExecutable(const std::string& program, const Envi
 
 // The elastic flags: checked whatever the mode; without --min-np or a discovery script they are ignored.
 void parseElastic(const po::options_description& desc, std::map<std::string, std::string>& last,
-                  const Environment& env, HvdrunOptions& o, std::vector<std::string>& warnings) {
+                  const Environment& env, const YAML::Node& config, const std::string& config_path, HvdrunOptions& o,
+                  std::vector<std::string>& warnings) {
+  // The config file's elastic section stands in for the flags that are not given (a flag always wins).
+  if (config && config["elastic"] && config["elastic"].IsMap()) {
+    for (const auto& [yaml, flag] : kElasticYaml) {
+      const YAML::Node node = config["elastic"][yaml];
+      const bool long_given = last.count(flag) > 0 ||
+                              (std::string(flag) == "min-np" && last.count("min-num-proc")) ||
+                              (std::string(flag) == "max-np" && last.count("max-num-proc"));
+      if (!node || long_given) continue;
+      const std::string where = detail::concat("config file ", config_path, ": elastic.", yaml);
+      if (std::string(flag) == "blacklist-cooldown-range") {
+        usageCheck(node.IsSequence() && node.size() == 2 && node[0].IsScalar() && node[1].IsScalar(), where,
+                   ": expected [MIN, MAX]");
+        last[flag] = node[0].Scalar() + " " + node[1].Scalar();
+      } else {
+        usageCheck(node.IsScalar(), where, ": expected a single value");
+        last[flag] = node.Scalar();
+      }
+    }
+    if (!o.slots_per_host && last.count("slots-per-host")) {
+      o.slots_per_host = toInt(desc, "slots-per-host", last["slots-per-host"]);
+      usageCheck(*o.slots_per_host >= 0, "argument --slots-per-host: must be >= 0, got ", *o.slots_per_host);
+    }
+  }
   const auto given = [&](const char* key) { return last.count(key) > 0; };
   // The long and the short spelling share one setting, as in horovodrun.
   const char* min_key = given("min-num-proc") ? "min-num-proc" : "min-np";
@@ -982,7 +1020,7 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     }
   }
 
-  parseElastic(desc, last, env, o, result.warnings);
+  parseElastic(desc, last, env, config, config_path, o, result.warnings);
 
   o.command = tokens.command;
   return result;

@@ -233,6 +233,34 @@ logging:
               "HOROVOD_FUSION_THRESHOLD") == "1048576");
 }
 
+TEST_CASE("the config file's elastic section stands in for the elastic flags; a flag wins", "[cli][elastic]") {
+  const std::string dir = test::makeTempDir();
+  const std::string cfg = dir + "/elastic.yaml";
+  std::ofstream(cfg) << R"(elastic:
+  min_np: 2
+  max_np: 8
+  slots_per_host: 4
+  elastic_timeout: 30
+  reset_limit: 3
+  blacklist_cooldown_range: [5, 60]
+)";
+  const auto o = parse({"-np", "4", "--config-file", cfg, "--max-np", "6", "t"});
+  REQUIRE(o.elastic);
+  CHECK(o.elastic->min_np == 2);
+  CHECK(o.elastic->max_np == 6);  // the flag
+  CHECK(o.slots_per_host == 4);
+  CHECK(o.elastic->timeout == std::chrono::seconds(30));
+  CHECK(o.elastic->reset_limit == 3);
+  CHECK(o.elastic->cooldown == std::make_pair(5, 60));
+  std::ofstream(dir + "/bad.yaml") << "elastic:\n  min_np: 1\n  blacklist_cooldown_range: 5\n";
+  CHECK_THROWS_WITH(parse({"-np", "4", "--config-file", dir + "/bad.yaml", "t"}),
+                    Catch::Contains("config file " + dir + "/bad.yaml: elastic.blacklist_cooldown_range: expected "
+                                    "[MIN, MAX]"));
+  std::ofstream(dir + "/typo.yaml") << "elastic:\n  min_nps: 1\n";
+  CHECK_THROWS_WITH(parse({"-np", "4", "--config-file", dir + "/typo.yaml", "t"}),
+                    Catch::Contains("unknown key 'elastic.min_nps' (did you mean min_np?)"));
+}
+
 TEST_CASE("-x forwards or sets variables", "[cli]") {
   const auto o = parse({"-np", "1", "-x", "A=1", "-x", "B", "-x", "C=x=y", "-xD=", "t"}, {{"B", "from env"}});
   CHECK(envOf(o, "A") == "1");
