@@ -178,23 +178,15 @@ class Driver : public WorkerEvents {
     w.ended = true;
     if (auto it = live_.find(w.slot); it != live_.end() && it->second == id) live_.erase(it);
     const bool stopped = w.worker->state() == WorkerState::kStopped;
-    const std::string who = detail::concat("rank ", w.rank, " (slot ", w.slot, ", worker ", id, ")");
+    const std::string who = w.standby ? detail::concat("the standby process of slot ", w.slot, " (worker ", id, ")")
+                                      : detail::concat("rank ", w.rank, " (slot ", w.slot, ", worker ", id, ")");
     if (w.removed || (stopped && !status.success() && stopping_)) {
       if (options_.verbose) message(Stream::kStdout, detail::concat("hvdrun: ", who, " stopped: ", status.describe(), "\n"));
     } else if (status.success()) {
       if (!finishing_ && options_.verbose) {
         message(Stream::kStdout, detail::concat("hvdrun: ", who, " exited 0: the job is finishing\n"));
       }
-      if (!finishing_) {
-        // No round will take the standby processes in any more.
-        for (auto& [other, s] : workers_) {
-          if (s.standby && !s.ended && !s.removed) {
-            s.removed = true;
-            s.worker->signal(SIGTERM);
-            armKillTimer();
-          }
-        }
-      }
+      if (!finishing_) beginFinishing(w);
       finishing_ = true;
     } else if (stopping_ || finishing_) {
       result_.failures[id] = WorkerFailure{w.host, status, std::chrono::system_clock::now()};
@@ -227,6 +219,8 @@ class Driver : public WorkerEvents {
     bool removed = false;  // stopped by the driver: left out of a round
     bool standby = false;  // started outside a round; a member once a round takes it in
     bool ready = false;    // standby and asking for its place
+    bool replacement = false;  // standby for a slot whose member was lost (its return is not a new reset)
+    uint64_t since = 0;        // the round it became a member in
   };
 
   // The discovery script's process: its stdout is the host list, its stderr goes to hvdrun's stderr.
@@ -421,19 +415,46 @@ class Driver : public WorkerEvents {
   // A worker failed: wait a moment for the exits of the same event (a host going down ends all its
   // workers) so that they make one round, not several.
   void settleThenReconcile() {
-    settle_timer_.expires_after(std::chrono::milliseconds(100));
+    settle_timer_.expires_after(kSettle);
     settle_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) reconcile();
     });
   }
 
-  // The live members of the current round, in rank order.
+  // The live members of the current round that hold the job's state, in rank order: members since the
+  // first round or since a round before the current one, or of the current one once it has formed (every
+  // member joined its rendezvous, and the first thing it runs is the sync); a process taken in by a round
+  // that has not formed may not have the state yet.
   std::vector<std::string> survivors() const {
+    std::optional<bool> formed;
     std::vector<std::string> out;
     for (const auto& slot : members_) {
-      if (const auto it = live_.find(slot); it != live_.end() && !workers_.at(it->second).standby) out.push_back(slot);
+      const WorkerRec& w = workers_.at(member_ids_.at(slot));
+      if (w.ended || w.removed) continue;
+      if (w.since == round_ && w.since != 1) {
+        if (!formed) formed = roundFormed();
+        if (!*formed) continue;
+      }
+      out.push_back(slot);
     }
     return out;
+  }
+
+  bool roundFormed() const {
+    const auto scopes = server_->scopes();
+    const auto global = scopes.find(rendezvous::roundScope(round_, "global"));
+    return global != scopes.end() && global->second.ever_joined_ranks.size() >= members_.size();
+  }
+
+  // A member of the current round is gone (ended, stopped) or was replaced by another process.
+  bool memberLost() const {
+    for (const auto& slot : members_) {
+      const int id = member_ids_.at(slot);
+      const WorkerRec& w = workers_.at(id);
+      const auto it = live_.find(slot);
+      if (w.ended || w.removed || it == live_.end() || it->second != id) return true;
+    }
+    return false;
   }
 
   void reconcile() {
@@ -443,29 +464,33 @@ class Driver : public WorkerEvents {
     if (round_ == 0) {
       if (static_cast<int>(offered.size()) < options_.num_proc) return;  // the start deadline runs
       below_timer_.cancel();
-      beginRound(planElasticRound(hosts, {}, std::set<std::string>(offered.begin(), offered.end()), elastic_.max_np));
+      beginRound(planElasticRound(hosts, {}, std::set<std::string>(offered.begin(), offered.end()), elastic_.max_np),
+                 false);
       return;
     }
     const std::set<std::string> wanted(offered.begin(), offered.end());
     // Workers whose slot is no longer offered (its host was removed, shrank or is blacklisted; --max-np) stop.
     for (auto& [id, w] : workers_) {
-      if (!w.ended && !w.removed && !wanted.count(w.slot)) {
-        w.removed = true;
-        w.worker->signal(SIGTERM);
-        armKillTimer();
-      }
+      if (!w.ended && !w.removed && !wanted.count(w.slot)) stopWorker(w);
     }
     // Every offered slot without a process gets one, on standby: it joins a round once it is ready, so
     // the running workers never wait for a process to start.
-    for (const auto& slot : offered) {
-      if (!live_.count(slot)) startStandby(hosts, slot);
-      if (stopping_) return;
+    if (!growth_stopped_) {
+      for (const auto& slot : offered) {
+        if (!live_.count(slot)) startStandby(hosts, slot);
+        if (stopping_) return;
+      }
     }
-    std::set<std::string> ready;
+    const auto holders = survivors();
+    std::set<std::string> joining;  // ready standby processes, and members that may not hold the state yet
     for (const auto& [slot, id] : live_) {
-      if (workers_.at(id).standby && workers_.at(id).ready) ready.insert(slot);
+      const WorkerRec& w = workers_.at(id);
+      if (w.removed) continue;
+      if ((w.standby && w.ready) || (!w.standby && std::find(holders.begin(), holders.end(), slot) == holders.end())) {
+        joining.insert(slot);
+      }
     }
-    const auto plan = planElasticRound(hosts, survivors(), ready, elastic_.max_np);
+    const auto plan = planElasticRound(hosts, holders, joining, elastic_.max_np);
     if (static_cast<int>(plan.size()) < elastic_.min_np) {
       belowMinimum(plan.size());
       return;
@@ -473,22 +498,62 @@ class Driver : public WorkerEvents {
     if (below_since_) {
       below_timer_.cancel();
       below_since_.reset();
-      message(Stream::kStderr, "hvdrun: enough slots again\n");
+      message(Stream::kStderr, "hvdrun: enough processes again\n");
     }
     std::vector<std::string> slots;
     for (const auto& e : plan) slots.push_back(e.slot);
-    if (slots == members_) return;  // the same members, all alive: nothing to re-form
-    if (survivors().empty()) {
+    const bool lost = memberLost() || reform_requested_;
+    if (slots == members_ && !lost) return;  // the same processes, all alive: nothing to re-form
+    if (holders.empty()) {
       fail(detail::concat("no process of elastic round ", round_, " is left to hand the job's state on",
                           lostSummary()));
       return;
     }
-    if (elastic_.reset_limit && resets_ >= *elastic_.reset_limit) {
+    // A round that only takes back processes replacing lost ones completes the re-formation their loss
+    // began: it is not another reset.
+    bool replacements_only = !lost;
+    for (const auto& slot : slots) {
+      if (std::find(members_.begin(), members_.end(), slot) != members_.end()) continue;
+      replacements_only = replacements_only && workers_.at(live_.at(slot)).replacement;
+    }
+    const bool counted = !replacements_only;
+    if (counted && elastic_.reset_limit && resets_ >= *elastic_.reset_limit) {
+      if (!lost) {
+        // Growing would pass the limit, but the job can go on as it is: it stays at its size.
+        if (!growth_stopped_) {
+          message(Stream::kStderr, detail::concat("hvdrun: not taking in more processes: the job re-formed ", resets_,
+                                                  " times (--reset-limit ", *elastic_.reset_limit, ")\n"));
+        }
+        growth_stopped_ = true;
+        for (auto& [id, w] : workers_) {
+          if (w.standby && !w.ended && !w.removed) stopWorker(w);
+        }
+        return;
+      }
       fail(detail::concat("the job would re-form a ", resets_ + 1, ordinalSuffix(resets_ + 1), " time, past --reset-limit ",
                           *elastic_.reset_limit, lostSummary()));
       return;
     }
-    beginRound(plan);
+    beginRound(plan, counted);
+  }
+
+  // Stops a worker the job no longer needs; its end is not a failure.
+  void stopWorker(WorkerRec& w) {
+    w.removed = true;
+    w.worker->signal(SIGTERM);
+    armKillTimer();
+  }
+
+  // The first worker returned from training with exit 0: no round will take standby processes in any
+  // more, and the members the current round took in can only finish with it if that worker was in it.
+  void beginFinishing(const WorkerRec& done) {
+    const auto joined = server_->lastRound(done.slot);
+    const bool round_complete = joined && *joined >= round_;
+    for (auto& [id, w] : workers_) {
+      if (w.ended || w.removed) continue;
+      if (w.standby || (!round_complete && w.since == round_ && round_ > 1)) stopWorker(w);
+    }
+    if (discovery_) discovery_->signal(SIGKILL);
   }
 
   static const char* ordinalSuffix(int n) {
@@ -515,13 +580,13 @@ class Driver : public WorkerEvents {
   void belowMinimum(size_t usable) {
     if (below_since_) return;
     below_since_ = Clock::now();
-    message(Stream::kStderr, detail::concat("hvdrun: only ", usable, " slots are usable, fewer than --min-np ",
+    message(Stream::kStderr, detail::concat("hvdrun: only ", usable, " processes are ready, fewer than --min-np ",
                                             elastic_.min_np, "; waiting up to ", elastic_.timeout.count(),
                                             " s (--elastic-timeout) for more\n"));
     below_timer_.expires_after(elastic_.timeout);
     below_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || !below_since_) return;
-      fail(detail::concat("fewer than --min-np ", elastic_.min_np, " slots were usable for ", elastic_.timeout.count(),
+      fail(detail::concat("fewer than --min-np ", elastic_.min_np, " processes were ready for ", elastic_.timeout.count(),
                           " s (--elastic-timeout)", lostSummary()));
     });
   }
@@ -548,7 +613,7 @@ class Driver : public WorkerEvents {
     out.directory = options_.output_filename;
     out.num_proc = static_cast<int>(plan.size());
     output_ = std::make_unique<OutputForwarder>(out);
-    Rendezvous rendezvous = openRendezvous(ioc_, options_, remote, *output_);
+    Rendezvous rendezvous = openRendezvous(ioc_, options_, remote, *output_, elastic_.discovery_script.has_value());
     server_ = std::move(rendezvous.server);
     endpoint_ = rendezvous.endpoint;
     for (auto& [launcher, hosts] : hosts_by_launcher) {
@@ -558,12 +623,13 @@ class Driver : public WorkerEvents {
     server_->onRoundRequest([this](const std::string& slot, uint64_t) { roundRequested(slot); });
   }
 
-  void beginRound(const std::vector<ElasticPlace>& plan) {
+  // `counted`: a re-formation --reset-limit counts.
+  void beginRound(const std::vector<ElasticPlace>& plan, bool counted) {
     const bool first = round_ == 0;
     std::vector<Placement> placements;
     for (const auto& e : plan) placements.push_back(e.place);
     if (first) prepareFirstRound(placements);
-    if (!first) ++resets_;
+    if (counted) ++resets_;
     rendezvous::ElasticRound round;
     round.number = ++round_;
     std::set<std::string> next;
@@ -580,29 +646,40 @@ class Driver : public WorkerEvents {
     for (const auto& h : hosts_) {
       if (h.blacklisted_until) round.blacklist.push_back(h.spec.name);
     }
-    const std::set<std::string> previous(members_.begin(), members_.end());
+    // What changed: members gone (or replaced by another process), processes new to the job's rounds.
+    const auto same_process = [&](const std::string& slot) {
+      const auto member = member_ids_.find(slot);
+      const auto live = live_.find(slot);
+      return member != member_ids_.end() && live != live_.end() && live->second == member->second &&
+             !workers_.at(member->second).removed;
+    };
     for (const auto& slot : members_) {
-      if (!next.count(slot) || !live_.count(slot)) round.changes |= rendezvous::kRoundRemoved;
+      if (!next.count(slot) || !same_process(slot)) round.changes |= rendezvous::kRoundRemoved;
     }
     for (const auto& slot : next) {
-      if (!previous.count(slot)) round.changes |= rendezvous::kRoundAdded;
+      if (!same_process(slot)) round.changes |= rendezvous::kRoundAdded;
     }
     members_.clear();
-    for (const auto& e : plan) members_.push_back(e.slot);
+    member_ids_.clear();
+    reform_requested_ = false;
     server_->beginRound(round);
     if (!first || options_.verbose) {
       message(Stream::kStderr, detail::concat("hvdrun: elastic round ", round.number, ": ", plan.size(), " ranks on ",
                                               describeHosts(placements), "\n"));
     }
     for (const auto& e : plan) {
-      if (auto it = live_.find(e.slot); it != live_.end()) {
-        WorkerRec& w = workers_.at(it->second);
-        w.rank = e.place.rank;
-        w.standby = false;
-      } else {
+      if (auto it = live_.find(e.slot); it == live_.end()) {
         startWorker(e.place, e.slot, e.index, true);  // the first round's processes
         if (stopping_) return;
       }
+      const auto it = live_.find(e.slot);
+      if (it == live_.end()) continue;  // could not be started: its host is blacklisted, the next check goes on
+      WorkerRec& w = workers_.at(it->second);
+      w.rank = e.place.rank;
+      if (w.standby || w.since == 0) w.since = round_;
+      w.standby = false;
+      members_.push_back(e.slot);
+      member_ids_[e.slot] = it->second;
     }
   }
 
@@ -623,10 +700,20 @@ class Driver : public WorkerEvents {
       if (h.name == host) p.host = h;
     }
     startWorker(p, slot, index, false);
+    if (const auto it = live_.find(slot); it != live_.end()) {
+      workers_.at(it->second).replacement = std::find(members_.begin(), members_.end(), slot) != members_.end();
+    }
   }
 
   void startWorker(const Placement& p, const std::string& slot, int index, bool member) {
     HostState& h = *findHost(p.host.name);
+    if (!launchers_.isLocal(h.spec) && (endpoint_.address.rfind("127.", 0) == 0 || endpoint_.address == "::1")) {
+      blacklist(h, detail::concat("its workers cannot reach the rendezvous server, which listens on ", endpoint_.address,
+                                  " because the job began on this machine only; start the job with "
+                                  "--network-interface to let other hosts join"));
+      settleThenReconcile();
+      return;
+    }
     Launcher* launcher = nullptr;
     try {
       launcher = &launchers_.forHost(h.spec);
@@ -644,7 +731,7 @@ class Driver : public WorkerEvents {
     std::vector<std::pair<std::string, std::string>> job = {
         {"HOROVOD_ELASTIC", "1"},
         {"HVD_ELASTIC_ROUND", std::to_string(round_)},
-        {"HOROVOD_ELASTIC_TIMEOUT", std::to_string(elastic_.timeout.count())}};
+        {"HOROVOD_ELASTIC_TIMEOUT", std::to_string(elastic_.timeout.count() + kWorkerTimeoutSlack.count())}};
     if (!member) job.emplace_back("HVD_ELASTIC_STANDBY", "1");
     LaunchSpec spec;
     spec.rank = id;
@@ -691,7 +778,11 @@ class Driver : public WorkerEvents {
       blacklist(h, detail::concat(h.failures.size(), " worker failures within ", kFailureWindow.count(), " s"));
     }
     // Every member of the round failed: nothing is left to go on with (horovodrun stops here too).
-    if (!w.standby && survivors().empty()) {
+    bool any_member_alive = false;
+    for (const auto& [slot, member] : member_ids_) {
+      any_member_alive = any_member_alive || (!workers_.at(member).ended && !workers_.at(member).removed);
+    }
+    if (!w.standby && !any_member_alive) {
       result_.failures[id] = WorkerFailure{w.host, status, std::chrono::system_clock::now()};
       result_.first_failed_rank = id;
       fail(detail::concat("every worker of elastic round ", round_, " failed", lostSummary()));
@@ -715,7 +806,15 @@ class Driver : public WorkerEvents {
       asio::post(ioc_, [this] { reconcile(); });
       return;
     }
-    if (!finishing_) return;
+    if (!finishing_) {
+      // A member asks for a new round: it re-initialized (a collective failed, perhaps without any process
+      // dying: a timeout, a reset connection). The job re-forms even if nobody is gone.
+      if (member_ids_.count(slot) && member_ids_.at(slot) == it->second) {
+        reform_requested_ = true;
+        settleThenReconcile();
+      }
+      return;
+    }
     fail(detail::concat("rank ", w.rank, " (slot ", slot,
                         ") lost its peers and asks to re-form after another rank exited 0; an elastic job ends when "
                         "all its ranks return from training together"));
@@ -747,15 +846,18 @@ class Driver : public WorkerEvents {
     tick_timer_.cancel();
     settle_timer_.cancel();
     below_timer_.cancel();
-    armKillTimer();
+    armKillTimer(true);
     if (!anyRunning()) finish();
   }
 
-  void armKillTimer() {
-    if (kill_armed_) return;
+  // SIGKILL after the grace period for the workers asked to stop. `restart`: the grace starts now (the job
+  // stops: every worker gets the whole grace, also when a removed one's is already running).
+  void armKillTimer(bool restart = false) {
+    if (kill_armed_ && !restart) return;
     kill_armed_ = true;
-    kill_timer_.expires_after(options_.grace_period);
+    kill_timer_.expires_after(options_.grace_period);  // cancels a pending wait, which then returns aborted
     kill_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec == asio::error::operation_aborted) return;
       kill_armed_ = false;
       if (ec) return;
       for (auto& [id, w] : workers_) {
@@ -804,7 +906,10 @@ class Driver : public WorkerEvents {
   std::map<int, WorkerRec> workers_;  // by worker id (the output tag)
   RendezvousEndpoint endpoint_;
   std::vector<HostState> hosts_;      // in the order they first appeared
-  std::vector<std::string> members_;  // the current round's slots, in rank order
+  std::vector<std::string> members_;      // the current round's slots, in rank order
+  std::map<std::string, int> member_ids_;  // the current round's slots -> their processes
+  bool reform_requested_ = false;          // a member asked for a round after the current one
+  bool growth_stopped_ = false;            // --reset-limit reached: no more processes are taken in
   std::map<std::string, int> live_;   // slot -> its live worker
   std::vector<std::string> lost_;     // what the job lost, for failure messages
   std::optional<Clock::time_point> below_since_;

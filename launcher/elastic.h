@@ -44,6 +44,9 @@ inline constexpr std::chrono::seconds kDefaultDiscoveryTimeout{30};
 // After a worker's exit, the driver waits this long for the exits of the same event (a host going down ends
 // all its workers within milliseconds) so that they make one round.
 inline constexpr std::chrono::milliseconds kSettle{10};
+// Workers wait this much longer than --elastic-timeout for a round (HOROVOD_ELASTIC_TIMEOUT), so that a job
+// below --min-np fails with the driver's message naming what was lost, not with the workers' timeouts.
+inline constexpr std::chrono::seconds kWorkerTimeoutSlack{30};
 
 // "<host>:<local_rank>": a process's identity across rounds (horovodrun's), as rank_and_size names it.
 std::string slotName(const std::string& host, int local_rank);

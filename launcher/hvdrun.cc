@@ -43,6 +43,11 @@ int hvdrunMain(int argc, char** argv) {
       for (const auto& w : cli.warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
       // The hosts come from the discovery script, else from -H / --hostfile / the allocation (fixed).
       const auto hosts = options.elastic->discovery_script ? std::vector<HostSpec>{} : hostsFor(options, env);
+      if (options.num_proc == 0) {  // inside Slurm without -np
+        if (hosts.empty()) throw UsageError("-np is required with --host-discovery-script");
+        for (const auto& h : hosts) options.num_proc += h.slots;
+        if (options.elastic->min_np == 0) options.elastic->min_np = options.num_proc;
+      }
       if (options.dry_run) {
         if (hosts.empty()) {
           std::printf("elastic job: hosts from '%s', starting at -np %d\n", options.elastic->discovery_script->c_str(),

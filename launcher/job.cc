@@ -196,8 +196,8 @@ Launcher& LauncherPool::forHost(const HostSpec& host) {
 }
 
 Rendezvous openRendezvous(asio::io_context& ioc, const HvdrunOptions& options, const std::vector<HostSpec>& remote_hosts,
-                          OutputForwarder& output) {
-  const NetworkPlan network = chooseNetwork(remote_hosts, options.network_interfaces);
+                          OutputForwarder& output, bool others_may_join) {
+  const NetworkPlan network = chooseNetwork(remote_hosts, options.network_interfaces, others_may_join);
   rendezvous::ServerOptions server_options;
   server_options.bind_address = network.bind_address;
   if (options.rendezvous_token) {

@@ -59,14 +59,15 @@ class LauncherPool {
 
 // The job's rendezvous server, started on `ioc` for workers on `remote_hosts` (as the launchers reach them;
 // empty: every worker is local) and, with a token, trusting this user's local processes when every worker
-// is local. With --verbose, says where it listens and who may use it.
+// is local. With --verbose, says where it listens and who may use it. `others_may_join`: see chooseNetwork.
 struct Rendezvous {
   std::unique_ptr<rendezvous::Server> server;
   RendezvousEndpoint endpoint;
   bool trust_local_peers = false;
 };
 Rendezvous openRendezvous(boost::asio::io_context& ioc, const HvdrunOptions& options,
-                          const std::vector<HostSpec>& remote_hosts, OutputForwarder& output);
+                          const std::vector<HostSpec>& remote_hosts, OutputForwarder& output,
+                          bool others_may_join = false);
 
 // POSIX shell quoting equivalent to Python's shlex.quote.
 std::string shellQuote(const std::string& word);

@@ -63,8 +63,8 @@ std::string routedAddressTo(const HostSpec& host) {
 
 }  // namespace
 
-NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts,
-                          const std::vector<std::string>& requested) {
+NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts, const std::vector<std::string>& requested,
+                          bool others_may_join) {
   const auto addresses = ipv4Addresses();
   NetworkPlan plan;
   if (!requested.empty()) {
@@ -78,7 +78,8 @@ NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts,
       usageCheck(found, "--network-interface: no interface \"", nic, "\" with an IPv4 address on this host");
     }
     plan.interfaces = requested;
-    if (remote_hosts.empty()) plan.bind_address = "127.0.0.1";  // every worker is here; lo always works
+    // Every worker is here (and stays here): lo always works.
+    if (remote_hosts.empty() && !others_may_join) plan.bind_address = "127.0.0.1";
     return plan;
   }
   plan.bind_address = remote_hosts.empty() ? "127.0.0.1" : routedAddressTo(remote_hosts.front());

@@ -20,9 +20,10 @@ struct NetworkPlan {
 };
 
 // `remote_hosts`: the hosts not started on this machine (empty for a local job). `requested`: the
-// --network-interface names. Throws UsageError naming an interface that does not exist or has no IPv4
+// --network-interface names. `others_may_join`: hosts not known yet may join (an elastic job's discovery
+// script): with `requested`, the server listens on the first one's address even while every host is local. Throws UsageError naming an interface that does not exist or has no IPv4
 // address, LaunchError naming the host when no route to it exists.
-NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts,
-                          const std::vector<std::string>& requested);
+NetworkPlan chooseNetwork(const std::vector<HostSpec>& remote_hosts, const std::vector<std::string>& requested,
+                          bool others_may_join = false);
 
 }  // namespace hvd::launcher

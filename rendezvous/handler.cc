@@ -362,6 +362,13 @@ std::optional<uint64_t> KvState::currentRound() const {
   return round_->number;
 }
 
+std::optional<uint64_t> KvState::lastRound(const std::string& slot) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = last_round_.find(slot);
+  if (it == last_round_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::optional<RoundNews> KvState::roundNews(uint64_t since) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!round_) return std::nullopt;

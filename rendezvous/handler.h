@@ -117,6 +117,8 @@ class KvState {
   RoundAnswer askRound(const std::string& slot, std::optional<uint64_t> after);
   // The current round; nullopt before the first.
   std::optional<uint64_t> currentRound() const;
+  // The last round `slot` was started in or answered (it re-initialized into it); nullopt when neither.
+  std::optional<uint64_t> lastRound(const std::string& slot) const;
   // The rounds begun after `since` (RoundNews); nullopt before the first round (not an elastic job).
   std::optional<RoundNews> roundNews(uint64_t since) const;
   // Called (no lock held) for every rank_and_size request that has to wait: the driver learns which slots

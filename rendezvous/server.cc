@@ -565,6 +565,7 @@ std::map<std::string, ScopeStatus> Server::scopes() const { return impl_->state.
 nlohmann::json Server::status() const { return impl_->state.status(); }
 void Server::beginRound(ElasticRound round) { impl_->state.beginRound(std::move(round)); }
 void Server::markStarted(const std::string& slot, uint64_t round) { impl_->state.markStarted(slot, round); }
+std::optional<uint64_t> Server::lastRound(const std::string& slot) const { return impl_->state.lastRound(slot); }
 void Server::onRoundRequest(std::function<void(const std::string& slot, uint64_t after)> observer) {
   impl_->state.onRoundRequest(std::move(observer));
 }

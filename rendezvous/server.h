@@ -118,6 +118,7 @@ class Server {
   // of the server's io_context).
   void beginRound(ElasticRound round);
   void markStarted(const std::string& slot, uint64_t round);
+  std::optional<uint64_t> lastRound(const std::string& slot) const;
   void onRoundRequest(std::function<void(const std::string& slot, uint64_t after)> observer);
 
   // See KvState::onAllJoined: runs on a thread of the server's io_context.

@@ -170,7 +170,7 @@ TEST_CASE("elastic: a worker that fails on a healthy host is started again there
                         {marker, rawRequest()});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:slot localhost:0 rank 0 of 2 round 1 elastic 1 timeout 600"));
+  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:slot localhost:0 rank 0 of 2 round 1 elastic 1 timeout 630"));
   CHECK_THAT(r.out, Catch::Contains("[1]<stdout>:slot localhost:1 rank 1 of 2 round 1"));
   CHECK_THAT(r.err, Catch::Contains("hvdrun: rank 0 (slot localhost:0, worker 0) on localhost failed with exit code 7; "
                                     "re-forming the job"));
@@ -179,6 +179,36 @@ TEST_CASE("elastic: a worker that fails on a healthy host is started again there
   CHECK_THAT(r.out, Catch::Contains("[2]<stdout>:slot localhost:0 rank 1 of 2 round 3"));
   CHECK_THAT(r.err, !Catch::Contains("blacklist"));
   CHECK(processesWithEnv(marker).empty());
+}
+
+TEST_CASE("elastic: at --min-np = -np, a lost worker's replacement brings the job back to its size", "[elastic][job]") {
+  // Without the replacement the job is below --min-np: the survivor waits for it, and the round that takes
+  // it in is a new round although its slots are the old ones.
+  const auto r = hvdrun({"-np", "2", "-H", "localhost:2", "--min-np", "2", "sh", "-c",
+                         std::string(kJoinIfStandby) +
+                             "echo \"rank $HOROVOD_RANK of $HOROVOD_SIZE round $HVD_ELASTIC_ROUND\"; "
+                             "if [ $HVD_ELASTIC_ROUND = 1 ] && [ $HOROVOD_RANK = 1 ]; then exit 3; fi; sleep 2"},
+                        {rawRequest()});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("hvdrun: only 1 processes are ready, fewer than --min-np 2"));
+  CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 2: 2 ranks on localhost:2"));
+  CHECK_THAT(r.out, Catch::Contains("[2]<stdout>:rank 1 of 2 round 2"));
+}
+
+TEST_CASE("elastic: members asking for a new round re-form the job, although nobody is gone", "[elastic][job]") {
+  // What workers do after a collective failed without a lost process (a timeout, a reset connection).
+  const auto r = hvdrun({"-np", "2", "--min-np", "1", "-H", "localhost:2", "sh", "-c",
+                         "a=$(printf 'GET /rank_and_size/%s:%s?round=1 HTTP/1.1\\r\\nHost: x\\r\\nX-Hvd-Token: %s\\r\\n\\r\\n' "
+                         "\"$HOROVOD_HOSTNAME\" \"$HOROVOD_LOCAL_RANK\" \"$HVD_RENDEZVOUS_TOKEN\" | "
+                         "\"$RAW\" \"$HOROVOD_GLOO_RENDEZVOUS_ADDR\" \"$HOROVOD_GLOO_RENDEZVOUS_PORT\"); "
+                         "echo \"answer $(printf '%s\\n' \"$a\" | tail -n 1)\""},
+                        {rawRequest()});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("hvdrun: elastic round 2: 2 ranks on localhost:2"));
+  CHECK_THAT(r.out, Catch::Contains("<stdout>:answer 0,2,0,2,0,1"));
+  CHECK_THAT(r.out, Catch::Contains("<stdout>:answer 1,2,1,2,0,1"));
 }
 
 TEST_CASE("elastic: a host whose workers keep failing is blacklisted, and the job goes on without it",
@@ -217,7 +247,8 @@ TEST_CASE("elastic: every worker of a round failing ends the job with the worker
   const auto r = hvdrun({"-np", "2", "--min-np", "1", "-H", "localhost:2", "sh", "-c", "exit 4"});
   INFO(r.err);
   CHECK(r.exit_code == 4);
-  CHECK_THAT(r.err, Catch::Contains("hvdrun: error: every worker of elastic round 1 failed (lost: rank"));
+  // The two exits may be further apart than the driver's settle time: then round 2 began with the second.
+  CHECK(std::regex_search(r.err, std::regex("hvdrun: error: every worker of elastic round [12] failed \\(lost: rank")));
 }
 
 TEST_CASE("elastic: --reset-limit ends the job when it would re-form once more", "[elastic][job]") {
@@ -250,11 +281,11 @@ TEST_CASE("elastic: the discovery script adds and removes hosts; --max-np caps t
   // Two more hosts: one is taken (--max-np 2), in the order of the output.
   writeFile(dir + "/hosts", "localhost:1\n127.0.0.1:1\n127.0.0.2:1\n");
   REQUIRE(waitForText(dir + "/out.txt", "127.0.0.1 rank 1 of 2 round 2", 10s));
-  // localhost leaves: its worker is stopped, 127.0.0.1 goes on alone as rank 0 (round 3), and 127.0.0.2's
-  // process joins once it is ready (round 4).
-  writeFile(dir + "/hosts", "127.0.0.1:1\n127.0.0.2:1\n");
-  REQUIRE(waitForText(dir + "/err.txt", "hvdrun: elastic round 3: 1 ranks on 127.0.0.1:1\n", 10s));
-  REQUIRE(waitForText(dir + "/err.txt", "hvdrun: elastic round 4: 2 ranks on 127.0.0.1:1, 127.0.0.2:1", 10s));
+  // 127.0.0.1 leaves: its worker is stopped, localhost goes on alone (round 3), and 127.0.0.2's process
+  // joins once it is ready (round 4).
+  writeFile(dir + "/hosts", "localhost:1\n127.0.0.2:1\n");
+  REQUIRE(waitForText(dir + "/err.txt", "hvdrun: elastic round 3: 1 ranks on localhost:1\n", 10s));
+  REQUIRE(waitForText(dir + "/err.txt", "hvdrun: elastic round 4: 2 ranks on localhost:1, 127.0.0.2:1", 10s));
   REQUIRE(waitForText(dir + "/out.txt", "127.0.0.2 rank 1 of 2 round 4", 10s));
   ::kill(started.pid, SIGTERM);
   CHECK(waitProcess(started.pid, 20000ms) == 128 + SIGTERM);
@@ -300,9 +331,9 @@ TEST_CASE("elastic: fewer than --min-np slots for longer than --elastic-timeout 
   CHECK(waitProcess(started.pid, 20000ms) == 1);
   const std::string err = readFile(dir + "/err.txt");
   INFO(err);
-  CHECK_THAT(err, Catch::Contains("hvdrun: only 1 slots are usable, fewer than --min-np 2; waiting up to 2 s "
+  CHECK_THAT(err, Catch::Contains("hvdrun: only 1 processes are ready, fewer than --min-np 2; waiting up to 2 s "
                                   "(--elastic-timeout) for more"));
-  CHECK_THAT(err, Catch::Contains("hvdrun: error: fewer than --min-np 2 slots were usable for 2 s (--elastic-timeout)"));
+  CHECK_THAT(err, Catch::Contains("hvdrun: error: fewer than --min-np 2 processes were ready for 2 s (--elastic-timeout)"));
 }
 
 TEST_CASE("elastic: a job whose hosts never come fails after --elastic-timeout, saying what it found",
