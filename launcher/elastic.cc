@@ -827,10 +827,10 @@ class Driver : public WorkerEvents {
       if (ec) return;
       if (!result_.interrupted_by) result_.interrupted_by = signo;
       if (stopping_) {
-        message(Stream::kStderr, "hvdrun: received signal again, killing all workers\n");
+        message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo), " again, killing all workers\n"));
         killAll();
       } else {
-        message(Stream::kStderr, detail::concat("hvdrun: received signal ", signo, ", stopping the job\n"));
+        message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo), ", stopping the job\n"));
         stopAll(signo);
       }
       awaitSignal();

@@ -137,6 +137,21 @@ std::string shellQuote(const std::string& word) {
   return out + "'";
 }
 
+std::string signalName(int signo) {
+  switch (signo) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGKILL:
+      return "SIGKILL";
+    default:
+      return "signal " + std::to_string(signo);
+  }
+}
+
 std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions& options,
                          const Environment& inherited) {
   std::vector<HostSpec> remote;
@@ -229,21 +244,6 @@ Rendezvous openRendezvous(asio::io_context& ioc, const HvdrunOptions& options, c
 // Supervision
 
 namespace {
-
-std::string signalName(int signo) {
-  switch (signo) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGKILL:
-      return "SIGKILL";
-    default:
-      return "signal " + std::to_string(signo);
-  }
-}
 
 std::string joinRanks(const std::vector<int>& ranks) {
   std::string out;

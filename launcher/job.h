@@ -69,6 +69,9 @@ Rendezvous openRendezvous(boost::asio::io_context& ioc, const HvdrunOptions& opt
                           const std::vector<HostSpec>& remote_hosts, OutputForwarder& output,
                           bool others_may_join = false);
 
+// "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", else "signal N": for hvdrun's messages about the signals it gets.
+std::string signalName(int signo);
+
 // POSIX shell quoting equivalent to Python's shlex.quote.
 std::string shellQuote(const std::string& word);
 

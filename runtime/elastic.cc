@@ -88,7 +88,10 @@ std::unique_ptr<Runtime> start(RuntimeOptions options, std::optional<uint64_t> a
       // begins a round without it): whichever way init failed, a later round is where to go now.
       const bool over = dynamic_cast<const RoundOverError*>(&e) != nullptr ||
                         RoundWatchStore(options.elastic_round, Runtime::server(options)).over();
-      if (!over) throw;
+      // A peer that died during init: the driver begins a round without it once it has seen the exit, which
+      // may be after this process noticed. Waiting for that round is what a failed collective would do.
+      const bool peer_lost = dynamic_cast<const PeerLostError*>(&e) != nullptr;
+      if (!over && !peer_lost) throw;
       if (Clock::now() >= deadline) {
         throw RendezvousTimeout(detail::concat("elastic round ", options.elastic_round,
                                                " ended during init and no later round could be joined within ",
@@ -97,7 +100,12 @@ std::unique_ptr<Runtime> start(RuntimeOptions options, std::optional<uint64_t> a
       logLine(options.log_level, LogLevel::kWarning, options.rank,
               detail::concat("init: elastic round ", options.elastic_round,
                              " is over before init finished; joining the next round (", e.what(), ")"));
-      options = next(options.elastic_round);
+      try {
+        options = next(options.elastic_round);
+      } catch (const RendezvousTimeout& timeout_error) {
+        throw RendezvousTimeout(detail::concat(timeout_error.what(), " (after init in round ", options.elastic_round,
+                                               " failed: ", e.what(), ")"));
+      }
     }
   }
 }

@@ -177,11 +177,13 @@ class ObjectState(State):
             setattr(self, name, copy.deepcopy(value))
 
     def sync(self):
-        if not self._saved_state:
-            return
-        current = {name: getattr(self, name) for name in self._saved_state}
-        for name, value in self._bcast_object(current).items():
-            setattr(self, name, value)
+        if self._saved_state:
+            current = {name: getattr(self, name) for name in self._saved_state}
+            for name, value in self._bcast_object(current).items():
+                setattr(self, name, value)
+        # What every rank now holds is the state to go back to: a process that has just joined (and may be
+        # rank 0 of a later round) must not restore the values it was constructed with.
+        self.save()
 
 
 def run_fn(func, reset):
