@@ -19,6 +19,7 @@
 #include "gloo_backend/communicator.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/memory_store.h"
+#include "rendezvous/round.h"
 #include "runtime/autotune.h"
 #include "runtime/channel.h"
 #include "runtime/coordinator.h"
@@ -49,6 +50,9 @@ std::string shutDownMessage(const std::string& reason) {
 
 // The error of every operation pending or submitted once the job stopped: PeerLostError when a peer process
 // was lost (an elastic job re-forms on it), else ShutDownError.
+// How often rank 0 of an elastic job asks the rendezvous server whether the job re-formed without a member.
+constexpr std::chrono::milliseconds kRoundCheckInterval{500};
+
 std::exception_ptr stopError(const std::string& reason, bool peer_lost) {
   if (peer_lost) return std::make_exception_ptr(PeerLostError("libhvd stopped, the job lost a peer: " + reason));
   return std::make_exception_ptr(ShutDownError(shutDownMessage(reason)));
@@ -122,6 +126,9 @@ class Runtime::Impl {
   void timelineEnd(const Response& s);
   void coordinatorStep();
   void broadcastToWorkers(const ResponseList& list);
+  // Elastic jobs, rank 0: throws PeerLostError (after telling the workers) when the driver has begun a round
+  // without a member of this one.
+  void checkRoundNews();
   bool execute(const ResponseList& list);  // false: leave the loop
   void execute(const Response& response);
   void executeAllreduce(const Response& s, Transport& comm);
@@ -170,6 +177,10 @@ class Runtime::Impl {
   std::unique_ptr<Channel> coordinator_channel_;           // workers
   std::vector<std::unique_ptr<Channel>> worker_channels_;  // coordinator, index = rank (0 empty)
   std::unique_ptr<Coordinator> coordinator_;               // rank 0 only
+  // Elastic jobs, rank 0: the rendezvous server, asked every kRoundCheckInterval whether the driver began a
+  // round without a member of this one (a host that went silent never closes its connections).
+  std::shared_ptr<rendezvous::HttpStore> round_server_;
+  std::optional<Clock::time_point> next_round_check_;
 
   // Submission queue: user threads -> background thread.
   mutable std::mutex mutex_;
@@ -321,6 +332,10 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     c.stall_warning_time = options_.stall_warning_time;
     c.stall_shutdown_time = options_.stall_shutdown_time;
     coordinator_ = std::make_unique<Coordinator>(c);
+    if (options_.elastic && options_.size > 1 && options_.rendezvous_addr) {
+      round_server_ = Runtime::server(options_);
+      next_round_check_ = Clock::now() + kRoundCheckInterval;
+    }
     if (options_.autotune && options_.size > 1) {
       AutotuneOptions a = options_.autotune_options;
       a.tune_hierarchical = a.tune_hierarchical && hierarchical_possible_;
@@ -644,6 +659,7 @@ void Runtime::Impl::loop() {
     if (coordinator_ && !buffered) {
       wake_at = coordinator_->nextStallCheck();
       if (hold_ && (!wake_at || *hold_ < *wake_at)) wake_at = hold_;
+      if (next_round_check_ && (!wake_at || *next_round_check_ < *wake_at)) wake_at = next_round_check_;
     }
     int rv = 0;
     if (!buffered && Clock::now() < busy_until_) {
@@ -712,6 +728,7 @@ void Runtime::Impl::loop() {
       if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
         log(LogLevel::kWarning, stall);
       }
+      if (next_round_check_ && Clock::now() >= *next_round_check_) checkRoundNews();
       hold_ = coordinator_->holdUntil(Clock::now(), cycle_time_);
       if (hold_) continue;
       ResponseList list = coordinator_->next();
@@ -760,6 +777,28 @@ void Runtime::Impl::loop() {
       return;  // size 1 has no coordinator_channel_ but always has a coordinator_; not reached
     }
   }
+}
+
+void Runtime::Impl::checkRoundNews() {
+  next_round_check_ = Clock::now() + kRoundCheckInterval;
+  rendezvous::RoundNews news;
+  try {
+    news = round_server_->roundNews(options_.elastic_round);
+  } catch (const Error& e) {
+    log(LogLevel::kDebug, detail::concat("elastic: cannot ask the rendezvous server for new rounds: ", e.what()));
+    return;
+  }
+  // A round that only adds members waits for the next commit (hvd_elastic_check_host_updates); one without
+  // a member of this round means a peer is gone, even if its connections never close (a host cut off).
+  if (news.round <= options_.elastic_round || !(news.changes & rendezvous::kRoundRemoved)) return;
+  ResponseList abort;
+  abort.shutdown = true;
+  abort.abort = true;
+  abort.peer_lost = true;
+  abort.shutdown_reason = detail::concat("the job re-formed without a member of elastic round ", options_.elastic_round,
+                                         " (round ", news.round, " began): a peer was lost");
+  broadcastToWorkers(abort);
+  throw PeerLostError(abort.shutdown_reason);
 }
 
 void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {

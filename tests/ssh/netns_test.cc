@@ -346,3 +346,29 @@ TEST_CASE("elastic: a host that drops off the network is blacklisted, and the jo
   CHECK(run.wait(30s) == 0);
   for (int i = 0; i < 3; ++i) CHECK(countMarked(lab, i, mark) == 0);
 }
+
+TEST_CASE("elastic training across hosts: a host cut off mid-training, the others finish from the last commit") {
+  requireLab();
+  SshHome home;
+  NetnsLab lab(3, home);
+  // Collectives waiting for the silent host give up after 3 s; the driver learns of it when its ssh
+  // connection times out, blacklists the host and re-forms the job with the two others.
+  ScopedEnv gloo_timeout("HOROVOD_GLOO_TIMEOUT_SECONDS", "3");
+  const std::string train = buildDir() + "/examples/elastic_train";
+  Hvdrun run(lab, home, {"-np", "3", "--min-np", "1", "-H", hostList(lab, 1), train, "400", "20"},
+             home.home() + "/hvdrun.out");
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  // The job has started training on every host: wait a little, then cut host 1.
+  while (run.output().find("elastic round") == std::string::npos && countMarked(lab, 1, train) == 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+  }
+  std::this_thread::sleep_for(2s);
+  lab.cutHost(1);
+  const int rc = run.wait(120s);
+  INFO(run.output());
+  CHECK(rc == 0);
+  CHECK_THAT(run.output(), Catch::Contains("hvdrun: blacklisting host " + lab.hostAddress(1) +
+                                           " for the rest of the job: unreachable"));
+  CHECK(std::regex_search(run.output(), std::regex(R"(elastic_train final: step=400 size=2 )")));
+}
