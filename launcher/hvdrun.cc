@@ -1,5 +1,6 @@
 #include "launcher/hvdrun.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -53,7 +54,13 @@ int hvdrunMain(int argc, char** argv) {
           std::printf("elastic job: hosts from '%s', starting at -np %d\n", options.elastic->discovery_script->c_str(),
                       options.num_proc);
         } else {
-          std::fputs(describePlan(assignRanks(hosts, options.num_proc), options, env).c_str(), stdout);
+          // The first round takes every slot up to --max-np once -np are there.
+          int first = 0;
+          for (const auto& h : hosts) first += h.slots;
+          first = std::min(first, options.elastic->max_np.value_or(first));
+          std::printf("elastic job: first round of %d ranks (each worker also gets HOROVOD_ELASTIC=1, "
+                      "HVD_ELASTIC_ROUND and HOROVOD_ELASTIC_TIMEOUT)\n", std::max(first, options.num_proc));
+          std::fputs(describePlan(assignRanks(hosts, std::max(first, options.num_proc)), options, env).c_str(), stdout);
         }
         return 0;
       }

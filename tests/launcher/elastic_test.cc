@@ -360,3 +360,11 @@ TEST_CASE("elastic: SIGKILL of hvdrun while the job re-forms leaves no process b
   waitProcess(started.pid, 5000ms);
   CHECK(waitUntilGone(marker, 5000ms).empty());
 }
+
+TEST_CASE("elastic: --dry-run shows the first round, every slot up to --max-np", "[elastic][job]") {
+  const auto r = hvdrun({"-np", "2", "--min-np", "1", "--max-np", "3", "-H", "localhost:4", "--dry-run", "true"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("elastic job: first round of 3 ranks"));
+  CHECK(count(r.out, "\nrank ") == 3);
+  CHECK(count(r.out, "HOROVOD_SIZE=3") == 3);
+}
