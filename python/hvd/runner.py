@@ -66,7 +66,7 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     (default sys.executable). env: the workers' environment (default: this process's os.environ), to which
     PYTHONPATH is prepended the directory holding hvd.
 
-    hvd runs on Gloo only and has no elastic mode yet: use_mpi=True, mpi_args, and the elastic parameters
+    hvd runs on Gloo only and hvd.run runs a fixed number of ranks: use_mpi=True, mpi_args, and the elastic parameters
     (min_num_proc, max_num_proc, min_np, max_np, host_discovery_script, reset_limit, cooldown_range) are
     ValueErrors, as are hosts with hostfile and use_gloo with use_mpi.
 
@@ -77,8 +77,8 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     values = dict(locals())
     for name in _ELASTIC:
         if values[name] is not None:
-            raise ValueError(f"{name}={values[name]!r}: elastic mode is not supported by hvd yet; "
-                             "run a fixed number of ranks with num_proc")
+            raise ValueError(f"{name}={values[name]!r}: hvd.run runs a fixed number of ranks; for an elastic job, "
+                             "run a script using hvd.elastic.run under hvdrun --min-np/--host-discovery-script")
     if not callable(func):
         raise ValueError(f"func must be callable, got {type(func).__name__}")
     if not isinstance(args, (tuple, list)):

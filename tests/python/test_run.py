@@ -141,9 +141,9 @@ def test_unpicklable_result_and_exit():
 
 
 @pytest.mark.parametrize("kwargs, text", [
-    ({"min_np": 2}, "min_np=2: elastic mode is not supported"),
-    ({"max_num_proc": 4}, "max_num_proc=4: elastic mode is not supported"),
-    ({"host_discovery_script": "d.sh"}, "host_discovery_script='d.sh': elastic mode is not supported"),
+    ({"min_np": 2}, "min_np=2: hvd.run runs a fixed number of ranks"),
+    ({"max_num_proc": 4}, "max_num_proc=4: hvd.run runs a fixed number of ranks"),
+    ({"host_discovery_script": "d.sh"}, "host_discovery_script='d.sh': hvd.run runs a fixed number of ranks"),
     ({"hosts": "localhost:2", "hostfile": "h.txt"}, "hosts='localhost:2' and hostfile='h.txt'"),
     ({"use_gloo": True, "use_mpi": True}, "use_gloo=True and use_mpi=True"),
     ({"use_mpi": True}, "use_mpi=True: hvd runs on Gloo only"),
