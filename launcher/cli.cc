@@ -691,7 +691,7 @@ void parseElastic(const po::options_description& desc, std::map<std::string, std
       const std::string where = detail::concat("config file ", config_path, ": elastic.", yaml);
       if (std::string(flag) == "blacklist-cooldown-range") {
         usageCheck(node.IsSequence() && node.size() == 2 && node[0].IsScalar() && node[1].IsScalar(), where,
-                   ": expected [MIN, MAX]");
+                   ": expected [MIN, MAX], got '", YAML::Dump(node), "'");
         last[flag] = node[0].Scalar() + " " + node[1].Scalar();
       } else {
         usageCheck(node.IsScalar(), where, ": expected a single value");

@@ -197,7 +197,7 @@ class Driver : public WorkerEvents {
     } else {
       workerFailed(id, w, status);
     }
-    if (live_.empty() && (stopping_ || finishing_) && !anyRunning()) finish();
+    if ((stopping_ || finishing_) && !anyRunning()) finish();
   }
 
  private:

@@ -51,33 +51,17 @@ std::unique_ptr<Runtime> start(RuntimeOptions options, std::optional<uint64_t> a
   // The next round's place, waiting no longer than what is left of the call's elastic timeout. Asked with
   // the options as given (the environment's), whose slot names this process in every round.
   const RuntimeOptions given = options;
-  auto next = [&](uint64_t previous) {
+  auto next = [&](uint64_t previous, bool until_taken_in = false) {
     RuntimeOptions limited = given;
     const auto left = std::chrono::ceil<std::chrono::seconds>(deadline - Clock::now());
     limited.elastic_timeout = std::max(left, std::chrono::seconds(1));
-    RuntimeOptions joined = Runtime::nextElasticRound(std::move(limited), previous);
+    RuntimeOptions joined = Runtime::nextElasticRound(std::move(limited), previous, until_taken_in);
     joined.elastic_timeout = timeout;
     return joined;
   };
-  if (after && options.elastic_standby && options.elastic_round == *after) {
-    // A standby process's first init: rounds that leave its slot out are passed over (they began before the
-    // driver knew the process was ready: it learns so from this very request), up to the elastic timeout.
-    const auto server = Runtime::server(options);
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        throw RendezvousTimeout(detail::concat("no elastic round took slot ", options.slot(), " in within ",
-                                               timeout.count(), " s (HOROVOD_ELASTIC_TIMEOUT)"));
-      }
-      const auto place = server->nextRound(options.slot(), *after, left);
-      if (place.slot.rank >= 0) {
-        *after = place.round - 1;  // next() below asks for that round (or a later one) again
-        break;
-      }
-      *after = place.round;
-    }
-  }
-  if (after) options = next(*after);
+  // A standby process's first init passes over rounds that leave its slot out: they began before the driver
+  // knew the process was ready, which it learns from this very request.
+  if (after) options = next(*after, options.elastic_standby && options.elastic_round == *after);
   for (;;) {
     try {
       return std::make_unique<Runtime>(options, Runtime::makeStore(options));

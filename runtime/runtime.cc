@@ -1199,10 +1199,18 @@ std::shared_ptr<rendezvous::HttpStore> Runtime::server(const RuntimeOptions& opt
   return std::make_shared<rendezvous::HttpStore>(serverOf(options));
 }
 
-RuntimeOptions Runtime::nextElasticRound(RuntimeOptions options, uint64_t after) {
+RuntimeOptions Runtime::nextElasticRound(RuntimeOptions options, uint64_t after, bool until_taken_in) {
   HVD_CHECK(options.elastic && options.rendezvous_addr, UsageError,
             "re-joining an elastic job needs HOROVOD_ELASTIC=1 and the rendezvous server");
-  const auto place = rendezvous::HttpStore(serverOf(options)).nextRound(options.slot(), after, options.elastic_timeout);
+  rendezvous::HttpStore server(serverOf(options));
+  const auto deadline = std::chrono::steady_clock::now() + options.elastic_timeout;
+  auto place = server.nextRound(options.slot(), after, options.elastic_timeout);
+  while (until_taken_in && place.slot.rank < 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    HVD_CHECK(left.count() > 0, RendezvousTimeout, "no elastic round took slot ", options.slot(), " in within ",
+              options.elastic_timeout.count(), " s (HOROVOD_ELASTIC_TIMEOUT)");
+    place = server.nextRound(options.slot(), place.round, left);
+  }
   const rendezvous::SlotAssignment& p = place.slot;
   HVD_CHECK(p.rank >= 0, BackendError, "slot ", options.slot(), " is not in elastic round ", place.round,
             ": the job went on without this worker");

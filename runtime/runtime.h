@@ -47,7 +47,9 @@ class Runtime {
   // Elastic jobs: `options` with this slot's place in the first round after `after`, waiting up to
   // options.elastic_timeout for the driver to form it. Throws BackendError when the round leaves the slot
   // out, RendezvousTimeout when no round comes, StoreError when the server is not an elastic job's.
-  static RuntimeOptions nextElasticRound(RuntimeOptions options, uint64_t after);
+  // `until_taken_in` (a standby process's first init): rounds that leave the slot out are passed over
+  // until one takes it in or the timeout passes (RendezvousTimeout).
+  static RuntimeOptions nextElasticRound(RuntimeOptions options, uint64_t after, bool until_taken_in = false);
 
   ~Runtime();  // shutdown()
   Runtime(const Runtime&) = delete;

@@ -255,7 +255,7 @@ TEST_CASE("the config file's elastic section stands in for the elastic flags; a 
   std::ofstream(dir + "/bad.yaml") << "elastic:\n  min_np: 1\n  blacklist_cooldown_range: 5\n";
   CHECK_THROWS_WITH(parse({"-np", "4", "--config-file", dir + "/bad.yaml", "t"}),
                     Catch::Contains("config file " + dir + "/bad.yaml: elastic.blacklist_cooldown_range: expected "
-                                    "[MIN, MAX]"));
+                                    "[MIN, MAX], got '5'"));
   std::ofstream(dir + "/typo.yaml") << "elastic:\n  min_nps: 1\n";
   CHECK_THROWS_WITH(parse({"-np", "4", "--config-file", dir + "/typo.yaml", "t"}),
                     Catch::Contains("unknown key 'elastic.min_nps' (did you mean min_np?)"));
