@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -10,6 +11,7 @@
 #include <sched.h>
 #include <random>
 #include <set>
+#include <signal.h>
 #include <sstream>
 #include <sys/eventfd.h>
 #include <thread>
@@ -213,8 +215,52 @@ class Runtime::Impl {
   std::thread thread_;
 };
 
+namespace {
+
+// Gloo writes to its sockets with writev(), which raises SIGPIPE when the peer is gone, and SIGPIPE's
+// default action ends the process: a C or C++ worker would die with a peer instead of failing its
+// operations with HVD_ERR_PEER_LOST. (Python ignores SIGPIPE already.) Rather than change the disposition
+// for the whole process, init blocks SIGPIPE in its own thread while it runs: the threads that write to
+// the sockets (Gloo's device loop, the background thread) start inside and inherit the blocked mask, so
+// their writes fail with EPIPE. A SIGPIPE that init's own writes raised is taken off before the caller's
+// mask comes back.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe, &previous_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~SigpipeBlocked() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{0, 0};
+      while (::sigtimedwait(&pipe, nullptr, &now) < 0 && errno == EINTR) {
+      }
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace
+
 Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store)
     : options_(std::move(options)), store_(std::move(store)) {
+  const SigpipeBlocked sigpipe_blocked;
   const auto started = Clock::now();
   auto phase = [&, last = started](const char* what) mutable {
     const auto now = Clock::now();

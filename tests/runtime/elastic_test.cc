@@ -63,6 +63,28 @@ TEST_CASE("a peer SIGKILLed mid-collective fails every survivor's in-flight and 
   }
 }
 
+TEST_CASE("the threads libhvd starts block SIGPIPE, so a write to a lost peer fails rather than ending the "
+          "process; the caller's thread and the disposition are left as they were",
+          "[multiprocess][elastic][failure]") {
+  const bool shm = GENERATE(false, true);
+  JobOptions o;
+  o.np = 2;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "sigpipe"};
+  o.env = {{"HVD_SHARED_MEMORY", shm ? "1" : "0"}};
+  const auto results = runJob(o);
+  INFO((shm ? "shared memory" : "TCP") << "\n" << describe(results));
+  for (int r : {0, 1}) {
+    REQUIRE(results[r].exit_code == 0);
+    const auto& out = results[r].output;
+    REQUIRE(out.find("disposition default") != std::string::npos);
+    CHECK(numberAfter(out, "main") == 0.0);
+    const auto threads = numberAfter(out, "threads");
+    REQUIRE(threads);
+    CHECK(*threads >= 2.0);  // Gloo's device loop and the background thread at least
+    CHECK(numberAfter(out, "blocked") == *threads);
+  }
+}
+
 namespace {
 
 using hvd::rendezvous::ElasticRound;

@@ -33,12 +33,19 @@
 //           resets K done", rank 0 also "final step S w <4 values>"
 //   process_sets  (3 ranks, HOROVOD_DYNAMIC_PROCESS_SETS=1) the C++ ProcessSet API and hvd_enqueue_group;
 //           prints "process_sets ok" or what differed
+//   sigpipe  after init and an allreduce, reads every thread's blocked signals from /proc/self/task and
+//           prints "rank R sigpipe main M threads T blocked B disposition D": M 1 when the main thread
+//           blocks SIGPIPE, T threads besides it, B of them blocking SIGPIPE, D "default" or "changed"
+// Every scenario runs with SIGPIPE's default action, as a C program starts (the test harness may ignore
+// it, and an ignored disposition would be inherited across exec).
+#include <dirent.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 #include <unistd.h>
 
@@ -50,6 +57,19 @@
 #include <vector>
 
 namespace {
+
+// Whether the thread `tid` of this process blocks SIGPIPE, from the SigBlk mask in its status file.
+bool blocksSigpipe(const std::string& tid) {
+  std::ifstream status("/proc/self/task/" + tid + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigBlk:", 0) == 0) {
+      const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
+      return (mask >> (SIGPIPE - 1)) & 1u;
+    }
+  }
+  return false;
+}
 
 int allreduceOnce(const char* name, float* v, size_t n) {
   const int h = hvd_allreduce_async(name, v, v, n, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
@@ -204,6 +224,7 @@ int stateScenario() {
 
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "";
+  ::signal(SIGPIPE, SIG_DFL);
   if (hvd_init() != HVD_SUCCESS) {
     std::fprintf(stderr, "init: %s\n", hvd_error_text());
     return 2;
@@ -426,6 +447,25 @@ int main(int argc, char** argv) {
       hvd_release(h);
     }
     std::printf("rank %d checksum %016llx\n", rank, static_cast<unsigned long long>(hash));
+    hvd_shutdown();
+    return 0;
+  }
+  if (std::strcmp(scenario, "sigpipe") == 0) {
+    if (allreduceOnce("sigpipe", v, 16) != HVD_SUCCESS) return 1;
+    const std::string self = std::to_string(::getpid());
+    int threads = 0, blocked = 0;
+    DIR* dir = ::opendir("/proc/self/task");
+    while (const dirent* e = ::readdir(dir)) {
+      const std::string tid = e->d_name;
+      if (tid == "." || tid == ".." || tid == self) continue;
+      ++threads;
+      blocked += blocksSigpipe(tid) ? 1 : 0;
+    }
+    ::closedir(dir);
+    struct sigaction action {};
+    ::sigaction(SIGPIPE, nullptr, &action);
+    std::printf("rank %d sigpipe main %d threads %d blocked %d disposition %s\n", rank, blocksSigpipe(self) ? 1 : 0,
+                threads, blocked, action.sa_handler == SIG_DFL ? "default" : "changed");
     hvd_shutdown();
     return 0;
   }
