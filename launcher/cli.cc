@@ -153,10 +153,16 @@ po::options_description makeDescription() {
       ("ssh-identity-file,i", value()->value_name("FILE"), "ssh private key")
       ("ssh-known-hosts", value()->value_name("POLICY"), "host key policy: strict, accept-new (default), off")
       ("ssh-connect-timeout", value()->value_name("SECONDS"), "ssh connection timeout (default 10)")
-      ("ssh-force", "start even local hosts through ssh")
+      ("ssh-force", "start even local hosts through ssh (the same as --launcher ssh)")
       ("ssh-proxy", value()->value_name("MODE"),
        "auto (default): one hvd-proxy per remote host starts its ranks over one channel, falling back per "
        "host when hvd-proxy is not there; never: one ssh channel per rank");
+
+  po::options_description launch("Launcher");
+  launch.add_options()
+      ("launcher", value()->value_name("KIND"),
+       "how ranks are started: auto (default: srun inside a Slurm allocation that spans other nodes, else "
+       "fork/exec here and ssh elsewhere), local, ssh, slurm (one srun step starting hvd-proxy per node)");
 
   po::options_description tuning("Tuning and diagnostics (become worker environment variables)");
   tuning.add_options()
@@ -217,7 +223,7 @@ po::options_description makeDescription() {
       ("blacklist-cooldown-range", value()->value_name("MIN MAX"),
        "a failing host is left out for MIN to MAX seconds, growing with each failure (default: for good)");
 
-  all.add(general).add(ssh).add(tuning).add(elastic).add(rejected);
+  all.add(general).add(launch).add(ssh).add(tuning).add(elastic).add(rejected);
   return all;
 }
 // clang-format on
@@ -658,23 +664,6 @@ bool isEnvName(const std::string& name) {
   return true;
 }
 
-// `program` as the shell finds it: a path with '/' as it is, else the first match in the PATH of `env`.
-std::optional<std::string> findExecutable(const std::string& program, const Environment& env) {
-  if (program.find('/') != std::string::npos) {
-    if (::access(program.c_str(), X_OK) == 0) return program;
-    return std::nullopt;
-  }
-  const auto* path = findEnv(env, "PATH");
-  const std::string dirs = path ? *path : "/usr/local/bin:/usr/bin:/bin";
-  for (size_t start = 0; start <= dirs.size();) {
-    const size_t end = std::min(dirs.find(':', start), dirs.size());
-    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
-    const std::string candidate = dir + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return std::nullopt;
-}
 
 // The elastic flags: checked whatever the mode; without --min-np or a discovery script they are ignored.
 void parseElastic(const po::options_description& desc, std::map<std::string, std::string>& last,
@@ -767,6 +756,24 @@ void parseElastic(const po::options_description& desc, std::map<std::string, std
 }
 
 }  // namespace
+
+// `program` as the shell finds it: a path with '/' as it is, else the first match in the PATH of `env`.
+std::optional<std::string> findExecutable(const std::string& program, const Environment& env) {
+  if (program.find('/') != std::string::npos) {
+    if (::access(program.c_str(), X_OK) == 0) return program;
+    return std::nullopt;
+  }
+  const auto* path = findEnv(env, "PATH");
+  const std::string dirs = path ? *path : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
 
 CliResult parseCommandLine(const std::vector<std::string>& args, const Environment& env) {
   const po::options_description desc = makeDescription();
@@ -877,6 +884,21 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     o.ssh.connect_timeout = toSeconds(desc, "ssh-connect-timeout", last["ssh-connect-timeout"], false);
   }
   o.ssh.force_ssh = given("ssh-force");
+  if (given("launcher")) {
+    const std::string& kind = last["launcher"];
+    static const std::map<std::string, LauncherKind> kKinds = {{"auto", LauncherKind::kAuto},
+                                                               {"local", LauncherKind::kLocal},
+                                                               {"ssh", LauncherKind::kSsh},
+                                                               {"slurm", LauncherKind::kSlurm}};
+    const auto it = kKinds.find(kind);
+    usageCheck(it != kKinds.end(), "argument --launcher: invalid choice: '", kind,
+               "' (choose from 'auto', 'local', 'ssh', 'slurm')");
+    o.launcher = it->second;
+    usageCheck(!o.ssh.force_ssh || o.launcher == LauncherKind::kSsh || o.launcher == LauncherKind::kAuto,
+               "argument --ssh-force: not allowed with --launcher ", kind);
+  }
+  if (o.ssh.force_ssh) o.launcher = LauncherKind::kSsh;
+  if (o.launcher == LauncherKind::kSsh) o.ssh.force_ssh = true;
   if (given("ssh-proxy")) {
     const std::string& mode = last["ssh-proxy"];
     usageCheck(mode == "auto" || mode == "never", "argument --ssh-proxy: invalid choice: '", mode,

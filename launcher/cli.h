@@ -24,6 +24,8 @@ namespace hvd::launcher {
 using Environment = std::vector<std::pair<std::string, std::string>>;
 Environment currentEnvironment();
 const std::string* findEnv(const Environment& env, const std::string& name);
+// `program` as the shell finds it: a path with '/' if executable, else the first match in the PATH of `env`.
+std::optional<std::string> findExecutable(const std::string& program, const Environment& env);
 
 struct HvdrunOptions {
   static constexpr std::chrono::seconds kDefaultStartTimeout{30};        // horovodrun's default
@@ -34,6 +36,7 @@ struct HvdrunOptions {
   std::optional<std::string> hostfile;  // --hostfile path
   std::optional<int> slots_per_host;    // default slots for -H entries without ":slots"
   SshOptions ssh;
+  LauncherKind launcher = LauncherKind::kAuto;  // --launcher; resolved in hvdrunMain (resolveLauncher)
 
   // --start-timeout / HOROVOD_START_TIMEOUT. When given explicitly, every rank must have joined the
   // rendezvous by then; with the default, only jobs in which some rank joined are held to it (a command

@@ -899,7 +899,7 @@ class Driver : public WorkerEvents {
   asio::steady_timer discovery_timer_;
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<OutputForwarder> output_;
-  LauncherPool launchers_{ioc_, options_.ssh};
+  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher};
   std::unique_ptr<Launcher> discovery_launcher_;
   std::unique_ptr<DiscoveryEvents> discovery_events_;
   std::unique_ptr<Worker> discovery_;

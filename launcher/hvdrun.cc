@@ -9,6 +9,9 @@
 #include "launcher/host_plan.h"
 #include "launcher/elastic.h"
 #include "launcher/job.h"
+#include "launcher/launcher.h"
+#include "launcher/slurm/launcher.h"
+#include "launcher/usage.h"
 #include "rendezvous/error.h"
 
 namespace hvd::launcher {
@@ -27,6 +30,46 @@ std::vector<HostSpec> hostsFor(const HvdrunOptions& o, const Environment& env) {
     return slurmHosts(*nodelist, tasks ? *tasks : "");
   }
   return {HostSpec{"localhost", std::nullopt, o.num_proc}};
+}
+
+// Whether the hosts are a Slurm allocation's (no -H or hostfile given inside one).
+bool fromAllocation(const HvdrunOptions& o, const Environment& env) {
+  return !o.hosts && !o.hostfile && findEnv(env, "SLURM_JOB_NODELIST");
+}
+
+// "the Slurm allocation 42 (SLURM_JOB_NODELIST=node[1-2], SLURM_TASKS_PER_NODE=2(x2))"
+std::string describeAllocation(const Environment& env) {
+  const auto* id = findEnv(env, "SLURM_JOB_ID");
+  const auto* nodes = findEnv(env, "SLURM_JOB_NODELIST");
+  const auto* tasks = findEnv(env, "SLURM_TASKS_PER_NODE");
+  return detail::concat("the Slurm allocation", id ? " " + *id : "", " (SLURM_JOB_NODELIST=", nodes ? *nodes : "",
+                        ", SLURM_TASKS_PER_NODE=", tasks ? *tasks : "(unset: 1 per node)", ")");
+}
+
+// --launcher auto made concrete, and the checks every kind needs before anything starts.
+void resolveLauncher(HvdrunOptions& o, const std::vector<HostSpec>& hosts, const Environment& env) {
+  const bool any_remote = std::any_of(hosts.begin(), hosts.end(), [](const HostSpec& h) { return !isLocalHost(h.name); });
+  if (o.launcher == LauncherKind::kAuto && fromAllocation(o, env) && any_remote) o.launcher = LauncherKind::kSlurm;
+  if (o.launcher == LauncherKind::kLocal) {
+    for (const auto& h : hosts) {
+      usageCheck(isLocalHost(h.name), "argument --launcher local: host '", h.name,
+                 "' is not this machine (choose --launcher ssh or slurm)");
+    }
+  }
+  if (o.launcher == LauncherKind::kSlurm) {
+    const auto srun = slurm::SlurmOptions::fromEnvironment().srun;
+    usageCheck(findExecutable(srun, env).has_value(), "'", srun, "' not found in PATH: ",
+               fromAllocation(o, env) ? "inside " + describeAllocation(env) + ", " : std::string(),
+               "the Slurm launcher starts hvd-proxy on each node with srun (or choose --launcher ssh)");
+  }
+}
+
+// With --verbose or --dry-run: where the hosts came from and what starts the ranks.
+std::string describeHosts(const HvdrunOptions& o, const std::vector<HostSpec>& hosts, const Environment& env) {
+  std::string list;
+  for (const auto& h : hosts) list += (list.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
+  return detail::concat("hvdrun: ", o.num_proc, " ranks on ", list, fromAllocation(o, env) ? " from " + describeAllocation(env) : "",
+                        "; launcher ", toString(o.launcher), "\n");
 }
 
 }  // namespace
@@ -71,13 +114,22 @@ int hvdrunMain(int argc, char** argv) {
     if (options.num_proc == 0) {  // inside Slurm without -np: every task of the allocation
       for (const auto& h : hosts) options.num_proc += h.slots;
     }
-    auto plan = assignRanks(hosts, options.num_proc);
+    std::vector<Placement> plan;
+    try {
+      plan = assignRanks(hosts, options.num_proc);
+    } catch (const UsageError& e) {
+      if (!fromAllocation(options, env)) throw;
+      throw UsageError(detail::concat(e.what(), " in ", describeAllocation(env)));
+    }
+    resolveLauncher(options, hosts, env);
     // After every usage check: a usage error stays the only line on stderr.
     for (const auto& w : cli.warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
     if (options.dry_run) {
+      std::fputs(describeHosts(options, hosts, env).c_str(), stdout);
       std::fputs(describePlan(plan, options, env).c_str(), stdout);
       return 0;
     }
+    if (options.verbose) std::fputs(describeHosts(options, hosts, env).c_str(), stderr);
     Job job(std::move(options), std::move(plan), env);
     return job.run().exitCode();
   } catch (const UsageError& e) {

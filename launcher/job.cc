@@ -19,6 +19,7 @@
 #include "launcher/network.h"
 #include "launcher/output.h"
 #include "launcher/python_path.h"
+#include "launcher/slurm/launcher.h"
 #include "launcher/worker_heap.h"
 #include "launcher/token_guard.h"
 #include "rendezvous/error.h"
@@ -156,7 +157,7 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
                          const Environment& inherited) {
   std::vector<HostSpec> remote;
   for (const auto& p : plan) {
-    if (options.ssh.force_ssh || !isLocalHost(p.host.name)) remote.push_back(p.host);
+    if (!LauncherPool::isLocal(options.launcher, options.ssh, p.host)) remote.push_back(p.host);
   }
   RendezvousEndpoint endpoint;
   endpoint.address = remote.empty() ? "127.0.0.1" : "<address routed to " + remote.front().name + ">";
@@ -171,9 +172,9 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
   const Environment none;
   const auto tunables = mallocTunables(options, inherited);
   for (const auto& p : plan) {
-    const bool local = !options.ssh.force_ssh && isLocalHost(p.host.name);
-    out << "rank " << p.rank << " on " << displayName(p.host) << " (" << (local ? "local" : "ssh")
-        << "): env";
+    const bool local = LauncherPool::isLocal(options.launcher, options.ssh, p.host);
+    out << "rank " << p.rank << " on " << displayName(p.host) << " ("
+        << (local ? "local" : options.launcher == LauncherKind::kSlurm ? "slurm" : "ssh") << "): env";
     for (const auto& [name, value] : workerEnvironment(p, options, none, nullptr, endpoint)) {
       if (name == "GLIBC_TUNABLES") continue;
       out << ' ' << name << '=' << shellQuote(value);
@@ -188,10 +189,24 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
 // ---------------------------------------------------------------------------------------------------------
 // Launchers and the rendezvous server
 
-LauncherPool::LauncherPool(asio::io_context& ioc, const SshOptions& ssh) : ioc_(ioc), ssh_(ssh) {}
+LauncherPool::LauncherPool(asio::io_context& ioc, const SshOptions& ssh, LauncherKind kind)
+    : ioc_(ioc), ssh_(ssh), kind_(kind) {}
 LauncherPool::~LauncherPool() = default;
 
-bool LauncherPool::isLocal(const HostSpec& host) const { return !ssh_.force_ssh && isLocalHost(host.name); }
+bool LauncherPool::isLocal(const HostSpec& host) const { return isLocal(kind_, ssh_, host); }
+
+bool LauncherPool::isLocal(LauncherKind kind, const SshOptions& ssh, const HostSpec& host) {
+  switch (kind) {
+    case LauncherKind::kLocal:
+      return true;
+    case LauncherKind::kSsh:
+    case LauncherKind::kSlurm:
+      return false;
+    case LauncherKind::kAuto:
+      break;
+  }
+  return !ssh.force_ssh && isLocalHost(host.name);
+}
 
 Launcher& LauncherPool::forHost(const HostSpec& host) {
   const bool local = isLocal(host);
@@ -199,6 +214,9 @@ Launcher& LauncherPool::forHost(const HostSpec& host) {
   if (!slot) {
     if (local) {
       slot = std::make_unique<local::LocalLauncher>(ioc_);
+    } else if (kind_ == LauncherKind::kSlurm) {
+      auto slurm = slurm::SlurmOptions::fromEnvironment();
+      slot = slurm::makeLauncher(ioc_, slurm);
     } else {
 #if HVD_LAUNCHER_HAVE_SSH
       slot = ssh::makeLauncher(ioc_, ssh_);
@@ -527,7 +545,7 @@ class Supervisor : public WorkerEvents {
   asio::steady_timer start_timer_;
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<OutputForwarder> output_;
-  LauncherPool launchers_{ioc_, options_.ssh};
+  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher};
   std::vector<Launcher*> rank_launchers_;  // by rank
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<bool> ended_;

@@ -40,19 +40,23 @@ std::vector<std::pair<std::string, std::string>> workerEnvironment(
     const Placement& placement, const HvdrunOptions& options, const Environment& inherited, const Launcher* launcher,
     const RendezvousEndpoint& endpoint, const std::vector<std::pair<std::string, std::string>>& job = {});
 
-// The launchers of a job, one per kind, made when a host first needs one: LocalLauncher for this machine
-// (isLocalHost), the ssh launcher for every other host or for all with --force-ssh (launcher/launcher.h).
+// The launchers of a job, one per kind, made when a host first needs one. By LauncherKind: kAuto gives
+// LocalLauncher for this machine (isLocalHost) and the ssh launcher for every other host; kLocal,
+// LocalLauncher for all; kSsh, ssh for all; kSlurm, the Slurm launcher (launcher/slurm/launcher.h) for all.
 class LauncherPool {
  public:
-  LauncherPool(boost::asio::io_context& ioc, const SshOptions& ssh);
+  LauncherPool(boost::asio::io_context& ioc, const SshOptions& ssh, LauncherKind kind = LauncherKind::kAuto);
   ~LauncherPool();
   bool isLocal(const HostSpec& host) const;
+  // Whether `kind` starts `host`'s ranks with LocalLauncher.
+  static bool isLocal(LauncherKind kind, const SshOptions& ssh, const HostSpec& host);
   Launcher& forHost(const HostSpec& host);
   bool hasLocal() const { return local_ != nullptr; }
 
  private:
   boost::asio::io_context& ioc_;
   const SshOptions& ssh_;
+  LauncherKind kind_;
   std::unique_ptr<Launcher> local_;
   std::unique_ptr<Launcher> remote_;
 };

@@ -1,6 +1,7 @@
 // Shared parts of the Launcher interface: state names, exit status text, local-host detection, the
 // signal reset of a child before exec and the signal to a worker's group.
 #include "launcher/launcher.h"
+#include "launcher/options.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -18,6 +19,20 @@
 #include "rendezvous/error.h"
 
 namespace hvd::launcher {
+
+const char* toString(LauncherKind kind) {
+  switch (kind) {
+    case LauncherKind::kAuto:
+      return "auto";
+    case LauncherKind::kLocal:
+      return "local";
+    case LauncherKind::kSsh:
+      return "ssh";
+    case LauncherKind::kSlurm:
+      return "slurm";
+  }
+  return "?";
+}
 
 void resetSignalsForExec() noexcept {
   for (int sig = 1; sig < NSIG; ++sig) {

@@ -36,4 +36,15 @@ struct SshOptions {
   std::chrono::milliseconds connect_timeout = kDefaultConnectTimeout;  // --ssh-connect-timeout SECONDS
 };
 
+// Which transport starts the ranks (--launcher).
+enum class LauncherKind {
+  kAuto,   // srun inside a Slurm allocation whose nodes are the job's hosts, unless they are all this
+           // machine; otherwise this machine's hosts by fork/exec and the others over ssh
+  kLocal,  // fork/exec; every host must be this machine
+  kSsh,    // ssh for every host, this machine's too (--ssh-force)
+  kSlurm,  // one srun step starting hvd-proxy on every host (launcher/slurm/launcher.h)
+};
+
+const char* toString(LauncherKind kind);
+
 }  // namespace hvd::launcher

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "launcher/ssh/config.h"
+#include "launcher/ssh/proxy_host.h"
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
 #include "rendezvous/error.h"
@@ -108,16 +109,8 @@ std::string lastLine(std::string text) {
   return nl == std::string::npos ? text : text.substr(nl + 1);
 }
 
-// The state a remote worker (per-rank channel or hvd-proxy rank) ends in.
-WorkerState endState(const ExitStatus& status, bool stop_requested) {
-  if (status.success()) return WorkerState::kSucceeded;
-  if (stop_requested) return WorkerState::kStopped;
-  if (status.kind == ExitStatus::Kind::kLost) return WorkerState::kUnknown;
-  return WorkerState::kFailed;
-}
 
 class SshWorker;
-class ProxyHost;
 
 // Workers waiting for a connection being opened for them.
 struct PendingConnection {
@@ -125,7 +118,7 @@ struct PendingConnection {
   std::vector<std::function<void(const std::shared_ptr<Session>&, const std::string& error)>> waiters;
 };
 
-class SshLauncher : public Launcher {
+class SshLauncher : public Launcher, public ProxyTransport {
  public:
   SshLauncher(asio::io_context& io, const SshOptions& options, const ProxyOptions& proxy)
       : io_(io), options_(options), proxy_(proxy) {
@@ -154,8 +147,13 @@ class SshLauncher : public Launcher {
                    std::function<void(const std::shared_ptr<Session>&, const std::string& error)> use);
   // One channel for this rank alone (no proxy, or none on its host).
   std::unique_ptr<Worker> startPerRank(const LaunchSpec& spec, WorkerEvents& events);
-  asio::io_context& jobLoop() { return io_; }
-  const ProxyOptions& proxyOptions() const { return proxy_; }
+
+  // ProxyTransport
+  asio::io_context& jobLoop() override { return io_; }
+  int stdinFd() const override { return proxy_.stdin_fd; }
+  std::unique_ptr<Worker> startWithoutProxy(const LaunchSpec& spec, WorkerEvents& events) override {
+    return startPerRank(spec, events);
+  }
 
  private:
   asio::awaitable<std::shared_ptr<Session>> connectLimited(Target target);
@@ -259,422 +257,40 @@ class SshWorker : public Worker, public ChannelHandler {
 // hvd-proxy mode: one channel per host runs hvd-proxy (launcher/ssh/proxy.h), which starts every rank of
 // that host and multiplexes their output, exits and signals as frames (launcher/ssh/proxy_protocol.h).
 
-class ProxyWorker;
-
 std::string proxyCommand(const std::string& path) {
   // Exit code 127 without the proxy's hello means "not installed there": that host falls back.
   return "test -x " + shellQuote(path) + " || exit 127; exec " + shellQuote(path);
 }
 
-// One host's hvd-proxy channel. Owned by the launcher; workers hold weak references.
-// Threading: the loop that services its session (the private loop during the check, then the job's).
-class ProxyHost : public ChannelHandler, public std::enable_shared_from_this<ProxyHost> {
+// hvd-proxy's link over an ssh exec channel; the channel sends the heartbeat frames itself.
+class ChannelLink : public ProxyLink {
  public:
-  enum class State {
-    kOpening,   // channel requested, no hello yet
-    kReady,     // hello received: frames flow
-    kFallback,  // no usable hvd-proxy there: its ranks get one channel each
-    kFailed,    // connection or proxy failed: error() says why
-  };
-
-  ProxyHost(Target target, std::string path) : target_(std::move(target)), path_(std::move(path)) {}
-  ~ProxyHost() override { close(); }
-
-  void attach(const std::shared_ptr<Session>& session) {
-    if (state_ != State::kOpening) return;
-    auto channel = session->exec(proxyCommand(path_), "", this);
-    if (channel->ended()) return;  // a broken session: onEnd has already said why
-    channel_ = std::move(channel);
-    channel_->enableHeartbeat(PayloadWriter().frame(FrameType::kHeartbeat));
-  }
-  void failToOpen(const std::string& error) { fail(error); }
-  // Sends EOF: the proxy ends (its ranks get SIGTERM if any still run).
-  void close() {
-    if (!channel_) return;
+  explicit ChannelLink(std::shared_ptr<Channel> channel) : channel_(std::move(channel)) {}
+  void write(std::string_view bytes) override { channel_->write(bytes); }
+  size_t queued() const override { return channel_->queued(); }
+  void close() override {
     channel_->detach();
     channel_->closeStdin();
-    channel_.reset();
   }
-
-  State state() const { return state_; }
-  size_t queued() const { return channel_ ? channel_->queued() : 0; }
-
-  // Asks the proxy to connect to address:port; checkDone() turns true with checkError() set on failure
-  // (also when the host fails or falls back: then the caller checks another way).
-  void requestCheck(const std::string& address, uint16_t port) {
-    check_done_ = false;
-    check_error_.clear();
-    check_ = PayloadWriter()
-                 .bytes(address)
-                 .u16(port)
-                 .u32(static_cast<uint32_t>(kCheckTimeout.count()))
-                 .frame(FrameType::kCheck);
-    if (state_ == State::kReady) sendCheck();
-    if (state_ == State::kFallback || state_ == State::kFailed) check_done_ = true;
-  }
-  bool checkDone() const { return check_done_; }
-  const std::string& checkError() const { return check_error_; }
-
-  void add(ProxyWorker* worker, int rank, asio::io_context& io);
-  void remove(int rank) { workers_.erase(rank); }
-  void send(const std::string& frame) {
-    if (channel_ && state_ == State::kReady) channel_->write(frame);
-  }
-
-  void onData(Stream stream, std::string_view bytes) override;
-  void onEnd(const ChannelEnd& end) override;
-
-  static constexpr std::chrono::milliseconds kCheckTimeout{5000};
 
  private:
-  void sendCheck() {
-    if (check_.empty()) return;
-    channel_->write(check_);
-    check_.clear();
-  }
-  void handle(const Frame& frame);
-  void becomeReady();
-  void fallBack(const std::string& why);
-  void fail(const std::string& why);
-
-  Target target_;
-  std::string path_;
-  State state_ = State::kOpening;
   std::shared_ptr<Channel> channel_;
-  std::string before_hello_;  // stdout before the magic (a chatty login script)
-  FrameDecoder decoder_;
-  std::string stderr_tail_;       // an unfinished line of the proxy's diagnostics
-  std::string last_stderr_line_;  // the last complete one, for error messages
-  std::string error_;
-  std::string check_;  // a check frame waiting for the hello
-  bool check_done_ = true;
-  std::string check_error_;
-  std::map<int, ProxyWorker*> workers_;  // ranks sent or waiting for the hello, until their exit
 };
 
-// A rank started through its host's proxy; on a host without one, a per-rank SshWorker takes its place.
-class ProxyWorker : public Worker {
- public:
-  ProxyWorker(SshLauncher& launcher, LaunchSpec spec, WorkerEvents& events, std::shared_ptr<ProxyHost> host)
-      : launcher_(launcher), spec_(std::move(spec)), events_(events), host_(host) {}
-  ~ProxyWorker() override {
-    stopStdin();
-    if (auto host = host_.lock()) {
-      if (spawned_ && !ended_) host->send(signalFrame(SIGKILL));
-      host->remove(spec_.rank);
-    }
-  }
-
-  int rank() const override { return spec_.rank; }
-  WorkerState state() const override { return fallback_ ? fallback_->state() : state_; }
-
-  void signal(int signo) override {
-    if (fallback_) return fallback_->signal(signo);
-    if (ended_) return;
-    stop_requested_ = true;
-    if (!spawned_) {
-      pending_signals_.push_back(signo);
-    } else if (auto host = host_.lock()) {
-      host->send(signalFrame(signo));
-    }
-  }
-
-  // The host is ready: send this rank's description, then what was asked meanwhile.
-  void spawn(ProxyHost& host) {
-    SpawnRequest r{spec_.rank, spec_.host.name, spec_.cwd, spec_.argv, spec_.env, spec_.forward_stdin};
-    host.send(encodeSpawn(r));
-    spawned_ = true;
-    state_ = WorkerState::kRunning;
-    for (int s : pending_signals_) host.send(signalFrame(s));
-    pending_signals_.clear();
-    if (spec_.forward_stdin) startStdin();
-  }
-
-  // No proxy on that host: one channel of its own, as before the proxy existed.
-  void useFallback() {
-    fallback_ = launcher_.startPerRank(spec_, events_);
-    for (int s : pending_signals_) fallback_->signal(s);
-    pending_signals_.clear();
-  }
-
-  void onOutput(Stream stream, std::string_view bytes) { events_.onOutput(spec_.rank, stream, bytes); }
-
-  void onExit(const ExitStatus& status) {
-    if (ended_) return;
-    ended_ = true;
-    stopStdin();
-    state_ = endState(status, stop_requested_);
-    events_.onStreamClosed(spec_.rank, Stream::kStdout);
-    events_.onStreamClosed(spec_.rank, Stream::kStderr);
-    events_.onExit(spec_.rank, status);
-  }
-
-  void lost(const std::string& why) {
-    ExitStatus status;
-    status.kind = ExitStatus::Kind::kLost;
-    status.detail = why;
-    onExit(status);
-  }
-
- private:
-  std::string signalFrame(int signo) const {
-    return PayloadWriter().i32(spec_.rank).i32(signo).frame(FrameType::kSignal);
-  }
-
-  // Rank 0's stdin: hvdrun's stdin, read on the job loop and sent as frames. A terminal or pipe is
-  // reopened through /proc so that the non-blocking mode Asio sets stays on our own file description
-  // (the shell's terminal is left as it was); a regular file is read through a duplicate.
-  void startStdin() {
-    const int source = launcher_.proxyOptions().stdin_fd;
-    // A background hvdrun reading its terminal would be stopped (SIGTTIN): rank 0 gets EOF instead.
-    if (::isatty(source) && ::tcgetpgrp(source) != ::getpgrp()) {
-      sendStdin("", true);
-      return;
-    }
-    struct stat st {};
-    int fd = -1;
-    if (::fstat(source, &st) == 0 && !S_ISREG(st.st_mode))
-      fd = ::open(("/proc/self/fd/" + std::to_string(source)).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fd = ::fcntl(source, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) {
-      sendStdin("", true);
-      return;
-    }
-    stdin_ = std::make_unique<asio::posix::stream_descriptor>(launcher_.jobLoop(), fd);
-    stdin_timer_ = std::make_unique<asio::steady_timer>(launcher_.jobLoop());
-    readStdin();
-  }
-
-  void readStdin() {
-    auto host = host_.lock();
-    if (!stdin_ || !host) return;
-    // Backpressure: a fast producer must not pile up megabytes in the channel's queue.
-    if (host->queued() > kStdinQueueLimit) {
-      stdin_timer_->expires_after(std::chrono::milliseconds(20));
-      stdin_timer_->async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-        if (!ec && *alive) readStdin();
-      });
-      return;
-    }
-    stdin_->async_read_some(asio::buffer(stdin_buffer_),
-                            [this, alive = alive_](const boost::system::error_code& ec, size_t n) {
-                              if (!*alive || !stdin_) return;
-                              if (n > 0) sendStdin(std::string_view(stdin_buffer_.data(), n), false);
-                              if (ec) {
-                                sendStdin("", true);
-                                stopStdin();
-                                return;
-                              }
-                              readStdin();
-                            });
-  }
-
-  void sendStdin(std::string_view bytes, bool eof) {
-    auto host = host_.lock();
-    if (!host) return;
-    if (eof)
-      host->send(PayloadWriter().i32(spec_.rank).frame(FrameType::kStdinEof));
-    else
-      host->send(PayloadWriter().i32(spec_.rank).bytes(bytes).frame(FrameType::kStdin));
-  }
-
-  void stopStdin() {
-    *alive_ = false;
-    alive_ = std::make_shared<bool>(true);
-    stdin_timer_.reset();
-    stdin_.reset();
-  }
-
-  static constexpr size_t kStdinQueueLimit = 1u << 20;
-
-  SshLauncher& launcher_;
-  LaunchSpec spec_;
-  WorkerEvents& events_;
-  std::weak_ptr<ProxyHost> host_;
-  std::unique_ptr<Worker> fallback_;
-  WorkerState state_ = WorkerState::kInit;
-  std::vector<int> pending_signals_;
-  bool spawned_ = false;
-  bool stop_requested_ = false;
-  bool ended_ = false;
-  std::unique_ptr<asio::posix::stream_descriptor> stdin_;
-  std::unique_ptr<asio::steady_timer> stdin_timer_;
-  std::array<char, 16 * 1024> stdin_buffer_{};
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // guards pending stdin handlers
-};
-
-void ProxyHost::add(ProxyWorker* worker, int rank, asio::io_context& io) {
-  switch (state_) {
-    case State::kOpening:
-      workers_[rank] = worker;
-      return;
-    case State::kReady:
-      workers_[rank] = worker;
-      worker->spawn(*this);
-      return;
-    case State::kFallback:
-      worker->useFallback();
-      return;
-    case State::kFailed:
-      // Not from inside start(): the job has not stored the worker yet.
-      workers_[rank] = worker;
-      asio::post(io, [weak = weak_from_this(), rank] {
-        auto self = weak.lock();
-        if (!self) return;
-        if (auto it = self->workers_.find(rank); it != self->workers_.end()) {
-          ProxyWorker* w = it->second;
-          self->workers_.erase(it);
-          w->lost(self->error_);
-        }
-      });
-      return;
-  }
+std::shared_ptr<ProxyHost> makeProxyHost(const Target& target, const std::string& path) {
+  return std::make_shared<ProxyHost>("ssh " + target.describe(), target.describe(), path,
+                                     "starting its workers with one ssh channel each");
 }
 
-void ProxyHost::onData(Stream stream, std::string_view bytes) {
-  if (stream == Stream::kStderr) {
-    // The proxy's own diagnostics (and whatever the login script says): shown, and kept for errors.
-    stderr_tail_ += bytes;
-    size_t nl;
-    while ((nl = stderr_tail_.find('\n')) != std::string::npos) {
-      const std::string line = stderr_tail_.substr(0, nl);
-      stderr_tail_.erase(0, nl + 1);
-      // One write per line: the job's output forwarder writes whole lines to the same stderr.
-      if (!line.empty()) std::cerr << ("hvdrun: ssh " + target_.describe() + ": " + line + "\n");
-      last_stderr_line_ = line.empty() ? last_stderr_line_ : line;
-    }
-    if (stderr_tail_.size() > 4096) stderr_tail_.erase(0, stderr_tail_.size() - 4096);
-    return;
-  }
-  if (state_ == State::kFallback || state_ == State::kFailed) return;
-  if (state_ == State::kOpening) {
-    before_hello_ += bytes;
-    const auto at = before_hello_.find(kProxyHelloMagic);
-    if (at == std::string::npos) {
-      if (before_hello_.size() > 65536)
-        before_hello_.erase(0, before_hello_.size() - kProxyHelloMagic.size());
-      return;
-    }
-    decoder_.feed(std::string_view(before_hello_).substr(at + kProxyHelloMagic.size()));
-    before_hello_.clear();
-  } else {
-    decoder_.feed(bytes);
-  }
-  try {
-    while (auto frame = decoder_.next()) {
-      handle(*frame);
-      if (state_ == State::kFallback || state_ == State::kFailed) return;
-    }
-  } catch (const Error& e) {
-    fail(detail::concat("hvd-proxy on ", target_.describe(), ": ", e.what()));
-    close();
-  }
+// Opens the proxy's channel on `session`.
+void attachProxy(ProxyHost& host, const std::shared_ptr<Session>& session, const std::string& path) {
+  if (host.state() != ProxyHost::State::kOpening) return;
+  auto channel = session->exec(proxyCommand(path), "", &host);
+  if (channel->ended()) return;  // a broken session: onEnd has already said why
+  channel->enableHeartbeat(PayloadWriter().frame(FrameType::kHeartbeat));
+  host.attach(std::make_unique<ChannelLink>(std::move(channel)));
 }
 
-void ProxyHost::handle(const Frame& frame) {
-  PayloadReader in(frame);
-  if (state_ == State::kOpening) {
-    if (frame.type != FrameType::kHello)
-      throw LaunchError(detail::concat("expected a hello frame, got ", PayloadReader::typeName(frame.type)));
-    const uint32_t version = in.u32();
-    if (version != kProxyVersion) {
-      fallBack(detail::concat(path_, " speaks protocol ", version, ", this hvdrun ", kProxyVersion));
-      close();
-      return;
-    }
-    becomeReady();
-    return;
-  }
-  switch (frame.type) {
-    case FrameType::kCheckResult: {
-      const bool ok = in.u8() != 0;
-      std::string why = in.bytes();
-      in.end();
-      check_done_ = true;
-      check_error_ = ok ? "" : why;
-      return;
-    }
-    case FrameType::kStarted:
-      return;  // the pid is the remote host's: nothing to do with it here
-    case FrameType::kOutput: {
-      const int rank = in.i32();
-      const uint8_t stream = in.u8();
-      const std::string bytes = in.bytes();
-      in.end();
-      if (auto it = workers_.find(rank); it != workers_.end())
-        it->second->onOutput(stream ? Stream::kStderr : Stream::kStdout, bytes);
-      return;
-    }
-    case FrameType::kExit: {
-      const int rank = in.i32();
-      const uint8_t kind = in.u8();
-      const int value = in.i32();
-      in.end();
-      ExitStatus status;
-      if (kind == 1) {
-        status.kind = ExitStatus::Kind::kSignaled;
-        status.signal = value;
-      } else {
-        status.code = value;
-      }
-      if (auto it = workers_.find(rank); it != workers_.end()) {
-        ProxyWorker* w = it->second;
-        workers_.erase(it);
-        w->onExit(status);
-      }
-      return;
-    }
-    default:
-      throw LaunchError(detail::concat("unexpected ", PayloadReader::typeName(frame.type), " frame"));
-  }
-}
-
-void ProxyHost::becomeReady() {
-  state_ = State::kReady;
-  sendCheck();
-  auto workers = workers_;  // a spawn may end a worker at once (the host fails meanwhile)
-  for (auto& [rank, w] : workers) {
-    if (workers_.count(rank)) w->spawn(*this);
-  }
-}
-
-void ProxyHost::fallBack(const std::string& why) {
-  state_ = State::kFallback;
-  std::cerr << ("hvdrun: ssh " + target_.describe() + ": " + why +
-                "; starting its workers with one ssh channel each\n");
-  check_done_ = true;
-  auto workers = std::exchange(workers_, {});
-  for (auto& [rank, w] : workers) w->useFallback();
-}
-
-void ProxyHost::fail(const std::string& why) {
-  if (state_ == State::kFailed || state_ == State::kFallback) return;
-  state_ = State::kFailed;
-  error_ = why;
-  if (!check_done_) {
-    check_done_ = true;
-    check_error_ = why;
-  }
-  auto workers = std::exchange(workers_, {});
-  for (auto& [rank, w] : workers) w->lost(why);
-}
-
-void ProxyHost::onEnd(const ChannelEnd& end) {
-  channel_.reset();
-  if (state_ == State::kOpening && end.error.empty() && end.exit_code == 127) {
-    fallBack("no hvd-proxy at " + path_ + " there (exit code 127)");
-    return;
-  }
-  if (!end.error.empty()) {
-    fail(end.error);
-    return;
-  }
-  std::string how = end.exit_signal ? "signal " + (end.signal_name.empty() ? std::to_string(*end.exit_signal)
-                                                                           : end.signal_name)
-                                    : "exit code " + std::to_string(end.exit_code.value_or(255));
-  fail(detail::concat("hvd-proxy ", path_, " on ", target_.describe(), " ended (", how, ")",
-                      last_stderr_line_.empty() ? "" : ": " + last_stderr_line_));
-}
 
 std::vector<Target> SshLauncher::distinctTargets(const std::vector<HostSpec>& hosts) const {
   std::vector<Target> out;
@@ -805,12 +421,12 @@ std::vector<std::string> SshLauncher::checkWithShell(const std::vector<Target>& 
 std::shared_ptr<ProxyHost> SshLauncher::proxySync(const Target& target) {
   auto& host = proxies_[target.describe()];
   if (host && host->state() != ProxyHost::State::kFailed) return host;
-  host = std::make_shared<ProxyHost>(target, proxy_.path);
+  host = makeProxyHost(target, proxy_.path);
   auto& sessions = pool_[target.describe()];
   std::erase_if(sessions, [](const auto& s) { return s->broken(); });
   for (auto& s : sessions) {
     if (s->openChannels() < kMaxChannelsPerConnection) {
-      host->attach(s);
+      attachProxy(*host, s, proxy_.path);
       return host;
     }
   }
@@ -820,22 +436,22 @@ std::shared_ptr<ProxyHost> SshLauncher::proxySync(const Target& target) {
     host->failToOpen(e.what());
     return host;
   }
-  host->attach(sessions.back());
+  attachProxy(*host, sessions.back(), proxy_.path);
   return host;
 }
 
 std::shared_ptr<ProxyHost> SshLauncher::proxyOnJobLoop(const Target& target) {
   auto& host = proxies_[target.describe()];
   if (host) return host;  // a failed one stays failed: its ranks are reported lost with its error
-  host = std::make_shared<ProxyHost>(target, proxy_.path);
-  withSession(target, [weak = std::weak_ptr<ProxyHost>(host)](const std::shared_ptr<Session>& session,
-                                                              const std::string& error) {
+  host = makeProxyHost(target, proxy_.path);
+  withSession(target, [weak = std::weak_ptr<ProxyHost>(host), path = proxy_.path](
+                          const std::shared_ptr<Session>& session, const std::string& error) {
     auto h = weak.lock();
     if (!h) return;
     if (!error.empty())
       h->failToOpen(error);
     else
-      h->attach(session);
+      attachProxy(*h, session, path);
   });
   return host;
 }

@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -73,9 +76,11 @@ class Proxy {
 
   int run() {
     ::signal(SIGPIPE, SIG_IGN);
+    // SIGTERM, SIGINT and SIGHUP (scancel, a job's end under srun) tear the ranks down as hvdrun's
+    // going away does, instead of ending the proxy alone.
     sigset_t chld;
     ::sigemptyset(&chld);
-    ::sigaddset(&chld, SIGCHLD);
+    for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) ::sigaddset(&chld, sig);
     ::sigprocmask(SIG_BLOCK, &chld, nullptr);
     sigchld_fd_ = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigchld_fd_ < 0) return die("signalfd failed: " + errnoText(errno));
@@ -470,6 +475,7 @@ class Proxy {
   void reap() {
     signalfd_siginfo info;
     while (::read(sigchld_fd_, &info, sizeof info) == sizeof info) {
+      if (info.ssi_signo != SIGCHLD) startTeardown();
     }
     int status = 0;
     pid_t pid;
@@ -523,7 +529,62 @@ class Proxy {
   std::vector<Check> checks_;
 };
 
+int fail(const std::string& message, int code) {
+  const std::string line = "hvd-proxy: " + message + "\n";
+  [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
+  return code;
+}
+
+// --connect HOST:PORT: the frames travel over a TCP connection to hvdrun instead of stdin/stdout. It
+// becomes fds 0 and 1 after the join line (kProxyJoinPrefix, the token, the node's name).
+int connectBack(const std::string& where) {
+  const auto colon = where.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == where.size())
+    return fail("--connect '" + where + "' is not HOST:PORT", 2);
+  std::string host = where.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port = where.substr(colon + 1);
+  const char* token = std::getenv(kProxyTokenEnv);
+  if (!token || !*token) return fail(std::string(kProxyTokenEnv) + " is not set; --connect needs hvdrun's token", 2);
+  const std::string join = std::string(kProxyJoinPrefix) + token + " " + proxyNodeName() + "\n";
+  ::unsetenv(kProxyTokenEnv);  // not for the ranks
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return fail("cannot resolve '" + host + "': " + ::gai_strerror(rc), 1);
+  int fd = -1;
+  std::string why;
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      why = errnoText(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) return fail("cannot connect to hvdrun at " + where + ": " + why, 1);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  for (size_t done = 0; done < join.size();) {
+    const ssize_t n = ::send(fd, join.data() + done, join.size() - done, MSG_NOSIGNAL);
+    if (n <= 0) return fail("cannot write to hvdrun at " + where + ": " + errnoText(errno), 1);
+    done += static_cast<size_t>(n);
+  }
+  if (::dup2(fd, 0) < 0 || ::dup2(fd, 1) < 0) return fail("dup2 failed: " + errnoText(errno), 1);
+  ::close(fd);
+  return 0;
+}
+
 }  // namespace
+
+std::string proxyNodeName() {
+  // Slurm's name for the node (slurmd -N may differ from the hostname), else the hostname.
+  if (const char* node = std::getenv("SLURMD_NODENAME"); node && *node) return node;
+  return hostName();
+}
 
 int runProxy(int argc, char** argv) {
   if (argc > 1) {
@@ -533,10 +594,11 @@ int runProxy(int argc, char** argv) {
       [[maybe_unused]] const ssize_t n = ::write(1, line.data(), line.size());
       return 0;
     }
-    const std::string line =
-        "hvd-proxy: unexpected argument '" + arg + "'; it is started by hvdrun over ssh, not by hand\n";
-    [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
-    return 2;
+    if (arg == "--connect" && argc == 3) {
+      if (const int rc = connectBack(argv[2]); rc != 0) return rc;
+      return Proxy().run();
+    }
+    return fail("unexpected argument '" + arg + "'; it is started by hvdrun (over ssh, or by srun with --connect HOST:PORT), not by hand", 2);
   }
   return Proxy().run();
 }

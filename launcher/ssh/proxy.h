@@ -15,15 +15,32 @@
 //     dead network), SIGTERM to every rank's process group, SIGKILL kKillGrace later, then exit.
 // Its exit status says nothing about the ranks (theirs travel as kExit frames): 0 after a normal end,
 // 1 after a protocol error (reported on stderr, one line).
+// SIGTERM, SIGINT or SIGHUP to the proxy starts the same teardown as the watchdog.
+//
+// Under srun (launcher/slurm/launcher.h) it runs as `hvd-proxy --connect HOST:PORT`: it connects to hvdrun,
+// sends one join line, kProxyJoinPrefix + the token from kProxyTokenEnv + " " + its node's name + "\n"
+// (the variable is removed from the environment its ranks inherit), and then speaks the same frames over
+// that connection. Exit status 2 for a bad command line or a missing token, 1 when hvdrun cannot be
+// reached (one line on stderr naming the address).
 // Threading: single-threaded, one poll() loop; no thread, no asio (a small, fast-starting process).
 #pragma once
 
 #include <chrono>
+#include <string>
 
 namespace hvd::launcher::ssh {
 
 // After a rank ended, how long its pipes may stay open (a background grandchild) before its exit is sent.
 inline constexpr std::chrono::milliseconds kProxyDrainTimeout{1000};
+
+// The variable that carries hvdrun's token to a proxy started with --connect.
+inline constexpr const char* kProxyTokenEnv = "HVD_PROXY_TOKEN";
+// The join line's first word.
+inline constexpr const char* kProxyJoinPrefix = "HVD-PROXY-JOIN ";
+
+// The name a proxy gives for its node: SLURMD_NODENAME when set (Slurm's name for the node), else the
+// hostname.
+std::string proxyNodeName();
 
 // main() of hvd-proxy: serves the protocol on fds 0 and 1 until the channel ends. Returns the exit status.
 int runProxy(int argc, char** argv);

@@ -3,6 +3,7 @@ set(HVD_LAUNCHER_SSH_SOURCES
   ssh/config.cc
   ssh/launcher.cc
   ssh/proxy.cc
+  ssh/proxy_host.cc
   ssh/proxy_protocol.cc
   ssh/remote.cc
   ssh/session.cc

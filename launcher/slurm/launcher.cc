@@ -1,0 +1,495 @@
+#include "launcher/slurm/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "launcher/cli.h"
+#include "launcher/ssh/launcher.h"
+#include "launcher/ssh/proxy.h"
+#include "launcher/ssh/proxy_host.h"
+#include "launcher/ssh/proxy_protocol.h"
+#include "launcher/ssh/remote.h"
+#include "rendezvous/error.h"
+#include "rendezvous/token.h"
+
+extern char** environ;
+
+namespace hvd::launcher::slurm {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using ssh::FrameType;
+using ssh::PayloadWriter;
+using ssh::ProxyHost;
+using ssh::ProxyWorker;
+
+namespace {
+
+// A proxy's connection, on the job's loop: frames out (with a heartbeat every kHeartbeatInterval, which the
+// proxy's watchdog needs), bytes in to the ProxyHost.
+class TcpLink : public ssh::ProxyLink {
+ public:
+  TcpLink(asio::io_context& io, int fd, ProxyHost& host, std::string node)
+      : socket_(io), timer_(io), host_(&host), node_(std::move(node)) {
+    boost::system::error_code ec;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+    socket_.assign(local.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd, ec);
+    read();
+    beat();
+  }
+  ~TcpLink() override { close(); }
+
+  void write(std::string_view bytes) override {
+    out_.append(bytes);
+    flush();
+  }
+  size_t queued() const override { return out_.size() + writing_.size(); }
+  void close() override {
+    if (!socket_.is_open()) return;
+    *alive_ = false;
+    host_ = nullptr;
+    timer_.cancel();
+    // Best effort, without the loop (it may no longer run): what is queued, then EOF.
+    const std::string rest = writing_ + out_;
+    (void)::send(socket_.native_handle(), rest.data(), rest.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(socket_.native_handle(), SHUT_WR);
+    boost::system::error_code ec;
+    socket_.close(ec);
+  }
+
+ private:
+  void read() {
+    socket_.async_read_some(asio::buffer(buffer_), [this, alive = alive_](const boost::system::error_code& ec,
+                                                                          size_t n) {
+      if (!*alive) return;
+      if (n > 0 && host_) host_->onData(Stream::kStdout, std::string_view(buffer_.data(), n));
+      if (!*alive) return;
+      if (ec) {
+        ssh::ChannelEnd end;
+        end.error = ec == asio::error::eof ? "hvd-proxy on " + node_ + " closed its connection"
+                                           : "connection to hvd-proxy on " + node_ + ": " + ec.message();
+        *alive_ = false;
+        timer_.cancel();
+        ProxyHost* host = std::exchange(host_, nullptr);
+        if (host) host->onEnd(end);
+        return;
+      }
+      read();
+    });
+  }
+  void flush() {
+    if (!writing_.empty() || out_.empty() || !socket_.is_open()) return;
+    writing_.swap(out_);
+    asio::async_write(socket_, asio::buffer(writing_), [this, alive = alive_](const boost::system::error_code& ec,
+                                                                              size_t) {
+      if (!*alive) return;
+      writing_.clear();
+      if (!ec) flush();  // a failed write shows up as the read's error
+    });
+  }
+  void beat() {
+    timer_.expires_after(ssh::kHeartbeatInterval);
+    timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+      if (ec || !*alive) return;
+      write(PayloadWriter().frame(FrameType::kHeartbeat));
+      beat();
+    });
+  }
+
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer timer_;
+  ProxyHost* host_;
+  std::string node_;
+  std::string out_, writing_;
+  std::array<char, 64 * 1024> buffer_{};
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+// A node's connection before it joined: bytes until the join line.
+struct Pending {
+  int fd = -1;
+  std::string received;
+};
+
+// One line of `text`'s end, for error messages.
+std::string lastLine(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  const auto nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+std::string describeStatus(int status) {
+  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+  return "exit code " + std::to_string(WEXITSTATUS(status));
+}
+
+// A listening socket on `address` with a port the kernel picks.
+int listenOn(const std::string& address, uint16_t& port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(address.c_str(), "0", &hints, &found);
+  HVD_CHECK(rc == 0, LaunchError, "cannot listen for hvd-proxy connections on '", address, "': ",
+            ::gai_strerror(rc));
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool ok = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 1024) == 0;
+  const int err = errno;
+  ::freeaddrinfo(found);
+  if (!ok) {
+    if (fd >= 0) ::close(fd);
+    throw LaunchError(detail::concat("cannot listen for hvd-proxy connections on ", address, ": ", errnoText(err)));
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+class SlurmLauncher : public Launcher, public ssh::ProxyTransport {
+ public:
+  SlurmLauncher(asio::io_context& io, SlurmOptions options) : io_(io), options_(std::move(options)) {
+    if (options_.proxy_path.empty()) {
+      ssh::ProxyOptions p;
+      options_.proxy_path = ssh::proxyPath(p);
+    }
+  }
+  ~SlurmLauncher() override;
+
+  std::string name() const override { return "slurm"; }
+  void preflight(const std::vector<HostSpec>& hosts) override;
+  void checkRendezvousReachable(const std::vector<HostSpec>& hosts, const std::string& address,
+                                uint16_t port) override;
+  std::unique_ptr<Worker> start(const LaunchSpec& spec, WorkerEvents& events) override;
+
+  // ProxyTransport
+  asio::io_context& jobLoop() override { return io_; }
+  int stdinFd() const override { return options_.stdin_fd; }
+  std::unique_ptr<Worker> startWithoutProxy(const LaunchSpec& spec, WorkerEvents&) override {
+    throw LaunchError(detail::concat("rank ", spec.rank, " on ", spec.host.name, ": no hvd-proxy"));
+  }
+
+ private:
+  void spawnSrun(const std::vector<HostSpec>& hosts, const std::string& connect_to, const std::string& token);
+  void forwardSrunOutput(const std::string& bytes);
+  void readSrunOutput();
+  void watchSrun();
+
+  asio::io_context& io_;
+  SlurmOptions options_;
+  pid_t srun_ = -1;
+  int srun_status_ = 0;
+  bool srun_done_ = false;
+  int srun_out_ = -1;  // srun's stdout and stderr, one pipe
+  std::string srun_tail_;   // an unfinished line
+  std::string srun_lines_;  // the last lines, for error messages
+  std::unique_ptr<asio::posix::stream_descriptor> srun_reader_;
+  std::unique_ptr<asio::steady_timer> srun_timer_;
+  std::array<char, 4096> srun_buffer_{};
+  std::map<std::string, std::shared_ptr<ProxyHost>> proxies_;  // by node name
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+void SlurmLauncher::preflight(const std::vector<HostSpec>& hosts) {
+  (void)hosts;
+  const std::string& srun = options_.srun;
+  HVD_CHECK(findExecutable(srun, currentEnvironment()), LaunchError, "'", srun, "' not found in PATH: the Slurm launcher starts hvd-proxy on the ",
+            "allocation's nodes with srun (choose another with --launcher ssh)");
+}
+
+void SlurmLauncher::forwardSrunOutput(const std::string& bytes) {
+  srun_tail_ += bytes;
+  size_t nl;
+  while ((nl = srun_tail_.find('\n')) != std::string::npos) {
+    const std::string line = srun_tail_.substr(0, nl);
+    srun_tail_.erase(0, nl + 1);
+    if (line.empty()) continue;
+    std::cerr << ("hvdrun: " + line + "\n");  // srun's lines start with "srun: "; the proxies' with "hvd-proxy"
+    srun_lines_ += line + "\n";
+    if (srun_lines_.size() > 8192) srun_lines_.erase(0, srun_lines_.size() - 8192);
+  }
+}
+
+void SlurmLauncher::spawnSrun(const std::vector<HostSpec>& hosts, const std::string& connect_to,
+                              const std::string& token) {
+  const auto args = srunCommand(options_, hosts, options_.proxy_path, connect_to);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "HVD_PROXY_TOKEN=", 16) != 0) env.emplace_back(*e);
+  }
+  env.push_back(std::string(ssh::kProxyTokenEnv) + "=" + token);
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out[2];
+  HVD_CHECK(::pipe2(out, O_CLOEXEC) == 0, LaunchError, "cannot create a pipe for srun: ", errnoText(errno));
+  const std::string exec_error = "srun: cannot execute '" + args.front() + "': ";
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Its own process group: a terminal's Ctrl-C reaches hvdrun, which tears the job down in order.
+    ::setpgid(0, 0);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
+    const int null = ::open("/dev/null", O_RDONLY);
+    if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(out[1], 2) < 0) ::_exit(127);
+    ::close_range(3, ~0U, 0);
+    resetSignalsForExec();
+    environ = envp.data();
+    ::execvp(argv[0], argv.data());
+    const std::string line = exec_error + std::strerror(errno) + "\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
+    ::_exit(127);
+  }
+  const int err = errno;
+  ::close(out[1]);
+  if (pid < 0) {
+    ::close(out[0]);
+    throw LaunchError(detail::concat("cannot start srun: fork failed: ", errnoText(err)));
+  }
+  srun_ = pid;
+  srun_out_ = out[0];
+  ::fcntl(srun_out_, F_SETFL, ::fcntl(srun_out_, F_GETFL) | O_NONBLOCK);
+}
+
+void SlurmLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts, const std::string& address,
+                                             uint16_t) {
+  if (hosts.empty()) return;
+  HVD_CHECK(srun_ < 0, LaunchError, "the Slurm launcher's step was started already");
+  uint16_t port = 0;
+  const int listener = listenOn(address, port);
+  const std::string connect_to =
+      (address.find(':') != std::string::npos ? "[" + address + "]" : address) + ":" + std::to_string(port);
+  const std::string token = rendezvous::generateToken();
+  try {
+    spawnSrun(hosts, connect_to, token);
+  } catch (...) {
+    ::close(listener);
+    throw;
+  }
+  std::map<std::string, const HostSpec*> wanted;
+  for (const auto& h : hosts) wanted[h.name] = &h;
+  std::vector<Pending> pending;
+  std::map<std::string, Pending> joined;  // by node, with the bytes after the join line
+  const std::string heartbeat = PayloadWriter().frame(FrameType::kHeartbeat);
+  const auto deadline = Clock::now() + options_.join_timeout;
+  auto next_beat = Clock::now() + ssh::kHeartbeatInterval;
+  std::string failure;
+  const std::string prefix = ssh::kProxyJoinPrefix;
+  while (joined.size() < wanted.size() && failure.empty()) {
+    std::vector<pollfd> fds{{listener, POLLIN, 0}, {srun_out_, POLLIN, 0}};
+    for (const auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 50);
+    if (fds[0].revents & POLLIN) {
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) pending.push_back({fd, {}});
+    }
+    if (fds[1].revents & (POLLIN | POLLHUP)) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(srun_out_, buf, sizeof buf)) > 0) forwardSrunOutput(std::string(buf, n));
+    }
+    for (size_t i = 0; i < pending.size();) {
+      Pending& p = pending[i];
+      char buf[4096];
+      const ssize_t n = ::recv(p.fd, buf, sizeof buf, 0);
+      if (n > 0) p.received.append(buf, n);
+      const auto nl = p.received.find('\n');
+      const bool closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+      if (nl == std::string::npos && !closed && p.received.size() < 4096) {
+        ++i;
+        continue;
+      }
+      // A join line, or a connection that is not a proxy of this job (dropped without a word).
+      std::string line = nl == std::string::npos ? "" : p.received.substr(0, nl);
+      std::string node;
+      if (line.rfind(prefix, 0) == 0) {
+        const auto space = line.find(' ', prefix.size());
+        if (space != std::string::npos && line.substr(prefix.size(), space - prefix.size()) == token)
+          node = line.substr(space + 1);
+      }
+      if (!node.empty() && wanted.count(node) && !joined.count(node)) {
+        joined[node] = Pending{p.fd, p.received.substr(nl + 1)};
+        (void)::send(p.fd, heartbeat.data(), heartbeat.size(), MSG_NOSIGNAL);
+      } else {
+        if (!node.empty())
+          std::cerr << ("hvdrun: warning: hvd-proxy joined from node '" + node + "', which is not one of the job's " +
+                        "hosts (or joined twice); ignored\n");
+        ::close(p.fd);
+      }
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (Clock::now() >= next_beat) {
+      for (auto& [node, p] : joined) (void)::send(p.fd, heartbeat.data(), heartbeat.size(), MSG_NOSIGNAL);
+      next_beat = Clock::now() + ssh::kHeartbeatInterval;
+    }
+    int status = 0;
+    if (!srun_done_ && ::waitpid(srun_, &status, WNOHANG) == srun_) {
+      srun_done_ = true;
+      srun_status_ = status;
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(srun_out_, buf, sizeof buf)) > 0) forwardSrunOutput(std::string(buf, n));
+      failure = "srun ended (" + describeStatus(status) + ")";
+    } else if (Clock::now() >= deadline) {
+      failure = detail::concat("no answer within ", options_.join_timeout.count() / 1000.0, " s");
+    }
+  }
+  ::close(listener);
+  for (auto& p : pending) ::close(p.fd);
+  if (!failure.empty()) {
+    for (auto& [node, p] : joined) ::close(p.fd);
+    std::string missing;
+    for (const auto& [name, h] : wanted) {
+      if (!joined.count(name)) missing += (missing.empty() ? "" : ", ") + name;
+    }
+    const std::string last = lastLine(srun_lines_);
+    throw LaunchError(detail::concat("hvd-proxy did not start on ", missing, " through srun: ", failure,
+                                     last.empty() ? "" : "; it said: " + last));
+  }
+  for (auto& [node, p] : joined) {
+    auto host = std::make_shared<ProxyHost>("srun " + node, node, options_.proxy_path);
+    host->attach(std::make_unique<TcpLink>(io_, p.fd, *host, node));
+    if (!p.received.empty()) host->onData(Stream::kStdout, p.received);
+    proxies_[node] = host;
+  }
+  srun_reader_ = std::make_unique<asio::posix::stream_descriptor>(io_, std::exchange(srun_out_, -1));
+  srun_timer_ = std::make_unique<asio::steady_timer>(io_);
+  readSrunOutput();
+  watchSrun();
+}
+
+void SlurmLauncher::readSrunOutput() {
+  srun_reader_->async_read_some(asio::buffer(srun_buffer_), [this, alive = alive_](
+                                                                const boost::system::error_code& ec, size_t n) {
+    if (!*alive) return;
+    if (n > 0) forwardSrunOutput(std::string(srun_buffer_.data(), n));
+    if (!ec) readSrunOutput();
+  });
+}
+
+void SlurmLauncher::watchSrun() {
+  if (srun_done_) return;
+  srun_timer_->expires_after(std::chrono::milliseconds(250));
+  srun_timer_->async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (ec || !*alive) return;
+    int status = 0;
+    if (::waitpid(srun_, &status, WNOHANG) == srun_) {
+      srun_done_ = true;
+      srun_status_ = status;
+      return;  // each proxy's connection reports its own end
+    }
+    watchSrun();
+  });
+}
+
+std::unique_ptr<Worker> SlurmLauncher::start(const LaunchSpec& spec, WorkerEvents& events) {
+  HVD_CHECK(!spec.argv.empty(), LaunchError, "rank ", spec.rank, " on host ", spec.host.name, ": empty command");
+  auto it = proxies_.find(spec.host.name);
+  HVD_CHECK(it != proxies_.end(), LaunchError, "rank ", spec.rank, ": host ", spec.host.name,
+            " is not a node of the srun step (the Slurm launcher starts ranks only on the hosts it was checked with)");
+  auto worker = std::make_unique<ProxyWorker>(*this, spec, events, it->second);
+  it->second->add(worker.get(), spec.rank, io_);
+  return worker;
+}
+
+SlurmLauncher::~SlurmLauncher() {
+  *alive_ = false;
+  // EOF to every proxy: each ends (nothing of this job runs any more, or SIGTERM/SIGKILL to what still
+  // does), and the step with them.
+  for (auto& [node, host] : proxies_) host->close();
+  srun_reader_.reset();
+  srun_timer_.reset();
+  if (srun_ > 0 && !srun_done_) {
+    auto waitFor = [&](std::chrono::milliseconds limit) {
+      const auto until = Clock::now() + limit;
+      while (Clock::now() < until) {
+        if (::waitpid(srun_, &srun_status_, WNOHANG) == srun_) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      return false;
+    };
+    // The proxies take up to kKillGrace to stop ranks that still run.
+    if (!waitFor(ssh::kKillGrace + std::chrono::seconds(2))) {
+      ::kill(srun_, SIGTERM);
+      if (!waitFor(std::chrono::seconds(2))) {
+        ::kill(srun_, SIGKILL);
+        while (::waitpid(srun_, &srun_status_, 0) < 0 && errno == EINTR) {
+        }
+      }
+    }
+  }
+  if (srun_out_ >= 0) ::close(srun_out_);
+}
+
+}  // namespace
+
+SlurmOptions SlurmOptions::fromEnvironment() {
+  SlurmOptions o;
+  if (const char* srun = std::getenv("HVD_SRUN"); srun && *srun) o.srun = srun;
+  if (const char* args = std::getenv("HVD_SRUN_ARGS"); args && *args) {
+    std::istringstream in(args);
+    for (std::string a; in >> a;) o.extra_args.push_back(a);
+  }
+  if (const char* path = std::getenv("HVD_SSH_PROXY_PATH"); path && *path) {
+    if (path[0] != '/')
+      throw UsageError(std::string("HVD_SSH_PROXY_PATH='") + path + "' is not an absolute path");
+    o.proxy_path = path;
+  }
+  return o;
+}
+
+std::vector<std::string> srunCommand(const SlurmOptions& options, const std::vector<HostSpec>& hosts,
+                                     const std::string& proxy, const std::string& connect_to) {
+  std::string nodelist;
+  for (const auto& h : hosts) nodelist += (nodelist.empty() ? "" : ",") + h.name;
+  const std::string n = std::to_string(hosts.size());
+  std::vector<std::string> args = {options.srun,
+                                   "--nodes=" + n,
+                                   "--ntasks=" + n,
+                                   "--ntasks-per-node=1",
+                                   "--nodelist=" + nodelist,
+                                   "--cpu-bind=none",
+                                   "--whole",
+                                   "--mpi=none",
+                                   "--input=none",
+                                   "--kill-on-bad-exit=0",
+                                   "--job-name=hvd-proxy"};
+  args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
+  args.insert(args.end(), {proxy, "--connect", connect_to});
+  return args;
+}
+
+std::unique_ptr<Launcher> makeLauncher(asio::io_context& io, const SlurmOptions& options) {
+  return std::make_unique<SlurmLauncher>(io, options);
+}
+
+}  // namespace hvd::launcher::slurm
