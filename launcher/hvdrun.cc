@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -111,8 +112,15 @@ int hvdrunMain(int argc, char** argv) {
       return job.run().exitCode();
     }
     const auto hosts = hostsFor(options, env);
-    if (options.num_proc == 0) {  // inside Slurm without -np: every task of the allocation
+    if (options.num_proc == 0) {  // inside Slurm without -np: the allocation's task count
       for (const auto& h : hosts) options.num_proc += h.slots;
+      // SLURM_NTASKS is what was asked for; SLURM_TASKS_PER_NODE may round it up (--ntasks=3 with
+      // --ntasks-per-node=2 says 2(x2)).
+      if (const auto* ntasks = findEnv(env, "SLURM_NTASKS"); ntasks && fromAllocation(options, env)) {
+        const int n = std::atoi(ntasks->c_str());
+        usageCheck(n >= 1 && std::to_string(n) == *ntasks, "SLURM_NTASKS: invalid task count \"", *ntasks, "\"");
+        options.num_proc = std::min(options.num_proc, n);
+      }
     }
     std::vector<Placement> plan;
     try {
