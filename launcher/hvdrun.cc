@@ -132,12 +132,12 @@ int hvdrunMain(int argc, char** argv) {
     resolveLauncher(options, hosts, env);
     // After every usage check: a usage error stays the only line on stderr.
     for (const auto& w : cli.warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
+    // On stderr: a dry run's stdout stays one line per rank.
+    if (options.dry_run || options.verbose) std::fputs(describeHosts(options, hosts, env).c_str(), stderr);
     if (options.dry_run) {
-      std::fputs(describeHosts(options, hosts, env).c_str(), stdout);
       std::fputs(describePlan(plan, options, env).c_str(), stdout);
       return 0;
     }
-    if (options.verbose) std::fputs(describeHosts(options, hosts, env).c_str(), stderr);
     Job job(std::move(options), std::move(plan), env);
     return job.run().exitCode();
   } catch (const UsageError& e) {

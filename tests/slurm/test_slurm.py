@@ -111,7 +111,8 @@ def test_bad_allocations_are_one_line_errors_with_exit_2(lab):
         "hvdrun -np 5 true 2>err1; echo \"more ranks $?\"; cat err1",
         "PATH=" + BUILD + ":/usr/bin/nonexistent hvdrun --launcher slurm true 2>err2; echo \"no srun $?\"; cat err2",
         "SLURM_JOB_NODELIST='node[1-' hvdrun true 2>err3; echo \"bad nodelist $?\"; cat err3",
-        "rm -f err1 err2 err3",
+        "hvdrun --dry-run true 2>err4; echo \"dry run $?\"; cat err4",
+        "rm -f err1 err2 err3 err4",
     ])
     job = lab.sbatch(["--nodes=2", "--ntasks-per-node=2", f"--chdir={lab.dir}"], script, env=hvd_env())
     assert lab.wait(job) == "COMPLETED", lab.output(job)
@@ -121,5 +122,7 @@ def test_bad_allocations_are_one_line_errors_with_exit_2(lab):
                      r"Slurm allocation \d+ \(SLURM_JOB_NODELIST=node\[1-2\]", out), out
     assert "no srun 2" in out, out
     assert "hvdrun: error: 'srun' not found in PATH" in out, out
+    assert re.search(r"dry run 0\nrank 0 on node1 \(slurm\): env .*\nrank 3 on node2 \(slurm\): env .*\n"
+                     r"hvdrun: 4 ranks on node1:2,node2:2 from the Slurm allocation \d+ .*; launcher slurm\n", out), out
     assert "bad nodelist 2" in out, out
     assert "hvdrun: error: SLURM_JOB_NODELIST: unterminated '[' in \"node[1-\"" in out, out
