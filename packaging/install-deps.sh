@@ -15,6 +15,11 @@ pkgs=(
   # the Python package (hvd.torch, hvd.numpy) and its tests, for Debian's /usr/bin/python3
   python3 python3-dev python3-pybind11 python3-torch python3-numpy python3-pytest python3-cloudpickle
   python3-torchvision
+  # a real Slurm cluster for the Slurm tests (slurmctld, slurmd per network namespace, munge), and real
+  # mpirun/mpiexec for workers started without hvdrun
+  slurmctld slurmd slurm-client munge openmpi-bin mpich
+  # the Debian package: cpack -G DEB finds its Depends with dpkg-shlibdeps
+  dpkg-dev
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev hyperfine gnuplot-nox linux-perf valgrind time)
