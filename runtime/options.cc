@@ -1,17 +1,18 @@
 #include "runtime/options.h"
 
+#include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <strings.h>
+#include <tuple>
 
 #include "rendezvous/error.h"
 #include "rendezvous/token.h"
 
 namespace hvd::runtime {
 namespace {
-
-using Getenv = std::function<const char*(const char*)>;
 
 std::optional<std::string> read(const Getenv& getenv, const char* name) {
   const char* v = getenv(name);
@@ -76,22 +77,79 @@ LogLevel parseLogLevel(const std::optional<std::string>& v) {
                                   "' is not one of trace, debug, info, warning, error, fatal (any case)"));
 }
 
+// HVD_RENDEZVOUS: "HOST:PORT", "[IPV6]:PORT".
+std::pair<std::string, int> parseRendezvous(const std::string& v) {
+  auto bad = [&](const char* why) {
+    return UsageError(detail::concat("HVD_RENDEZVOUS='", v, "' is not HOST:PORT (", why, ")"));
+  };
+  std::string host, port;
+  if (!v.empty() && v.front() == '[') {
+    const size_t close = v.find(']');
+    if (close == std::string::npos || close + 1 >= v.size() || v[close + 1] != ':') {
+      throw bad("an IPv6 address goes in brackets: [::1]:29500");
+    }
+    host = v.substr(1, close - 1);
+    port = v.substr(close + 2);
+  } else {
+    const size_t colon = v.find(':');
+    if (colon == std::string::npos) throw bad("no port");
+    if (v.find(':', colon + 1) != std::string::npos) throw bad("an IPv6 address goes in brackets: [::1]:29500");
+    host = v.substr(0, colon);
+    port = v.substr(colon + 1);
+  }
+  if (host.empty()) throw bad("no host");
+  errno = 0;
+  char* end = nullptr;
+  const long long p = std::strtoll(port.c_str(), &end, 10);
+  if (port.empty() || errno != 0 || *end != '\0' || p < 1 || p > 65535) throw bad("the port must be 1..65535");
+  return {host, static_cast<int>(p)};
+}
+
+bool isSet(const Getenv& getenv, const char* name) {
+  auto v = read(getenv, name);
+  return v && !v->empty();
+}
+
 }  // namespace
 
 RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   RuntimeOptions o;
   constexpr long long kMaxRanks = 1 << 24;
-  o.rank = static_cast<int>(readInt(getenv, "HOROVOD_RANK", 0, 0, kMaxRanks));
-  o.size = static_cast<int>(readInt(getenv, "HOROVOD_SIZE", 1, 1, kMaxRanks));
-  o.local_rank = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_RANK", 0, 0, kMaxRanks));
+  // hvdrun's and horovodrun's HOROVOD_RANK wins over any launcher's variables: hvdrun may itself run in an
+  // srun step or under mpirun, and its workers inherit those variables.
+  if (!isSet(getenv, "HOROVOD_RANK")) o.launcher = launcherIdentity(getenv);
+  if (o.launcher) {
+    for (const char* name : {"HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
+                             "HOROVOD_CROSS_SIZE"}) {
+      if (isSet(getenv, name)) {
+        throw UsageError(detail::concat(name, "=", *read(getenv, name), " is set without HOROVOD_RANK while ",
+                                        launcherName(o.launcher->launcher), " started this process (",
+                                        o.launcher->described, "): set every HOROVOD_ identity variable or none"));
+      }
+    }
+    o.rank = o.launcher->rank;
+    o.size = o.launcher->size;
+    o.hostname = launcherHostName(getenv);
+  } else {
+    o.rank = static_cast<int>(readInt(getenv, "HOROVOD_RANK", 0, 0, kMaxRanks));
+    o.size = static_cast<int>(readInt(getenv, "HOROVOD_SIZE", 1, 1, kMaxRanks));
+    o.local_rank = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_RANK", 0, 0, kMaxRanks));
+    o.local_size = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_SIZE", 1, 1, kMaxRanks));
+    o.cross_rank = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_RANK", 0, 0, kMaxRanks));
+    o.cross_size = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_SIZE", 1, 1, kMaxRanks));
+    if (auto h = read(getenv, "HOROVOD_HOSTNAME"); h && !h->empty()) o.hostname = *h;
+  }
   o.slot_local_rank = o.local_rank;
-  o.local_size = static_cast<int>(readInt(getenv, "HOROVOD_LOCAL_SIZE", 1, 1, kMaxRanks));
-  o.cross_rank = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_RANK", 0, 0, kMaxRanks));
-  o.cross_size = static_cast<int>(readInt(getenv, "HOROVOD_CROSS_SIZE", 1, 1, kMaxRanks));
-  if (auto h = read(getenv, "HOROVOD_HOSTNAME"); h && !h->empty()) o.hostname = *h;
 
-  if (auto a = read(getenv, "HOROVOD_GLOO_RENDEZVOUS_ADDR"); a && !a->empty()) o.rendezvous_addr = *a;
-  o.rendezvous_port = static_cast<int>(readInt(getenv, "HOROVOD_GLOO_RENDEZVOUS_PORT", -1, -1, 65535));
+  // The pair hvdrun and horovodrun set wins: their workers may inherit a job script's HVD_RENDEZVOUS.
+  if (auto a = read(getenv, "HOROVOD_GLOO_RENDEZVOUS_ADDR"); a && !a->empty()) {
+    o.rendezvous_addr = *a;
+    o.rendezvous_port = static_cast<int>(readInt(getenv, "HOROVOD_GLOO_RENDEZVOUS_PORT", -1, -1, 65535));
+  } else if (auto r = read(getenv, "HVD_RENDEZVOUS"); r && !r->empty()) {
+    std::tie(o.rendezvous_addr, o.rendezvous_port) = parseRendezvous(*r);
+  } else {
+    o.rendezvous_port = static_cast<int>(readInt(getenv, "HOROVOD_GLOO_RENDEZVOUS_PORT", -1, -1, 65535));
+  }
   if (auto t = read(getenv, rendezvous::kTokenEnv); t && !t->empty()) o.token = *t;
 
   if (auto i = read(getenv, "HOROVOD_GLOO_IFACE"); i) o.iface = *i;
@@ -147,11 +205,50 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.elastic_standby = o.elastic && readBool(getenv, "HVD_ELASTIC_STANDBY", false);
   o.elastic_timeout = std::chrono::seconds(readInt(getenv, "HOROVOD_ELASTIC_TIMEOUT", 600, 1, 1 << 24));
   o.validate();
+  if (o.launcher) {
+    if (o.size > 1 && !o.rendezvous_addr) {
+      throw UsageError(detail::concat(launcherName(o.launcher->launcher), " started ", o.size, " ranks (",
+                                      o.launcher->described, ") but no rendezvous server is set: start "
+                                      "hvd-rendezvous and give the workers HVD_RENDEZVOUS=HOST:PORT (and "
+                                      "HVD_RENDEZVOUS_TOKEN)"));
+    }
+    if (o.elastic) {
+      throw UsageError(detail::concat("HOROVOD_ELASTIC=1 needs hvdrun's elastic driver, but ",
+                                      launcherName(o.launcher->launcher), " started this process (",
+                                      o.launcher->described, ")"));
+    }
+  }
   HVD_CHECK(o.size == 1 || o.rendezvous_addr.has_value(), UsageError, "HOROVOD_SIZE=", o.size,
             " but HOROVOD_GLOO_RENDEZVOUS_ADDR is not set: a multi-process job needs the rendezvous "
             "server (start workers with hvdrun, or set HOROVOD_GLOO_RENDEZVOUS_ADDR and "
-            "HOROVOD_GLOO_RENDEZVOUS_PORT)");
+            "HOROVOD_GLOO_RENDEZVOUS_PORT, or HVD_RENDEZVOUS=HOST:PORT)");
   return o;
+}
+
+void RuntimeOptions::numberByHost(rendezvous::Store& store) {
+  if (!launcher) return;
+  // Each init of the process is a new exchange (every rank initializes as often as the others); the
+  // launcher's job id keeps two jobs on one rendezvous server apart.
+  static std::atomic<uint64_t> inits{0};
+  std::string scope = launcher->job.empty() ? detail::concat("hvd_hosts.", inits++)
+                                             : detail::concat("hvd_hosts.", launcher->job, ".", inits++);
+  for (char& c : scope) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  HostEntry mine;
+  mine.host = hostname;
+  mine.local_rank = launcher->local_rank;
+  mine.local_size = launcher->local_size;
+  mine.node = launcher->node;
+  mine.local_rank_var = launcher->local_rank_var;
+  mine.local_size_var = launcher->local_size_var;
+  mine.node_var = launcher->node_var;
+  const HostNumbers n = exchangeHosts(store, scope, rank, size, mine, rendezvousTimeout());
+  local_rank = slot_local_rank = n.local_rank;
+  local_size = n.local_size;
+  cross_rank = n.cross_rank;
+  cross_size = n.cross_size;
+  validate();
 }
 
 RuntimeOptions RuntimeOptions::fromEnvironment() {

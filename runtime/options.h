@@ -3,7 +3,12 @@
 // Variables read (all optional; defaults as Horovod's):
 //   HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE   identity (0,1,0,1,0,1)
 //   HOROVOD_HOSTNAME                      local scope name (default "localhost")
+//   without HOROVOD_RANK: the variables of srun, Open MPI's mpirun or Hydra's mpiexec
+//                                         (runtime/launcher_env.h): rank and size from them, local and cross
+//                                         numbers derived at init from every rank's host name
 //   HOROVOD_GLOO_RENDEZVOUS_ADDR / _PORT  the rendezvous server; required when SIZE > 1
+//   HVD_RENDEZVOUS                        HOST:PORT ([V6]:PORT) of the server, for job scripts; the pair
+//                                         above wins when HOROVOD_GLOO_RENDEZVOUS_ADDR is set
 //   HVD_RENDEZVOUS_TOKEN                  the job's secret for the server (set by hvdrun)
 //   HOROVOD_GLOO_IFACE                    network interface for Gloo and the control plane
 //   HOROVOD_GLOO_TIMEOUT_SECONDS          rendezvous and every collective (30)
@@ -41,6 +46,7 @@
 
 #include "rendezvous/store.h"
 #include "runtime/autotune.h"
+#include "runtime/launcher_env.h"
 
 namespace hvd::runtime {
 
@@ -115,9 +121,21 @@ struct RuntimeOptions {
   // "<HOROVOD_HOSTNAME>:<slot_local_rank>": this process's slot, which keeps its identity across rounds.
   std::string slot() const { return hostname + ":" + std::to_string(slot_local_rank); }
 
+  // Started by srun, mpirun or mpiexec rather than hvdrun (no HOROVOD_RANK): that launcher's rank, size and
+  // what it said about the host. local_rank, local_size, cross_rank and cross_size are not known from the
+  // environment then and hold 0, 1, 0, 1 until numberByHost() sets them; hostname is launcherHostName().
+  std::optional<LauncherIdentity> launcher;
+
+  // Launcher-started workers: every rank publishes its host name through `store` and takes Horovod's
+  // local and cross numbers from the whole job's (launcher_env.h, exchangeHosts). Collective: every rank
+  // of the job calls it, in the same order relative to other inits. Nothing to do without a launcher.
+  // Throws UsageError (the launcher's numbers and the host names disagree; the same on every rank) or
+  // RendezvousTimeout (ranks missing).
+  void numberByHost(rendezvous::Store& store);
+
   // Reads the variables above through getenv (injectable for tests) and validates them. SIZE > 1
   // without a rendezvous server is a UsageError (Horovod silently runs every rank as a single process
-  // then).
+  // then), and so are a partial or contradictory launcher environment (launcher_env.h).
   static RuntimeOptions fromEnvironment(const std::function<const char*(const char*)>& getenv);
   static RuntimeOptions fromEnvironment();
 

@@ -269,6 +269,9 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
                                          " us"));
     last = now;
   };
+  // Workers started by srun or an MPI launcher learn their local and cross numbers from every rank's host
+  // name first: the GPU, the data paths and the contexts below depend on them.
+  options_.numberByHost(*store_);
   options_.validate();
   cycle_time_ = options_.cycle_time;
   busy_poll_ = options_.busy_poll.value_or(options_.local_size > shm::onlineCores() ? std::chrono::microseconds(0)
