@@ -1,9 +1,16 @@
 #include "rendezvous/daemon.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <charconv>
+#include <climits>
+#include <cstdio>
+#include <fcntl.h>
 #include <iostream>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -20,30 +27,40 @@ namespace po = boost::program_options;
 namespace {
 
 constexpr const char* kUsage =
-    R"(Usage: hvd-rendezvous [--bind ADDR] [--port P] (--token-file F | --no-token | --trust-local-peers) [options]
+    R"usage(Usage: hvd-rendezvous [--bind ADDR] [--port P] (--token-file F | --no-token | --trust-local-peers) [options]
+       hvd-rendezvous --detach [--bind ADDR] [--port P] [--token-file F | ...] [options]
 
 The hvdrun rendezvous server as a daemon, for workers started by other tools (srun, mpirun, scripts).
 It prints one line when ready:   hvd-rendezvous listening on ADDR:PORT
 and serves until SIGINT or SIGTERM.
 
 Workers find it through the environment:
-  HOROVOD_GLOO_RENDEZVOUS_ADDR=ADDR  HOROVOD_GLOO_RENDEZVOUS_PORT=PORT
+  HVD_RENDEZVOUS=HOST:PORT               (or HOROVOD_GLOO_RENDEZVOUS_ADDR=HOST HOROVOD_GLOO_RENDEZVOUS_PORT=PORT)
   HVD_RENDEZVOUS_TOKEN=<contents of F>   (not needed with --no-token, nor from this user's own local
                                           processes with --trust-local-peers)
 
-Exit codes: 0 stopped by SIGINT/SIGTERM; 1 cannot listen on ADDR:PORT (or another failure);
-            2 bad command line.
+--detach (for job scripts): starts the server in the background and returns once it listens, printing
+shell lines for eval:  export HVD_RENDEZVOUS='HOST:PORT'  export HVD_RENDEZVOUS_TOKEN='...'
+export HVD_RENDEZVOUS_PID=N  (without a token option it makes up a token). HOST is the bind address, or
+this machine's host name when bound to every interface (0.0.0.0, ::).
 
-Example:
-  head -c 32 /dev/urandom | xxd -p -c 64 > /tmp/job.token
-  hvd-rendezvous --bind 10.0.0.1 --port 29500 --token-file /tmp/job.token --scope-size global=64
+Exit codes: 0 stopped by SIGINT/SIGTERM (--detach: the server listens); 1 cannot listen on ADDR:PORT,
+            cannot write the address file, or another failure; 2 bad command line.
 
-)";
+Examples:
+  eval "$(hvd-rendezvous --detach --bind 0.0.0.0)"; srun ./train; kill $HVD_RENDEZVOUS_PID
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /tmp/job.token
+  hvd-rendezvous --bind 10.0.0.1 --port 29500 --token-file /tmp/job.token --address-file /tmp/job.addr
+
+)usage";
 
 struct DaemonOptions {
   ServerOptions server;
   std::map<std::string, int> scope_sizes;
   unsigned threads = 2;
+  std::string address_file;  // "" : none
+  bool detach = false;
+  bool token_for_workers = false;  // the token workers need (not --trust-local-peers' secret for nobody)
 };
 
 int parsePositive(const std::string& text, const std::string& what) {
@@ -65,6 +82,7 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
   std::string threads_text = "2";
   std::string max_connections = std::to_string(ServerOptions{}.max_connections);
   std::string read_timeout = std::to_string(ServerOptions{}.read_timeout.count());
+  std::string address_file;
   desc.add_options()("help,h", "print this help and exit")(
       "bind", po::value(&bind), "address to listen on (default 127.0.0.1; 0.0.0.0 or :: for all interfaces)")(
       "port", po::value(&port_text), "TCP port (default 0: an ephemeral port, printed when ready)")(
@@ -78,7 +96,13 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
       "SCOPE=N: scope whose N members each DELETE their key when done (Horovod's finalize), e.g. global=64; "
       "repeatable")("threads", po::value(&threads_text), "threads serving requests (default 2)")(
       "max-connections", po::value(&max_connections), "open connections at most (default 16384)")(
-      "read-timeout-ms", po::value(&read_timeout), "a request must arrive whole within this (default 10000)");
+      "read-timeout-ms", po::value(&read_timeout), "a request must arrive whole within this (default 10000)")(
+      "address-file", po::value(&address_file),
+      "once listening, write HOST:PORT and a newline to this file (whole: written aside, then renamed); "
+      "removed when the daemon stops")(
+      "detach",
+      "serve in the background: return once listening, printing export lines for a shell's eval "
+      "(HVD_RENDEZVOUS, HVD_RENDEZVOUS_TOKEN, HVD_RENDEZVOUS_PID); makes up a token when no token option is given");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
@@ -106,14 +130,25 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
         "--trust-local-peers and --no-token exclude each other (--no-token already accepts everyone)");
   }
   out.server.trust_local_peers = vm.count("trust-local-peers") > 0;
+  out.detach = vm.count("detach") > 0;
+  if (vm.count("address-file")) {
+    if (address_file.empty()) throw UsageError("invalid --address-file '': expected a file name");
+    out.address_file = address_file;
+  }
   if (vm.count("token-file")) {
     out.server.token = readTokenFile(token_file);
+    out.token_for_workers = true;
   } else if (out.server.trust_local_peers) {
     // A secret nobody is given: only this user's local processes, which need none, can use the server.
     out.server.token = generateToken();
+  } else if (out.detach && !vm.count("no-token")) {
+    // Printed for the script to export: the workers get it from there.
+    out.server.token = generateToken();
+    out.token_for_workers = true;
   } else if (!vm.count("no-token")) {
     throw UsageError(detail::concat("a token is required: give --token-file FILE (workers read it from ",
-                                    kTokenEnv, "), --trust-local-peers or --no-token"));
+                                    kTokenEnv, "), --trust-local-peers, --no-token, or --detach (which makes "
+                                    "one up and prints it)"));
   }
   for (const auto& item : scope_sizes) {
     const auto eq = item.rfind('=');
@@ -128,6 +163,76 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
   return out;
 }
 
+// The address workers are given: the bound one, or this machine's host name for a wildcard bind (0.0.0.0
+// and :: are no address to connect to from another host). IPv6 literals in brackets.
+std::string advertisedAddress(const std::string& bound, uint16_t port) {
+  std::string host = bound;
+  if (bound == "0.0.0.0" || bound == "::") {
+    char name[HOST_NAME_MAX + 1] = {};
+    if (::gethostname(name, sizeof(name) - 1) != 0 || !name[0]) {
+      throw NetworkError(detail::concat("bound to ", bound, " but cannot read this machine's host name to give "
+                                        "workers (", errnoText(errno), "): use --bind with an address"));
+    }
+    host = name;
+  }
+  const bool v6 = host.find(':') != std::string::npos;
+  return detail::concat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+}
+
+// Writes `text` to `path` whole: into a file beside it, then renamed over it, so a script that waits for
+// the file never reads half of it.
+void writeWhole(const std::string& path, const std::string& text) {
+  const std::string tmp = detail::concat(path, ".tmp.", ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) throw Error(detail::concat("cannot write --address-file '", path, "': ", errnoText(errno)));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int write_errno = errno;
+  if (std::fclose(f) != 0 || !written) {
+    const int err = written ? errno : write_errno;
+    ::unlink(tmp.c_str());
+    throw Error(detail::concat("cannot write --address-file '", path, "': ", errnoText(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(detail::concat("cannot write --address-file '", path, "': ", errnoText(err)));
+  }
+}
+
+// A value for a POSIX shell, in single quotes.
+std::string shellQuote(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// --detach, in the parent: waits for the server process to say it listens (the export lines on the pipe)
+// and prints them, or for it to fail, and returns the exit code.
+int waitForDetached(pid_t child, int ready_fd) {
+  std::string lines;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = ::read(ready_fd, buf, sizeof(buf));
+    if (n > 0) {
+      lines.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(ready_fd);
+  if (!lines.empty()) {
+    std::cout << lines << std::flush;
+    return kDaemonExitOk;
+  }
+  // The server process failed before it listened; it has said why on stderr.
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) != kDaemonExitOk) return WEXITSTATUS(status);
+  std::cerr << "hvd-rendezvous: the server process ended before it listened\n";
+  return kDaemonExitFailure;
+}
+
 }  // namespace
 
 int daemonMain(int argc, char** argv) {
@@ -139,6 +244,37 @@ int daemonMain(int argc, char** argv) {
     return kDaemonExitUsage;
   }
   if (!options) return kDaemonExitOk;
+  int ready_fd = -1;  // --detach: where the server process says that it listens
+  if (options->detach) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      std::cerr << "hvd-rendezvous: cannot create a pipe for --detach: " << errnoText(errno) << "\n";
+      return kDaemonExitFailure;
+    }
+    std::cout.flush();
+    const pid_t child = ::fork();
+    if (child < 0) {
+      std::cerr << "hvd-rendezvous: cannot fork for --detach: " << errnoText(errno) << "\n";
+      return kDaemonExitFailure;
+    }
+    if (child > 0) {
+      ::close(fds[1]);
+      return waitForDetached(child, fds[0]);
+    }
+    ::close(fds[0]);
+    ready_fd = fds[1];
+    // A write to the pipe after the starting process died must fail, not kill the server.
+    ::signal(SIGPIPE, SIG_IGN);
+    // The caller captures stdout ($(...)) until every writer closes it: the server keeps none of it, nor
+    // stdin. stderr stays for the messages of a failure.
+    const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::close(null);
+    }
+  }
+  bool address_file_written = false;
   try {
     boost::asio::io_context ioc(static_cast<int>(options->threads));
     Server server(ioc, options->server);
@@ -151,14 +287,34 @@ int daemonMain(int argc, char** argv) {
     });
     const std::string& address = server.address();
     const bool v6 = address.find(':') != std::string::npos;
-    std::cout << "hvd-rendezvous listening on " << (v6 ? "[" : "") << address << (v6 ? "]" : "") << ":"
-              << server.port() << std::endl;
+    if (!options->detach) {
+      std::cout << "hvd-rendezvous listening on " << (v6 ? "[" : "") << address << (v6 ? "]" : "") << ":"
+                << server.port() << std::endl;
+    }
+    const std::string advertised = advertisedAddress(address, server.port());
+    if (!options->address_file.empty()) {
+      writeWhole(options->address_file, advertised + "\n");
+      address_file_written = true;
+    }
+    if (ready_fd >= 0) {
+      std::string lines = "export HVD_RENDEZVOUS=" + shellQuote(advertised) + "\n";
+      if (options->token_for_workers) {
+        lines += detail::concat("export ", kTokenEnv, "=", shellQuote(*options->server.token), "\n");
+      }
+      lines += detail::concat("export HVD_RENDEZVOUS_PID=", ::getpid(), "\n");
+      const bool sent = ::write(ready_fd, lines.data(), lines.size()) == static_cast<ssize_t>(lines.size());
+      ::close(ready_fd);
+      ready_fd = -1;
+      if (!sent) throw Error("--detach: the starting process is gone");
+    }
     std::vector<std::thread> threads;
     for (unsigned i = 1; i < options->threads; ++i) threads.emplace_back([&] { ioc.run(); });
     ioc.run();
     for (auto& t : threads) t.join();
+    if (address_file_written) ::unlink(options->address_file.c_str());
     return kDaemonExitOk;
   } catch (const std::exception& e) {
+    if (address_file_written) ::unlink(options->address_file.c_str());
     std::cerr << "hvd-rendezvous: " << e.what() << "\n";
     return kDaemonExitFailure;
   }

@@ -1,11 +1,16 @@
 // hvd-rendezvous: the rendezvous server as a standalone daemon, for workers started by other tools
 // (srun, mpirun, a job script). cmd/hvd_rendezvous.cc is only `return daemonMain(argc, argv);`.
 //
-// Workers find it through HOROVOD_GLOO_RENDEZVOUS_ADDR / HOROVOD_GLOO_RENDEZVOUS_PORT and, unless it
-// runs with --no-token, present the token from HVD_RENDEZVOUS_TOKEN.
+// Workers find it through HVD_RENDEZVOUS=HOST:PORT (or HOROVOD_GLOO_RENDEZVOUS_ADDR / _PORT) and, unless it
+// runs with --no-token, present the token from HVD_RENDEZVOUS_TOKEN. For job scripts: --address-file F
+// writes HOST:PORT to F once listening (removed on exit); --detach returns once the server listens in the
+// background, printing `export HVD_RENDEZVOUS=...`, `export HVD_RENDEZVOUS_TOKEN=...` (a token it made up
+// when no token option is given) and `export HVD_RENDEZVOUS_PID=...` for eval. HOST is the bind address, or
+// the machine's host name for a wildcard bind.
 //
-// Exit codes: 0 stopped by SIGINT/SIGTERM; 1 cannot listen (message names the address) or another
-// runtime failure; 2 bad command line (one line naming the bad value).
+// Exit codes: 0 stopped by SIGINT/SIGTERM (--detach: the server listens); 1 cannot listen (message names
+// the address), cannot write the address file, or another runtime failure; 2 bad command line (one line
+// naming the bad value).
 #pragma once
 
 namespace hvd::rendezvous {
