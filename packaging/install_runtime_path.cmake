@@ -5,7 +5,8 @@
 #
 # * on it (/usr/local, /usr): the plain hvd.pc and hvdConfig.cmake; ld.so finds libhvd.so.0 through its cache
 #   once ldconfig has run, which is done here when we are root and DESTDIR is empty. Otherwise a line says to
-#   run it (not root), or it is left to the machine that gets the staged files (DESTDIR).
+#   run it (not root), or it is left to the machine that gets the staged files (DESTDIR; the .deb runs
+#   ldconfig from its postinst).
 # * off it ($HOME/.local, /opt/...): the hvd.pc and hvdConfig.cmake that make the programs built with them
 #   record the library folder as their run path, so they start without LD_LIBRARY_PATH.
 #
