@@ -233,10 +233,12 @@ std::vector<HostNumbers> numberByHost(const std::vector<HostEntry>& entries) {
     out[r].local_rank = static_cast<int>(ranks.size());
     ranks.push_back(r);
   }
-  std::map<int, int> by_local_rank;
+  std::map<int, int> by_local_rank;  // local rank -> ranks with it so far
   for (int r = 0; r < size; ++r) {
     out[r].local_size = static_cast<int>(by_host[entries[r].host].size());
-    out[r].cross_rank = by_local_rank[out[r].local_rank]++;
+    int& seen = by_local_rank[out[r].local_rank];
+    out[r].cross_rank = seen;
+    ++seen;
   }
   for (int r = 0; r < size; ++r) out[r].cross_size = by_local_rank[out[r].local_rank];
 

@@ -57,6 +57,27 @@ def test_hvdrun_in_an_allocation_runs_the_demo_over_two_nodes(lab):
     assert not any(wait_clean(lab).values())
 
 
+def test_srun_workers_with_an_hvd_rendezvous_daemon(lab):
+    job = lab.sbatch(["--nodes=2", "--ntasks-per-node=2"],
+                     f"{SOURCE}/examples/slurm/srun.sbatch; echo \"script exit $?\"", env=hvd_env())
+    assert lab.wait(job) == "COMPLETED", lab.output(job)
+    out = lab.output(job)
+    assert "script exit 0" in out, out
+    assert "parameters identical on all 4 ranks" in out, out
+    assert not any(wait_clean(lab).values())
+
+
+def test_srun_workers_without_a_rendezvous_address_fail_naming_the_variable(lab):
+    # Slurm says 2 tasks; without HVD_RENDEZVOUS a task must not run alone as a 1-rank job.
+    job = lab.sbatch(["--nodes=1", "--ntasks=2"],
+                     f"srun {BUILD}/examples/hello_c; echo \"srun exit $?\"", env=hvd_env())
+    lab.wait(job)
+    out = lab.output(job)
+    assert "srun exit 0" not in out, out
+    assert "HVD_RENDEZVOUS" in out and "SLURM_PROCID" in out, out
+    assert "sum of ranks" not in out, out
+
+
 def test_uneven_allocation_and_output_tags(lab):
     # 3 tasks: 2 on node1, 1 on node2 (SLURM_TASKS_PER_NODE=2,1); -np defaults to the task count.
     job = lab.sbatch(["--nodes=2", "--ntasks=3", "--ntasks-per-node=2"],
