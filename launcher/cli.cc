@@ -1043,6 +1043,10 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   }
 
   parseElastic(desc, last, env, config, config_path, o, result.warnings);
+  // The srun step is made once, over the first hosts; an elastic job adds hosts later.
+  usageCheck(!o.elastic || o.launcher != LauncherKind::kSlurm,
+             "argument --launcher slurm: not allowed with an elastic job (--min-np or --host-discovery-script); "
+             "its hosts start over ssh or locally");
 
   o.command = tokens.command;
   return result;
