@@ -139,7 +139,7 @@ std::optional<int> rankOfKey(std::string_view key) {
 
 // ---- KvState ----
 
-KvState::KvState(ServerOptions options) : options_(std::move(options)) {}
+KvState::KvState(ServerOptions options) : options_(std::move(options)), monitor_(options_.job_name) {}
 
 void KvState::setScopeSizes(const std::map<std::string, int>& sizes) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -162,20 +162,23 @@ std::vector<KvState::Waiter> KvState::takeWaiters(const std::string& full_key) {
 void KvState::put(const std::string& scope, const std::string& key, std::string value) {
   std::vector<Waiter> wake;
   AllJoinedObserver all_joined;
+  std::optional<std::pair<int, std::optional<uint64_t>>> joined_global;  // rank, round
   {
     std::lock_guard<std::mutex> lock(mutex_);
     scopes_[scope].data[key] = std::move(value);
     if (auto size = sizes_.find(scope); size != sizes_.end()) {
       if (auto rank = rankOfKey(key)) {
         auto& joined = ever_joined_[scope];
-        if (joined.insert(*rank).second && static_cast<int>(joined.size()) == size->second) {
-          all_joined = all_joined_;
-        }
+        const bool first_time = joined.insert(*rank).second;
+        if (first_time && static_cast<int>(joined.size()) == size->second) all_joined = all_joined_;
+        const auto round = roundOfScope(scope);
+        if (first_time && scope.substr(round ? scope.find('.') + 1 : 0) == "global") joined_global = {*rank, round};
       }
     }
     if (!waiters_.empty()) wake = takeWaiters(fullKey(scope, key));
   }
   for (auto& waiter : wake) waiter();
+  if (joined_global) monitor_.workerJoined(joined_global->first, joined_global->second);
   if (all_joined) all_joined(scope);
 }
 
@@ -597,6 +600,37 @@ Outcome handleRoundNews(const Request& req, const KvState& state, const Target& 
 
 }  // namespace
 
+namespace {
+
+// PUT /_hvd/report/<rank>: see the header.
+constexpr std::string_view kReportPath = "/_hvd/report/";
+Outcome handleReport(const Request& req, KvState& state, std::string_view target) {
+  if (req.method() != http::verb::put) {
+    Response res = textError(req, http::status::method_not_allowed, "reports are sent with PUT");
+    res.set(http::field::allow, "PUT");
+    return {std::move(res)};
+  }
+  const auto rank = parseInt(target.substr(kReportPath.size()));
+  if (!rank || *rank < 0) {
+    return {textError(req, http::status::bad_request,
+                      "malformed rank in report target '" + std::string(target) + "'")};
+  }
+  RankReport report;
+  try {
+    report = reportFromJson(nlohmann::json::parse(req.body()));
+  } catch (const std::exception& e) {
+    return {textError(req, http::status::bad_request, std::string("malformed report: ") + e.what())};
+  }
+  if (report.rank != *rank) {
+    return {textError(req, http::status::bad_request,
+                      detail::concat("report of rank ", report.rank, " sent to ", target))};
+  }
+  state.monitor().report(std::move(report));
+  return {makeResponse(req, http::status::ok)};
+}
+
+}  // namespace
+
 Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool allow_wait,
                size_t wait_progress, std::shared_ptr<const WaitSet> wait_set) {
   const ServerOptions& options = state.options();
@@ -646,6 +680,7 @@ Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool al
                       "request target of " + std::to_string(target.size()) + " bytes exceeds the limit of " +
                           std::to_string(options.max_key_bytes) + " bytes for scope + key")};
   }
+  if (target.substr(0, kReportPath.size()) == kReportPath) return handleReport(req, state, target);
   if (method == http::verb::post) {
     const std::string_view path = target.substr(0, target.find('?'));
     if (path.size() > 1 && path.find('/', 1) == std::string_view::npos) {

@@ -18,6 +18,8 @@
 //                                     after the last round this slot was started in or answered; the
 //                                     request waits (up to ServerOptions::max_wait, then 503) until the
 //                                     driver begins that round. 404 when the job is not elastic.
+//   PUT    /_hvd/report/<rank>        a worker's RankReport (JSON, monitor.h) for the status port; 200, or 400
+//                                     naming what is wrong with it (extension; the token rules apply)
 //   GET    /round_news/<N>            elastic jobs: "round,changes", the latest round and the OR of the
 //                                     changes (1 removed, 2 added) of every round after N; "N,0" when
 //                                     none began since (rank 0 asks between steps). 404 when not elastic.
@@ -50,6 +52,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/monitor.h"
 #include "rendezvous/server.h"
 
 namespace hvd::rendezvous {
@@ -134,6 +137,9 @@ class KvState {
   using AllJoinedObserver = std::function<void(const std::string& scope)>;
   void onAllJoined(AllJoinedObserver observer);
 
+  // The job's live view (monitor.h): reports from workers, ranks joining, request counters.
+  Monitor& monitor() { return monitor_; }
+
   // Connection and request counters, shown in status().
   void connectionOpened() { ++connections_; }
   void connectionClosed() { --connections_; }
@@ -162,6 +168,7 @@ class KvState {
   std::map<std::string, uint64_t> last_round_;  // slot -> the last round it was started in or answered
   std::map<uint64_t, unsigned> round_changes_;  // round -> ElasticRound::changes
   RoundRequestObserver round_requests_;
+  Monitor monitor_;
 };
 
 // The keys of a multi-key wait, parsed once per request and kept across wake-ups. They are checked in a

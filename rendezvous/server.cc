@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include <boost/asio/dispatch.hpp>
@@ -39,6 +40,7 @@
 
 #include "rendezvous/error.h"
 #include "rendezvous/handler.h"
+#include "rendezvous/status_page.h"
 
 namespace hvd::rendezvous {
 
@@ -210,21 +212,26 @@ uint32_t peerSocketOwner(const std::string& local_address, uint16_t local_port,
 // Server object until the last connection is gone.
 struct ServerCore : std::enable_shared_from_this<ServerCore> {
   ServerCore(net::io_context& ioc, ServerOptions options)
-      : ioc(ioc), state(std::move(options)), acceptor_strand(net::make_strand(ioc)), acceptor(acceptor_strand),
-        retry_timer(acceptor_strand) {}
+      : ioc(ioc),
+        state(std::move(options)),
+        acceptor_strand(net::make_strand(ioc)),
+        acceptor(acceptor_strand),
+        status_acceptor(acceptor_strand) {}
 
   void listen();
-  void accept();
-  void onAccept(error_code ec, tcp::socket socket);
+  void accept(bool status);
+  void onAccept(bool status, error_code ec, tcp::socket socket);
   void stop();
 
   net::io_context& ioc;
   KvState state;
   net::strand<net::io_context::executor_type> acceptor_strand;
   tcp::acceptor acceptor;
-  net::steady_timer retry_timer;
+  tcp::acceptor status_acceptor;  // open only with ServerOptions::status_port
   std::string address;  // the bound address, as given (resolved) e.g. "127.0.0.1" or "::1"
   uint16_t port = 0;
+  std::string status_address;
+  std::optional<uint16_t> status_port;
   std::atomic<bool> stopped{false};
 
   std::mutex sessions_mutex;
@@ -251,8 +258,10 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, std::shared_ptr<ServerCore> server)
+  // status: a connection to the status port (status_page.h), which never long-polls.
+  Session(tcp::socket socket, std::shared_ptr<ServerCore> server, bool status)
       : server_(std::move(server)),
+        status_(status),
         stream_(std::move(socket)),
         read_timer_(stream_.get_executor()),
         wait_timer_(stream_.get_executor()) {
@@ -288,7 +297,8 @@ class Session : public std::enable_shared_from_this<Session> {
     peer_.address = address.to_string();
     peer_.port = remote.port();
     peer_.loopback = address.is_loopback();
-    if (!peer_.loopback || !options().trust_local_peers || !options().token) return;
+    // The status port applies the same-user rule whenever there is a token (its page is this user's view).
+    if (!peer_.loopback || !options().token || !(options().trust_local_peers || status_)) return;
     const auto local = stream_.socket().local_endpoint(ec);
     if (ec) return;
     try {
@@ -340,6 +350,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     request_ = parser_->release();
+    request_read_ = KvState::Clock::now();
     wait_deadline_.reset();
     wait_progress_ = 0;
     wait_set_.reset();
@@ -347,6 +358,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void process(bool allow_wait) {
+    if (status_) {
+      Response answer;
+      try {
+        answer = handleStatus(request_, server_->state.monitor(), options(), peer_);
+      } catch (const std::exception& e) {
+        answer = errorResponse(http::status::internal_server_error, std::string("internal error: ") + e.what(),
+                               request_.version());
+      }
+      send(std::move(answer));
+      return;
+    }
     Outcome outcome;
     try {
       outcome = handle(request_, server_->state, peer_, allow_wait, wait_progress_, wait_set_);
@@ -358,6 +380,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (outcome.token_missing && outcome.response) reportTokenless(outcome.response->result_int());
     if (outcome.response) {
+      std::optional<double> seconds;  // nullopt: the request waited for a key
+      if (!wait_deadline_) seconds = std::chrono::duration<double>(KvState::Clock::now() - request_read_).count();
+      server_->state.monitor().request(std::string(request_.method_string()), outcome.response->result_int(),
+                                       seconds);
       send(std::move(*outcome.response));
       return;
     }
@@ -433,10 +459,12 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   std::shared_ptr<ServerCore> server_;
+  const bool status_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   Request request_;
+  KvState::Clock::time_point request_read_;
   Response response_;
   net::steady_timer read_timer_;
   bool read_timed_out_ = false;
@@ -464,11 +492,14 @@ net::ip::address resolveBindAddress(net::io_context& ioc, const std::string& hos
 
 }  // namespace
 
-void ServerCore::listen() {
-  const ServerOptions& o = state.options();
-  const auto ip = resolveBindAddress(ioc, o.bind_address, o.port);
-  const tcp::endpoint endpoint(ip, o.port);
-  const std::string where = formatEndpoint(ip, o.port);
+namespace {
+
+// Opens, binds and listens; returns the bound address and port. Throws NetworkError naming address:port.
+std::pair<std::string, uint16_t> bindAcceptor(net::io_context& ioc, tcp::acceptor& acceptor, const std::string& host,
+                                              uint16_t port) {
+  const auto ip = resolveBindAddress(ioc, host, port);
+  const tcp::endpoint endpoint(ip, port);
+  const std::string where = formatEndpoint(ip, port);
   error_code ec;
   auto fail = [&](const char* what) {
     throw NetworkError(detail::concat("cannot listen on ", where, ": ", what, ": ", ec.message(), " (errno ",
@@ -486,22 +517,35 @@ void ServerCore::listen() {
   // failures at scale).
   acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) fail("listen");
-  address = ip.to_string();
-  port = acceptor.local_endpoint().port();
+  return {ip.to_string(), acceptor.local_endpoint().port()};
 }
 
-void ServerCore::accept() {
-  acceptor.async_accept(net::make_strand(ioc),
-                        beast::bind_front_handler(&ServerCore::onAccept, shared_from_this()));
+}  // namespace
+
+void ServerCore::listen() {
+  const ServerOptions& o = state.options();
+  std::tie(address, port) = bindAcceptor(ioc, acceptor, o.bind_address, o.port);
+  if (o.status_port) {
+    try {
+      std::tie(status_address, status_port) = bindAcceptor(ioc, status_acceptor, o.status_bind_address, *o.status_port);
+    } catch (const NetworkError& e) {
+      throw NetworkError(std::string("status port: ") + e.what());
+    }
+  }
 }
 
-void ServerCore::onAccept(error_code ec, tcp::socket socket) {
-  if (stopped || !acceptor.is_open()) return;
+void ServerCore::accept(bool status) {
+  (status ? status_acceptor : acceptor)
+      .async_accept(net::make_strand(ioc), beast::bind_front_handler(&ServerCore::onAccept, shared_from_this(), status));
+}
+
+void ServerCore::onAccept(bool status, error_code ec, tcp::socket socket) {
+  if (stopped || !(status ? status_acceptor : acceptor).is_open()) return;
   if (ec) {
     // EMFILE and friends: the connection stays in the backlog; try again shortly.
-    retry_timer.expires_after(kAcceptRetryDelay);
-    retry_timer.async_wait([self = shared_from_this()](error_code wait_ec) {
-      if (!wait_ec) self->accept();
+    auto timer = std::make_shared<net::steady_timer>(acceptor_strand, kAcceptRetryDelay);
+    timer->async_wait([self = shared_from_this(), timer, status](error_code wait_ec) {
+      if (!wait_ec && !self->stopped) self->accept(status);
     });
     return;
   }
@@ -516,14 +560,14 @@ void ServerCore::onAccept(error_code ec, tcp::socket socket) {
     socket.shutdown(tcp::socket::shutdown_send, ignored);
     socket.close(ignored);
   } else {
-    auto session = std::make_shared<Session>(std::move(socket), shared_from_this());
+    auto session = std::make_shared<Session>(std::move(socket), shared_from_this(), status);
     {
       std::lock_guard<std::mutex> lock(sessions_mutex);
       sessions.emplace(session.get(), session);
     }
     session->start();
   }
-  accept();
+  accept(status);
 }
 
 void ServerCore::stop() {
@@ -533,10 +577,11 @@ void ServerCore::stop() {
   // would deadlock a caller on a single-threaded loop). shutdown() of the listening descriptor is a
   // kernel operation that leaves Asio's object untouched: new connects are refused at once.
   ::shutdown(acceptor.native_handle(), SHUT_RDWR);
+  if (status_acceptor.is_open()) ::shutdown(status_acceptor.native_handle(), SHUT_RDWR);
   net::post(acceptor_strand, [self = shared_from_this()] {
     error_code ignored;
     self->acceptor.close(ignored);
-    self->retry_timer.cancel();
+    self->status_acceptor.close(ignored);
   });
   std::vector<std::shared_ptr<Session>> live;
   {
@@ -552,7 +597,9 @@ Server::Server(net::io_context& ioc, ServerOptions options)
     : impl_(std::make_shared<Impl>(ioc, std::move(options))) {
   impl_->listen();
   net::post(impl_->acceptor_strand, [impl = impl_] {
-    if (!impl->stopped) impl->accept();
+    if (impl->stopped) return;
+    impl->accept(false);
+    if (impl->status_port) impl->accept(true);
   });
 }
 
@@ -560,6 +607,9 @@ Server::~Server() { stop(); }
 
 uint16_t Server::port() const { return impl_->port; }
 const std::string& Server::address() const { return impl_->address; }
+std::optional<uint16_t> Server::statusPort() const { return impl_->status_port; }
+const std::string& Server::statusAddress() const { return impl_->status_address; }
+Monitor& Server::monitor() { return impl_->state.monitor(); }
 void Server::setScopeSizes(const std::map<std::string, int>& sizes) { impl_->state.setScopeSizes(sizes); }
 std::map<std::string, ScopeStatus> Server::scopes() const { return impl_->state.scopes(); }
 nlohmann::json Server::status() const { return impl_->state.status(); }

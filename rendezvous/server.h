@@ -24,6 +24,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "rendezvous/monitor.h"
 #include "rendezvous/round.h"
 
 namespace hvd::rendezvous {
@@ -48,6 +49,12 @@ struct ServerOptions {
   size_t max_connections = 16384;                // beyond: new connections are closed at once
   std::chrono::milliseconds read_timeout{10000};  // a request must arrive whole within this
   std::chrono::milliseconds max_wait{60000};      // cap on ?wait_ms=
+
+  // The status port (status_page.h): the job's HTML page, JSON and Prometheus metrics on a second
+  // listener. nullopt: none; 0: an ephemeral port (read it back with statusPort()).
+  std::optional<uint16_t> status_port;
+  std::string status_bind_address = "127.0.0.1";
+  std::string job_name = "hvd-rendezvous";  // shown on the status page
 };
 
 // Live view of who has joined, for --start-timeout messages and GET /status.
@@ -106,6 +113,12 @@ class Server {
 
   uint16_t port() const;
   const std::string& address() const;
+  // The status listener's port and address (ServerOptions::status_port); nullopt without one.
+  std::optional<uint16_t> statusPort() const;
+  const std::string& statusAddress() const;
+
+  // The job's live view: the launcher tells it about processes, workers and the server feed it themselves.
+  Monitor& monitor();
 
   // Clears all data and sets the scope sizes from the host plan: "global" -> size,
   // "local_<host>" -> local_size, "cross_<local_rank>" -> cross_size. Horovod's init(host_alloc_plan).

@@ -1,0 +1,335 @@
+#include "rendezvous/monitor.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace hvd::rendezvous {
+
+namespace {
+
+int64_t unixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double secondsBetween(Monitor::Clock::time_point from, Monitor::Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+template <typename T>
+T field(const nlohmann::json& json, const char* name, T fallback) {
+  auto it = json.find(name);
+  if (it == json.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::invalid_argument(std::string("report field '") + name + "' has the wrong type: " + it->dump());
+  }
+}
+
+}  // namespace
+
+nlohmann::json toJson(const RankReport& r) {
+  nlohmann::json collectives = nlohmann::json::object();
+  for (const auto& [op, c] : r.collectives) collectives[op] = {{"count", c.count}, {"bytes", c.bytes}};
+  nlohmann::json waits = nlohmann::json::array();
+  for (const auto& w : r.waits) {
+    waits.push_back({{"name", w.name},
+                     {"op", w.op},
+                     {"process_set", w.process_set},
+                     {"submitted", w.submitted},
+                     {"missing", w.missing},
+                     {"seconds", w.seconds}});
+  }
+  nlohmann::json out = {{"rank", r.rank},
+                        {"size", r.size},
+                        {"local_rank", r.local_rank},
+                        {"host", r.host},
+                        {"pid", r.pid},
+                        {"round", r.round},
+                        {"state", r.state},
+                        {"uptime_s", r.uptime_s},
+                        {"collectives", std::move(collectives)},
+                        {"rss_bytes", r.rss_bytes},
+                        {"peak_rss_bytes", r.peak_rss_bytes},
+                        {"waits", std::move(waits)},
+                        {"stall_warnings", r.stall_warnings}};
+  if (r.id) out["id"] = *r.id;
+  return out;
+}
+
+RankReport reportFromJson(const nlohmann::json& json) {
+  if (!json.is_object()) throw std::invalid_argument("a report must be a JSON object, got " + json.dump());
+  RankReport r;
+  r.rank = field<int>(json, "rank", -1);
+  if (r.rank < 0) throw std::invalid_argument("report without a valid 'rank'");
+  r.size = field<int>(json, "size", 0);
+  r.local_rank = field<int>(json, "local_rank", -1);
+  r.host = field<std::string>(json, "host", "");
+  r.pid = field<int64_t>(json, "pid", 0);
+  if (json.contains("id") && !json["id"].is_null()) r.id = field<int>(json, "id", -1);
+  r.round = field<uint64_t>(json, "round", 0);
+  r.state = field<std::string>(json, "state", "running");
+  if (r.state != "running" && r.state != "shutdown") {
+    throw std::invalid_argument("report 'state' must be \"running\" or \"shutdown\", got \"" + r.state + "\"");
+  }
+  r.uptime_s = field<double>(json, "uptime_s", 0);
+  if (auto it = json.find("collectives"); it != json.end() && !it->is_null()) {
+    if (!it->is_object()) throw std::invalid_argument("report field 'collectives' must be an object");
+    for (const auto& [op, c] : it->items()) {
+      if (!c.is_object()) throw std::invalid_argument("report field 'collectives." + op + "' must be an object");
+      r.collectives[op] = {field<uint64_t>(c, "count", 0), field<uint64_t>(c, "bytes", 0)};
+    }
+  }
+  r.rss_bytes = field<uint64_t>(json, "rss_bytes", 0);
+  r.peak_rss_bytes = field<uint64_t>(json, "peak_rss_bytes", 0);
+  if (auto it = json.find("waits"); it != json.end() && !it->is_null()) {
+    if (!it->is_array()) throw std::invalid_argument("report field 'waits' must be an array");
+    for (const auto& w : *it) {
+      if (!w.is_object()) throw std::invalid_argument("report field 'waits' must hold objects");
+      r.waits.push_back({field<std::string>(w, "name", ""), field<std::string>(w, "op", ""),
+                         field<int>(w, "process_set", 0), field<std::vector<int>>(w, "submitted", {}),
+                         field<std::vector<int>>(w, "missing", {}), field<double>(w, "seconds", 0)});
+    }
+  }
+  r.stall_warnings = field<uint64_t>(json, "stall_warnings", 0);
+  return r;
+}
+
+const char* toString(WorkerState state) {
+  switch (state) {
+    case WorkerState::kStarting: return "starting";
+    case WorkerState::kJoined: return "joined";
+    case WorkerState::kRunning: return "running";
+    case WorkerState::kExited: return "exited";
+  }
+  return "unknown";
+}
+
+uint64_t WorkerView::collectives() const {
+  uint64_t n = 0;
+  if (report) {
+    for (const auto& [op, c] : report->collectives) n += c.count;
+  }
+  return n;
+}
+
+uint64_t WorkerView::bytes() const {
+  uint64_t n = 0;
+  if (report) {
+    for (const auto& [op, c] : report->collectives) n += c.bytes;
+  }
+  return n;
+}
+
+std::map<WorkerState, int> JobSnapshot::countByState() const {
+  std::map<WorkerState, int> out;
+  for (auto s : {WorkerState::kStarting, WorkerState::kJoined, WorkerState::kRunning, WorkerState::kExited}) out[s] = 0;
+  for (const auto& w : workers) ++out[w.state];
+  return out;
+}
+
+struct Monitor::Worker {
+  int id = -1;
+  int rank = -1;
+  std::string host;
+  std::optional<int64_t> pid;
+  WorkerState state = WorkerState::kStarting;
+  std::optional<int> exit_code, signal;
+  std::string exit_detail;
+  std::optional<Clock::time_point> started, ended;
+  std::optional<uint64_t> peak_rss_bytes;
+  std::optional<RankReport> report;
+  std::deque<std::string> tail;
+  uint64_t restarts = 0;
+};
+
+Monitor::Monitor(std::string name, int size) : name_(std::move(name)), size_(size) {}
+
+Monitor::Worker& Monitor::worker(int id) {
+  auto& slot = workers_[id];
+  if (!slot) {
+    slot = std::make_shared<Worker>();
+    slot->id = id;
+    slot->rank = id;
+  }
+  return *slot;
+}
+
+void Monitor::setSize(int size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_ = size;
+}
+
+void Monitor::workerStarted(int id, int rank, const std::string& host, std::optional<int64_t> pid) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& w = worker(id);
+  if (w.started) {
+    // Started again (elastic): a new process in the same place.
+    const uint64_t restarts = w.restarts + 1;
+    w = Worker{};
+    w.id = id;
+    w.restarts = restarts;
+  }
+  w.rank = rank;
+  w.host = host;
+  w.pid = pid;
+  w.started = Clock::now();
+}
+
+void Monitor::workerOutput(int id, std::string_view line) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& w = worker(id);
+  w.tail.emplace_back(line);
+  while (w.tail.size() > kTailLines) w.tail.pop_front();
+}
+
+void Monitor::workerExited(int id, std::optional<int> exit_code, std::optional<int> signal, std::string detail,
+                           std::optional<uint64_t> peak_rss_bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& w = worker(id);
+  w.state = WorkerState::kExited;
+  w.exit_code = exit_code;
+  w.signal = signal;
+  w.exit_detail = std::move(detail);
+  w.ended = Clock::now();
+  if (peak_rss_bytes) w.peak_rss_bytes = peak_rss_bytes;
+}
+
+void Monitor::roundBegan(uint64_t round) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  round_ = round;
+  ++rounds_;
+}
+
+void Monitor::workerJoined(int rank, std::optional<uint64_t> round) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (round) {
+    // Elastic: the rank belongs to whichever worker reported it in this round; before its first report the
+    // launcher's rank (the round it was started in) is all there is.
+    for (auto& [id, w] : workers_) {
+      const bool this_round = w->report ? w->report->round == *round && w->report->rank == rank : w->rank == rank;
+      if (this_round && w->state == WorkerState::kStarting) w->state = WorkerState::kJoined;
+    }
+    return;
+  }
+  auto& w = worker(rank);
+  if (w.state == WorkerState::kStarting) w.state = WorkerState::kJoined;
+}
+
+void Monitor::report(RankReport report) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Which worker: the launcher's id, else a worker with this host and pid, else the rank.
+  std::optional<int> id = report.id;
+  if (!id) {
+    for (const auto& [wid, w] : workers_) {
+      if (w->pid && *w->pid == report.pid && w->host == report.host) id = wid;
+    }
+  }
+  auto& w = worker(id.value_or(report.rank));
+  if (!w.started) w.started = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(report.uptime_s));
+  if (w.host.empty()) w.host = report.host;
+  if (!w.pid) w.pid = report.pid;
+  w.rank = report.rank;
+  if (w.state != WorkerState::kExited) w.state = WorkerState::kRunning;
+
+  // History: what this worker did since its previous report, in the current second's bucket.
+  double bytes = 0, collectives = 0;
+  for (const auto& [op, c] : report.collectives) {
+    const CollectiveCount before = w.report && w.report->pid == report.pid && w.report->collectives.count(op)
+                                       ? w.report->collectives.at(op)
+                                       : CollectiveCount{};
+    const uint64_t dc = c.count >= before.count ? c.count - before.count : c.count;
+    const uint64_t db = c.bytes >= before.bytes ? c.bytes - before.bytes : c.bytes;
+    collectives += static_cast<double>(dc);
+    if (op == "allreduce") bytes += static_cast<double>(db);
+  }
+  const int64_t now = unixNow();
+  if (history_.empty() || history_.back().unix_s != now) {
+    // One point per second, empty seconds included, so the chart's time axis is even.
+    int64_t next = history_.empty() ? now : history_.back().unix_s + 1;
+    if (now - next > kHistorySeconds) next = now - kHistorySeconds;
+    for (; next <= now; ++next) history_.push_back({next, 0, 0});
+    while (!history_.empty() && history_.front().unix_s <= now - kHistorySeconds) history_.pop_front();
+  }
+  history_.back().allreduce_bytes_per_s += bytes;
+  history_.back().collectives_per_s += collectives;
+
+  if (report.rank == 0) {
+    waits_ = report.waits;
+    waits_at_ = Clock::now();
+    stall_warnings_ = std::max(stall_warnings_, report.stall_warnings);
+  }
+  w.report = std::move(report);
+}
+
+void Monitor::request(const std::string& method, unsigned status, std::optional<double> seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_.count[{method, status}];
+  if (!seconds) {
+    ++requests_.long_polls;
+    return;
+  }
+  ++requests_.latency_count;
+  requests_.latency_sum += *seconds;
+  for (size_t i = 0; i < std::size(RequestStats::kBuckets); ++i) {
+    if (*seconds <= RequestStats::kBuckets[i]) ++requests_.latency_buckets[i];
+  }
+}
+
+JobSnapshot Monitor::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto now = Clock::now();
+  JobSnapshot s;
+  s.name = name_;
+  s.uptime_s = secondsBetween(started_, now);
+  s.size = size_;
+  s.round = round_;
+  s.rounds = rounds_;
+  s.requests = requests_;
+  s.stall_warnings = stall_warnings_;
+  // Waits age between reports: add the time since rank 0 sent them.
+  const double age = waits_.empty() ? 0 : secondsBetween(waits_at_, now);
+  for (auto w : waits_) {
+    w.seconds += age;
+    s.waits.push_back(std::move(w));
+  }
+  std::map<int, double> stuck;  // rank -> longest wait it holds up
+  for (const auto& w : s.waits) {
+    if (w.seconds * 1000 < static_cast<double>(kStuckAfter.count())) continue;
+    for (int r : w.missing) stuck[r] = std::max(stuck[r], w.seconds);
+  }
+  const auto history_end = unixNow();
+  for (const auto& p : history_) {
+    if (p.unix_s > history_end - kHistorySeconds) s.history.push_back(p);
+  }
+  for (const auto& [id, w] : workers_) {
+    WorkerView v;
+    v.id = id;
+    v.rank = w->rank;
+    v.host = w->host;
+    v.pid = w->pid;
+    v.state = w->state;
+    v.exit_code = w->exit_code;
+    v.signal = w->signal;
+    v.exit_detail = w->exit_detail;
+    if (w->started) v.run_seconds = secondsBetween(*w->started, w->ended.value_or(now));
+    v.peak_rss_bytes = w->peak_rss_bytes;
+    if (!v.peak_rss_bytes && w->report && w->report->peak_rss_bytes) v.peak_rss_bytes = w->report->peak_rss_bytes;
+    v.report = w->report;
+    v.tail.assign(w->tail.begin(), w->tail.end());
+    if (w->state != WorkerState::kExited) {
+      if (auto it = stuck.find(w->rank); it != stuck.end()) {
+        v.stuck = true;
+        v.stuck_seconds = it->second;
+      }
+    }
+    v.restarts = w->restarts;
+    s.restarts += w->restarts;
+    s.workers.push_back(std::move(v));
+  }
+  return s;
+}
+
+}  // namespace hvd::rendezvous

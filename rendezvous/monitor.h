@@ -1,0 +1,176 @@
+// The live view of a running job: what the status port serves (status_page.h) and what hvdrun's end-of-job
+// summary is made from.
+//
+// Three sources feed it, each through its own calls:
+//   - the launcher, about processes: started (host, pid), output lines (the last kTailLines kept), exited
+//     (code or signal, peak RSS when the launcher could measure it);
+//   - the workers, about the runtime: a RankReport about once a second (PUT /_hvd/report/<rank> on the
+//     rendezvous port, with the job token), and a last one with state "shutdown" from hvd_shutdown();
+//   - the rendezvous server, about itself: every request it answered (method, status, seconds).
+// A worker is known by its `id`: its rank in a static job, its worker number in an elastic job (whose
+// ranks change from round to round; a report names the rank it has now, and the worker it comes from by
+// host and pid, or by `id` when the launcher set HVD_WORKER_ID).
+//
+// Per worker the state is the furthest one reached:
+//   starting  the launcher started it (or a report names it; hvd-rendezvous knows workers only so)
+//   joined    it stored its address in the rendezvous (its rank joined the "global" scope of its round)
+//   running   a report came: the runtime is initialized
+//   exited    the launcher saw it end (exit code or signal); a "shutdown" report alone leaves it running
+//
+// Waits: rank 0 negotiates every collective, so its report lists the collectives some ranks submitted and
+// others have not, with the ranks missing and for how long; a worker whose rank is missing from a wait
+// older than kStuckAfter is "stuck" in snapshots, on the page and in /metrics.
+//
+// History: the sum over workers of allreduce bytes and of collectives, per second, over the last
+// kHistorySeconds, from the differences between consecutive reports (for the page's chart).
+//
+// Threading: every method may be called from any thread (one mutex). Snapshots are copies.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hvd::rendezvous {
+
+// Counters of one kind of collective on one rank since its runtime started.
+struct CollectiveCount {
+  uint64_t count = 0;  // operations completed (a fused response counts each tensor)
+  uint64_t bytes = 0;  // bytes of the tensors given to them (the input size, as Horovod's timeline counts)
+};
+
+// A collective that rank 0's negotiation has seen from some ranks and not from others.
+struct CollectiveWait {
+  std::string name;            // the tensor's name
+  std::string op;              // "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", ...
+  int process_set = 0;
+  std::vector<int> submitted;  // ranks that submitted it
+  std::vector<int> missing;    // ranks it waits for
+  double seconds = 0;          // since the first rank submitted it
+};
+
+// What a worker's runtime reports (JSON on the wire; toJson/fromJson below).
+struct RankReport {
+  int rank = -1, size = 0, local_rank = -1;
+  std::string host;       // the host name the worker runs on (gethostname)
+  int64_t pid = 0;
+  std::optional<int> id;  // HVD_WORKER_ID when the launcher set it
+  uint64_t round = 0;     // elastic round (0: not elastic)
+  std::string state;      // "running" or "shutdown"
+  double uptime_s = 0;    // since hvd_init
+  std::map<std::string, CollectiveCount> collectives;  // by op name (CollectiveWait::op)
+  uint64_t rss_bytes = 0, peak_rss_bytes = 0;           // VmRSS, VmHWM
+  std::vector<CollectiveWait> waits;                    // rank 0 only
+  uint64_t stall_warnings = 0;                          // rank 0 only: stall warnings logged so far
+};
+nlohmann::json toJson(const RankReport& report);
+// Throws std::invalid_argument naming the field for a body that is not a report.
+RankReport reportFromJson(const nlohmann::json& json);
+
+enum class WorkerState { kStarting, kJoined, kRunning, kExited };
+const char* toString(WorkerState state);  // "starting", "joined", "running", "exited"
+
+// One worker as a snapshot shows it.
+struct WorkerView {
+  int id = -1;
+  int rank = -1;  // the latest report's rank, else the launcher's
+  std::string host;
+  std::optional<int64_t> pid;
+  WorkerState state = WorkerState::kStarting;
+  std::optional<int> exit_code;  // exited normally
+  std::optional<int> signal;     // killed by a signal
+  std::string exit_detail;       // the launcher's words ("lost: connection reset"), may be empty
+  double run_seconds = 0;        // start to exit, or to now
+  std::optional<uint64_t> peak_rss_bytes;  // the launcher's measurement, else the last report's VmHWM
+  std::optional<RankReport> report;        // the latest
+  std::vector<std::string> tail;           // the last lines of its output, oldest first
+  bool stuck = false;                      // missing from a wait older than kStuckAfter
+  double stuck_seconds = 0;
+  uint64_t restarts = 0;                   // elastic: times the launcher started this worker again
+  uint64_t collectives() const;            // sums over report->collectives
+  uint64_t bytes() const;
+};
+
+struct HistoryPoint {
+  int64_t unix_s = 0;               // the second (system clock)
+  double allreduce_bytes_per_s = 0; // summed over workers
+  double collectives_per_s = 0;     // summed over workers
+};
+
+struct RequestStats {
+  std::map<std::pair<std::string, unsigned>, uint64_t> count;  // (method, status) -> requests
+  // Latency histogram of requests answered without a long-poll wait: upper bounds in seconds, cumulative.
+  static constexpr double kBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1};
+  std::vector<uint64_t> latency_buckets = std::vector<uint64_t>(std::size(kBuckets), 0);
+  uint64_t latency_count = 0;
+  double latency_sum = 0;
+  uint64_t long_polls = 0;  // requests that waited for a key (not in the histogram)
+};
+
+struct JobSnapshot {
+  std::string name;                  // the command (hvdrun) or "hvd-rendezvous"
+  double uptime_s = 0;
+  int size = 0;                      // ranks planned (0: unknown, hvd-rendezvous)
+  std::optional<uint64_t> round;     // elastic round
+  std::vector<WorkerView> workers;   // by id
+  std::vector<CollectiveWait> waits; // from rank 0's latest report
+  std::vector<HistoryPoint> history; // oldest first
+  RequestStats requests;
+  uint64_t restarts = 0;             // elastic: workers started again
+  uint64_t rounds = 0;               // elastic: rounds begun
+  uint64_t stall_warnings = 0;
+  std::map<WorkerState, int> countByState() const;
+};
+
+class Monitor {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kTailLines = 5;
+  static constexpr int kHistorySeconds = 300;
+  static constexpr std::chrono::milliseconds kStuckAfter{1000};
+
+  explicit Monitor(std::string name = "hvd-rendezvous", int size = 0);
+
+  // Launcher side.
+  void setSize(int size);
+  void workerStarted(int id, int rank, const std::string& host, std::optional<int64_t> pid);
+  void workerOutput(int id, std::string_view line);  // one line without its newline
+  void workerExited(int id, std::optional<int> exit_code, std::optional<int> signal, std::string detail,
+                    std::optional<uint64_t> peak_rss_bytes);
+  void roundBegan(uint64_t round);
+
+  // Rendezvous side.
+  void workerJoined(int rank, std::optional<uint64_t> round);  // its rank joined the round's global scope
+  void report(RankReport report);
+  void request(const std::string& method, unsigned status, std::optional<double> seconds);  // nullopt: waited
+
+  JobSnapshot snapshot() const;
+
+ private:
+  struct Worker;
+  Worker& worker(int id);  // requires mutex_
+  mutable std::mutex mutex_;
+  const Clock::time_point started_ = Clock::now();
+  std::string name_;
+  int size_ = 0;
+  std::optional<uint64_t> round_;
+  uint64_t rounds_ = 0;
+  std::map<int, std::shared_ptr<Worker>> workers_;
+  std::deque<HistoryPoint> history_;
+  RequestStats requests_;
+  std::vector<CollectiveWait> waits_;
+  Clock::time_point waits_at_;
+  uint64_t stall_warnings_ = 0;
+};
+
+}  // namespace hvd::rendezvous
