@@ -326,6 +326,12 @@ RoundNews HttpStore::roundNews(uint64_t since) {
   return news;
 }
 
+void HttpStore::sendReport(int rank, const std::string& json, std::chrono::milliseconds timeout) {
+  const std::string what = "_hvd/report/" + std::to_string(rank);
+  const auto reply = impl_->request(http::verb::put, "/" + what, json, Clock::now() + timeout, true);
+  if (reply.status != 200) impl_->fail(http::verb::put, what, reply);
+}
+
 std::optional<Bytes> HttpStore::tryGet(const std::string& key) {
   const auto& o = impl_->options;
   auto reply = impl_->request(http::verb::get, impl_->path(key), {}, Clock::now() + o.request_deadline, true);

@@ -57,6 +57,10 @@ class HttpStore final : public Store {
   // is not elastic (404) or the answer is malformed.
   RoundNews roundNews(uint64_t since);
 
+  // Sends this worker's report for the status port (PUT /_hvd/report/<rank>, monitor.h), giving up after
+  // `timeout`: a report is a sample, the next one replaces it. Throws StoreError when it fails.
+  void sendReport(int rank, const std::string& json, std::chrono::milliseconds timeout);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
