@@ -142,6 +142,14 @@ po::options_description makeDescription() {
        "leave the workers' glibc malloc as it is; by default hvdrun adds glibc.malloc.mmap_threshold=32 MiB and "
        "glibc.malloc.trim_threshold=1 GiB to their GLIBC_TUNABLES, so the gradients and activations each step "
        "allocates and frees stay mapped for the next one; also HVD_MALLOC_TUNING=0")
+      ("status-port", value()->value_name("PORT"),
+       "serve the job's live status page (/), its JSON (/status.json) and Prometheus metrics (/metrics) on "
+       "this port (0: any free port); the address is printed at start")
+      ("status-address", value()->value_name("ADDR"),
+       "address the status port binds to (default 127.0.0.1: reach it from elsewhere through an ssh tunnel)")
+      ("summary", value()->value_name("FORMAT"),
+       "the end-of-job summary: table (default: one table on stderr), none, or 'json FILE' (the table, and "
+       "the same as JSON in FILE)")
       ("disable-cache", "accepted for compatibility (hvdrun keeps no cache)")
       ("gloo", "use Gloo (the only controller hvdrun supports)")
       ("mpi", "not supported")
@@ -329,6 +337,14 @@ Tokenized tokenize(const po::options_description& desc, const std::vector<std::s
       usageCheck(!value && isValue(i + 1) && isValue(i + 2), "argument ", displayName(desc, key),
                  ": expected 2 arguments");
       out.canonical.push_back("--" + key + "=" + args[i + 1] + " " + args[i + 2]);
+      i += 2;
+      continue;
+    }
+    if (key == "summary" && !value && i + 1 < args.size() && args[i + 1] == "json") {
+      // "--summary json FILE": the format and the file as two words.
+      usageCheck(i + 2 < args.size() && !args[i + 2].empty() && args[i + 2][0] != '-', "argument ",
+                 displayName(desc, key), ": json needs a FILE: --summary json FILE");
+      out.canonical.push_back("--summary=json " + args[i + 2]);
       i += 2;
       continue;
     }
@@ -946,6 +962,28 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
   o.tag_output = !given("no-tag-output");
   o.verbose = given("verbose");
   o.dry_run = given("dry-run");
+  if (given("status-port")) {
+    const int port = toInt(desc, "status-port", last["status-port"]);
+    usageCheck(port >= 0 && port <= 65535, "argument --status-port: ", port, " is not a port (0-65535)");
+    o.status_port = static_cast<uint16_t>(port);
+  }
+  if (given("status-address")) {
+    o.status_address = last["status-address"];
+    usageCheck(!o.status_address.empty(), "argument --status-address: empty address");
+    usageCheck(o.status_port.has_value(), "argument --status-address: needs --status-port");
+  }
+  if (given("summary")) {
+    const std::string& text = last["summary"];
+    if (text == "table") {
+      o.summary_table = true;
+    } else if (text == "none") {
+      o.summary_table = false;
+    } else if (text.rfind("json ", 0) == 0 && text.size() > 5) {
+      o.summary_json = text.substr(5);
+    } else {
+      usageCheck(false, "argument --summary: invalid choice '", text, "' (choose from table, none, json FILE)");
+    }
+  }
   o.disable_cache = given("disable-cache");
   // Rendezvous token: flag > HVD_NO_RENDEZVOUS_TOKEN > on.
   o.rendezvous_token =

@@ -63,6 +63,15 @@ struct HvdrunOptions {
   // --no-malloc-tuning or HVD_MALLOC_TUNING=0.
   bool malloc_tuning = true;
 
+  // --status-port: the job's status page, JSON and Prometheus metrics on this port (0: any free port),
+  // bound to --status-address (127.0.0.1 unless given); nullopt: no status port.
+  std::optional<uint16_t> status_port;
+  std::string status_address = "127.0.0.1";
+  // The end-of-job summary: a table on stderr unless --summary none; --summary json FILE also writes it
+  // as JSON to FILE.
+  bool summary_table = true;
+  std::optional<std::string> summary_json;
+
   // Elastic mode, on when --min-np or --host-discovery-script is given (horovodrun's rule); run by
   // ElasticJob (launcher/elastic.h, docs/elastic.md).
   struct Elastic {

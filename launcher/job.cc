@@ -20,6 +20,7 @@
 #include "launcher/output.h"
 #include "launcher/python_path.h"
 #include "launcher/slurm/launcher.h"
+#include "launcher/summary.h"
 #include "launcher/worker_heap.h"
 #include "launcher/token_guard.h"
 #include "rendezvous/error.h"
@@ -233,6 +234,10 @@ Rendezvous openRendezvous(asio::io_context& ioc, const HvdrunOptions& options, c
   const NetworkPlan network = chooseNetwork(remote_hosts, options.network_interfaces, others_may_join);
   rendezvous::ServerOptions server_options;
   server_options.bind_address = network.bind_address;
+  server_options.status_port = options.status_port;
+  server_options.status_bind_address = options.status_address;
+  server_options.job_name.clear();
+  for (const auto& arg : options.command) server_options.job_name += (server_options.job_name.empty() ? "" : " ") + arg;
   if (options.rendezvous_token) {
     server_options.token = rendezvous::generateToken();
     // Every rank runs here: Horovod's own workers (no token) are served when they are this user's.
@@ -245,6 +250,12 @@ Rendezvous openRendezvous(asio::io_context& ioc, const HvdrunOptions& options, c
   r.endpoint.port = std::to_string(r.server->port());
   r.endpoint.token = server_options.token.value_or("");
   r.endpoint.interfaces = network.interfaces;
+  if (const auto port = r.server->statusPort()) {
+    const std::string& address = r.server->statusAddress();
+    const bool v6 = address.find(':') != std::string::npos;
+    output.message(Stream::kStderr, detail::concat("hvdrun: status page at http://", v6 ? "[" : "", address,
+                                                   v6 ? "]" : "", ":", *port, "/\n"));
+  }
   if (options.verbose) {
     std::string access = "token required";
     if (!server_options.token) {
@@ -318,6 +329,7 @@ class Supervisor : public WorkerEvents {
 
   void onExit(int rank, const ExitStatus& status) override {
     ended_[rank] = true;
+    recordExit(server_->monitor(), rank, status);
     const Placement& p = plan_[rank];
     const bool stopped = workers_[rank]->state() == WorkerState::kStopped;
     if (!status.success() && !stopped) {
@@ -364,10 +376,15 @@ class Supervisor : public WorkerEvents {
     out.timestamp = options_.prefix_timestamp;
     out.directory = options_.output_filename;
     out.num_proc = static_cast<int>(plan_.size());
+    out.on_segment = [this](int rank, Stream, std::string_view line) {
+      if (server_) server_->monitor().workerOutput(rank, line);
+    };
     output_ = std::make_unique<OutputForwarder>(out);
+    summary_.open(options_);
 
     Rendezvous rendezvous = openRendezvous(ioc_, options_, remote_hosts, *output_);
     server_ = std::move(rendezvous.server);
+    server_->monitor().setSize(static_cast<int>(plan_.size()));
     endpoint_ = rendezvous.endpoint;
     server_->setScopeSizes(scopeSizes(plan_));
     for (const auto& host : remote_hosts) remote_names_.push_back(host.name);
@@ -410,6 +427,7 @@ class Supervisor : public WorkerEvents {
                                         launcher.name(), "): ", commandLine(spec), "\n"));
       }
       workers_[p.rank] = launcher.start(spec, *this);
+      server_->monitor().workerStarted(p.rank, p.rank, p.host.name, workers_[p.rank]->pid());
       // Handle events that are already due (fast exits, signals) so a failure stops the start loop.
       ioc_.poll();
     }
@@ -531,6 +549,7 @@ class Supervisor : public WorkerEvents {
     kill_timer_.cancel();
     start_timer_.cancel();
     signals_.cancel();
+    if (server_ && output_) summary_.write(server_->monitor().snapshot(), created_, result_.exitCode(), *output_);
     if (server_) server_->stop();
     ioc_.stop();
   }
@@ -554,6 +573,7 @@ class Supervisor : public WorkerEvents {
   bool has_local_ranks_ = false;
   std::optional<std::set<std::string>> job_addresses_;  // resolved at the first tokenless request
   bool tokenless_reported_ = false;
+  JobSummary summary_;
   RunResult result_;
   bool starting_ = true;  // inside the start loop: ranks not started yet do not count as ended
   bool stopping_ = false;

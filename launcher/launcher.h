@@ -100,6 +100,9 @@ struct ExitStatus {
   int code = 0;
   int signal = 0;
   std::string detail;  // optional human text (e.g. "connection to host-3 reset")
+  // The process's peak resident set size, where the launcher measures it (local workers: wait4's
+  // ru_maxrss, which covers the worker and the descendants it waited for).
+  std::optional<uint64_t> peak_rss_bytes;
 
   bool success() const { return kind == Kind::kExited && code == 0; }
   // The shell convention: the exit code, or 128 + N for signal N; kLost maps to 255 (as ssh does).

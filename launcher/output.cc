@@ -111,6 +111,11 @@ void OutputForwarder::emit(int rank, Stream stream, std::string_view segment, bo
   }
   out.append(segment);
   if (add_newline) out += '\n';
+  if (options_.on_segment) {
+    std::string_view line = segment;
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+    options_.on_segment(rank, stream, line);
+  }
 }
 
 void OutputForwarder::flush(Stream stream, Sink& sink, const std::string& out) {

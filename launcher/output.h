@@ -11,6 +11,7 @@
 // Threading: not thread-safe; the job calls it from its io_context thread only.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,9 @@ struct OutputOptions {
   int num_proc = 1;                      // for the rank directory padding
   int stdout_fd = 1;
   int stderr_fd = 2;
+  // Called with every segment as it is written (without its terminator), e.g. for the status page's last
+  // lines of each rank. Optional.
+  std::function<void(int rank, Stream stream, std::string_view segment)> on_segment;
 };
 
 class OutputForwarder {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -172,8 +173,9 @@ struct LocalLauncher::Child : std::enable_shared_from_this<LocalLauncher::Child>
     finishIfDone();
   }
 
-  void onReaped(int wait_status, std::chrono::milliseconds drain_timeout) {
+  void onReaped(int wait_status, const struct rusage& usage, std::chrono::milliseconds drain_timeout) {
     status = fromWaitStatus(wait_status);
+    status->peak_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;  // Linux counts KiB
     state = stop_requested && state != WorkerState::kFailed ? WorkerState::kStopped
             : status->success()                             ? WorkerState::kSucceeded
                                                             : WorkerState::kFailed;
@@ -281,11 +283,12 @@ void LocalLauncher::awaitSigchld() {
 void LocalLauncher::reap() {
   for (auto it = children_.begin(); it != children_.end();) {
     int status = 0;
-    const pid_t r = ::waitpid(it->first, &status, WNOHANG);
+    struct rusage usage {};
+    const pid_t r = ::wait4(it->first, &status, WNOHANG, &usage);
     if (r == it->first) {
       auto child = it->second;
       it = children_.erase(it);
-      child->onReaped(status, drain_timeout_);
+      child->onReaped(status, usage, drain_timeout_);
     } else {
       ++it;
     }
