@@ -32,7 +32,9 @@ constexpr const char* kUsage =
 
 The hvdrun rendezvous server as a daemon, for workers started by other tools (srun, mpirun, scripts).
 It prints one line when ready:   hvd-rendezvous listening on ADDR:PORT
-and serves until SIGINT or SIGTERM.
+and serves until SIGINT or SIGTERM. With --status-port it also serves the job's status page (workers as
+their reports arrive, waits, throughput; /status.json, /metrics) and prints a second line:
+                                 hvd-rendezvous status page on http://ADDR:PORT/
 
 Workers find it through the environment:
   HVD_RENDEZVOUS=HOST:PORT               (or HOROVOD_GLOO_RENDEZVOUS_ADDR=HOST HOROVOD_GLOO_RENDEZVOUS_PORT=PORT)
@@ -83,6 +85,8 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
   std::string max_connections = std::to_string(ServerOptions{}.max_connections);
   std::string read_timeout = std::to_string(ServerOptions{}.read_timeout.count());
   std::string address_file;
+  std::string status_port_text;
+  std::string status_address = "127.0.0.1";
   desc.add_options()("help,h", "print this help and exit")(
       "bind", po::value(&bind), "address to listen on (default 127.0.0.1; 0.0.0.0 or :: for all interfaces)")(
       "port", po::value(&port_text), "TCP port (default 0: an ephemeral port, printed when ready)")(
@@ -100,6 +104,11 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
       "address-file", po::value(&address_file),
       "once listening, write HOST:PORT and a newline to this file (whole: written aside, then renamed); "
       "removed when the daemon stops")(
+      "status-port", po::value(&status_port_text),
+      "serve the status page (HTML, /status.json, /metrics) on this TCP port (0: an ephemeral port, printed "
+      "when ready); workers appear as their reports arrive")(
+      "status-address", po::value(&status_address),
+      "address the status port listens on (default 127.0.0.1; reach it through an ssh tunnel)")(
       "detach",
       "serve in the background: return once listening, printing export lines for a shell's eval "
       "(HVD_RENDEZVOUS, HVD_RENDEZVOUS_TOKEN, HVD_RENDEZVOUS_PID); makes up a token when no token option is given");
@@ -122,6 +131,21 @@ std::optional<DaemonOptions> parse(int argc, char** argv) {
     throw UsageError(detail::concat("invalid --port '", port_text, "': expected 0..65535 (0: an ephemeral port)"));
   }
   out.server.port = static_cast<uint16_t>(port);
+  if (vm.count("status-port")) {
+    int status_port = -1;
+    auto [s_end, s_ec] = std::from_chars(status_port_text.data(), status_port_text.data() + status_port_text.size(),
+                                         status_port);
+    if (s_ec != std::errc() || s_end != status_port_text.data() + status_port_text.size() || status_port < 0 ||
+        status_port > 65535) {
+      throw UsageError(detail::concat("invalid --status-port '", status_port_text,
+                                      "': expected 0..65535 (0: an ephemeral port)"));
+    }
+    out.server.status_port = static_cast<uint16_t>(status_port);
+  } else if (vm.count("status-address")) {
+    throw UsageError(detail::concat("--status-address '", status_address, "' needs --status-port"));
+  }
+  if (status_address.empty()) throw UsageError("invalid --status-address '': expected an address");
+  out.server.status_bind_address = status_address;
   if (vm.count("token-file") && vm.count("no-token")) {
     throw UsageError("--token-file and --no-token exclude each other");
   }
@@ -290,6 +314,15 @@ int daemonMain(int argc, char** argv) {
     if (!options->detach) {
       std::cout << "hvd-rendezvous listening on " << (v6 ? "[" : "") << address << (v6 ? "]" : "") << ":"
                 << server.port() << std::endl;
+    }
+    if (const auto status_port = server.statusPort()) {
+      // Where the page is: on stdout beside the listening line, or on stderr with --detach (whose stdout is
+      // the export lines a shell evals).
+      const std::string& status_address = server.statusAddress();
+      const bool status_v6 = status_address.find(':') != std::string::npos;
+      const std::string line = detail::concat("hvd-rendezvous status page on http://", status_v6 ? "[" : "",
+                                              status_address, status_v6 ? "]" : "", ":", *status_port, "/");
+      (options->detach ? std::cerr : std::cout) << line << std::endl;
     }
     const std::string advertised = advertisedAddress(address, server.port());
     if (!options->address_file.empty()) {
