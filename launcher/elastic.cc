@@ -19,6 +19,7 @@
 #include "launcher/job.h"
 #include "launcher/local/launcher.h"
 #include "launcher/output.h"
+#include "launcher/summary.h"
 #include "rendezvous/error.h"
 #include "rendezvous/round.h"
 #include "rendezvous/server.h"
@@ -176,6 +177,7 @@ class Driver : public WorkerEvents {
   void onExit(int id, const ExitStatus& status) override {
     WorkerRec& w = workers_.at(id);
     w.ended = true;
+    recordExit(server_->monitor(), id, status);
     if (auto it = live_.find(w.slot); it != live_.end() && it->second == id) live_.erase(it);
     const bool stopped = w.worker->state() == WorkerState::kStopped;
     const std::string who = w.standby ? detail::concat("the standby process of slot ", w.slot, " (worker ", id, ")")
@@ -612,7 +614,11 @@ class Driver : public WorkerEvents {
     out.timestamp = options_.prefix_timestamp;
     out.directory = options_.output_filename;
     out.num_proc = static_cast<int>(plan.size());
+    out.on_segment = [this](int id, Stream, std::string_view line) {
+      if (server_) server_->monitor().workerOutput(id, line);
+    };
     output_ = std::make_unique<OutputForwarder>(out);
+    summary_.open(options_);
     Rendezvous rendezvous = openRendezvous(ioc_, options_, remote, *output_, elastic_.discovery_script.has_value());
     server_ = std::move(rendezvous.server);
     endpoint_ = rendezvous.endpoint;
@@ -663,6 +669,8 @@ class Driver : public WorkerEvents {
     member_ids_.clear();
     reform_requested_ = false;
     server_->beginRound(round);
+    server_->monitor().setSize(static_cast<int>(plan.size()));
+    server_->monitor().roundBegan(round.number);
     if (!first || options_.verbose) {
       message(Stream::kStderr, detail::concat("hvdrun: elastic round ", round.number, ": ", plan.size(), " ranks on ",
                                               describeHosts(placements), "\n"));
@@ -731,7 +739,8 @@ class Driver : public WorkerEvents {
     std::vector<std::pair<std::string, std::string>> job = {
         {"HOROVOD_ELASTIC", "1"},
         {"HVD_ELASTIC_ROUND", std::to_string(round_)},
-        {"HOROVOD_ELASTIC_TIMEOUT", std::to_string(elastic_.timeout.count() + kWorkerTimeoutSlack.count())}};
+        {"HOROVOD_ELASTIC_TIMEOUT", std::to_string(elastic_.timeout.count() + kWorkerTimeoutSlack.count())},
+        {"HVD_WORKER_ID", std::to_string(id)}};  // names its reports to the status page
     if (!member) job.emplace_back("HVD_ELASTIC_STANDBY", "1");
     LaunchSpec spec;
     spec.rank = id;
@@ -754,6 +763,8 @@ class Driver : public WorkerEvents {
     live_[slot] = id;
     try {
       w.worker = launcher->start(spec, *this);
+      server_->monitor().workerStarted(id, w.rank, w.host, w.worker->pid());
+      if (!slots_started_.insert(slot).second) server_->monitor().countRestart();
     } catch (const Error& e) {
       w.ended = true;
       live_.erase(slot);
@@ -880,6 +891,7 @@ class Driver : public WorkerEvents {
     below_timer_.cancel();
     discovery_timer_.cancel();
     signals_.cancel();
+    if (server_ && output_) summary_.write(server_->monitor().snapshot(), created_, result_.exitCode(), *output_);
     if (server_) server_->stop();
     ioc_.stop();
   }
@@ -898,6 +910,9 @@ class Driver : public WorkerEvents {
   asio::steady_timer below_timer_;
   asio::steady_timer discovery_timer_;
   std::unique_ptr<rendezvous::Server> server_;
+  JobSummary summary_;
+  std::set<std::string> slots_started_;  // slots that had a process: starting another there is a restart
+  const Clock::time_point created_ = Clock::now();
   std::unique_ptr<OutputForwarder> output_;
   LauncherPool launchers_{ioc_, options_.ssh, options_.launcher};
   std::unique_ptr<Launcher> discovery_launcher_;

@@ -202,6 +202,11 @@ void Monitor::roundBegan(uint64_t round) {
   ++rounds_;
 }
 
+void Monitor::countRestart() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++restarts_;
+}
+
 void Monitor::workerJoined(int rank, std::optional<uint64_t> round) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (round) {
@@ -287,6 +292,7 @@ JobSnapshot Monitor::snapshot() const {
   s.size = size_;
   s.round = round_;
   s.rounds = rounds_;
+  s.restarts = restarts_;
   s.requests = requests_;
   s.stall_warnings = stall_warnings_;
   // Waits age between reports: add the time since rank 0 sent them.

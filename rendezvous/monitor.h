@@ -148,6 +148,7 @@ class Monitor {
   void workerExited(int id, std::optional<int> exit_code, std::optional<int> signal, std::string detail,
                     std::optional<uint64_t> peak_rss_bytes);
   void roundBegan(uint64_t round);
+  void countRestart();  // elastic: a process started in the place of one that ended
 
   // Rendezvous side.
   void workerJoined(int rank, std::optional<uint64_t> round);  // its rank joined the round's global scope
@@ -165,6 +166,7 @@ class Monitor {
   int size_ = 0;
   std::optional<uint64_t> round_;
   uint64_t rounds_ = 0;
+  uint64_t restarts_ = 0;
   std::map<int, std::shared_ptr<Worker>> workers_;
   std::deque<HistoryPoint> history_;
   RequestStats requests_;

@@ -481,7 +481,7 @@ TEST_CASE("settings libhvd does not act on are passed on with a one-line warning
   CHECK(both.exit_code == 2);
   CHECK_THAT(both.err, Catch::StartsWith("hvdrun: error: Requested more processes (3)"));
   // The real binary prints them on stderr and runs the job.
-  const auto r = runProcess({test::hvdrunPath(), "-np", "1", "--torus-allreduce", "true"}, {}, "",
+  const auto r = runProcess({test::hvdrunPath(), "-np", "1", "--summary", "none", "--torus-allreduce", "true"}, {}, "",
                             std::chrono::milliseconds(20000));
   CHECK(r.exit_code == 0);
   CHECK(r.err ==

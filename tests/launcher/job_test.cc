@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "tests/launcher/process.h"
 
@@ -164,7 +165,7 @@ TEST_CASE("workers keep the memory they free mapped, unless told otherwise", "[j
 }
 
 TEST_CASE("output: tags, \\r segments, missing final newline, raw bytes", "[job][output]") {
-  const auto r = hvdrun({"-np", "1", "sh", "-c", "printf 'a\\rb\\nc'; printf '\\377\\376x\\n' >&2"});
+  const auto r = hvdrun({"-np", "1", "--summary", "none", "sh", "-c", "printf 'a\\rb\\nc'; printf '\\377\\376x\\n' >&2"});
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == "[0]<stdout>:a\r[0]<stdout>:b\n[0]<stdout>:c\n");
   CHECK(r.err == "[0]<stderr>:\xff\xfex\n");
@@ -180,7 +181,7 @@ TEST_CASE("output: tags, \\r segments, missing final newline, raw bytes", "[job]
 
 TEST_CASE("output of many ranks under load never mixes lines", "[job][output]") {
   // 4 ranks x 4000 lines of ~300 bytes, written as fast as `yes` can.
-  const auto r = hvdrun({"-np", "4", "sh", "-c",
+  const auto r = hvdrun({"-np", "4", "--summary", "none", "sh", "-c",
                          "yes \"r$HOROVOD_RANK-$(printf '%0300d' 0)-end\" | head -n 4000; "
                          "yes \"e$HOROVOD_RANK\" | head -n 1000 >&2"});
   REQUIRE(r.exit_code == 0);
@@ -388,7 +389,7 @@ TEST_CASE("--start-timeout names the ranks that did not join the rendezvous", "[
   CHECK(processesWithEnv(marker).empty());
 
   // Everyone joins: the timeout passes silently (the workers outlive it).
-  const auto ok = hvdrun({"-np", "2", "--start-timeout", "3", joinWorker(), "5"});
+  const auto ok = hvdrun({"-np", "2", "--summary", "none", "--start-timeout", "3", joinWorker(), "5"});
   CHECK(ok.exit_code == 0);
   CHECK(ok.err.empty());
 }
@@ -439,7 +440,7 @@ TEST_CASE("a closed stdout (hvdrun ... | head) ends the job", "[job][output]") {
 TEST_CASE("a local job of workers that send no token (as Horovod's do) rendezvous",
           "[job][rendezvous][token]") {
   const auto r =
-      hvdrun({"-np", "3", "-H", "localhost:3", "sh", "-c", kTokenlessWorker}, {"RAW=" + rawRequest()});
+      hvdrun({"-np", "3", "-H", "localhost:3", "--summary", "none", "sh", "-c", kTokenlessWorker}, {"RAW=" + rawRequest()});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   for (int rank = 0; rank < 3; ++rank) {
@@ -488,7 +489,7 @@ TEST_CASE("a local job: another user's tokenless request is refused, explained o
       "for i in 1 2; do printf 'GET /global/0 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' | "
       "setpriv --reuid nobody --regid nogroup --clear-groups \"$RAW\" \"$HOROVOD_GLOO_RENDEZVOUS_ADDR\" "
       "\"$HOROVOD_GLOO_RENDEZVOUS_PORT\" --status-only | sed 's/^/nobody got /'; done; ";
-  const auto r = hvdrun({"-np", "2", "sh", "-c", as_nobody + kTokenlessWorker}, {"RAW=" + raw});
+  const auto r = hvdrun({"-np", "2", "--summary", "none", "sh", "-c", as_nobody + kTokenlessWorker}, {"RAW=" + raw});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out,
@@ -502,4 +503,96 @@ TEST_CASE("a local job: another user's tokenless request is refused, explained o
                                "(GET /global/0) from 127.0.0.1:") &&
                  Catch::Contains("a process of another user (uid 65534)") &&
                  Catch::Contains("the job goes on") && Catch::Contains("--no-rendezvous-token"));
+}
+
+TEST_CASE("the end-of-job summary: a table on stderr and --summary json FILE, for a job with a failing rank",
+          "[job][summary]") {
+  const std::string dir = makeTempDir();
+  const std::string json_path = dir + "/summary.json";
+  // Rank 1 fails with 3 at once; ranks 0 and 2 are stopped by hvdrun (SIGTERM to their shell).
+  const auto r = hvdrun({"-np", "3", "--summary", "json", json_path, "sh", "-c",
+                         "if [ $HOROVOD_RANK = 1 ]; then exit 3; fi; exec sleep 30"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 3);
+  const auto err = lines(r.err);
+  // The heading, the column names, one row per rank in rank order, at the very end of stderr.
+  REQUIRE(err.size() >= 5);
+  const size_t head = err.size() - 5;
+  CHECK(std::regex_match(err[head], std::regex("hvdrun: job summary: 3 ranks in [0-9.]+ s, exit code 3, "
+                                               "3 ranks did not exit 0")));
+  CHECK(std::regex_match(err[head + 1], std::regex(" +rank +host +end +wall s +peak RSS +collectives +bytes")));
+  CHECK(std::regex_match(err[head + 2], std::regex(" +0 +localhost +signal 15 \\(Terminated\\) +[0-9.]+ +[0-9.]+ "
+                                                   "[KMG]?i?B +- +-")));
+  CHECK(std::regex_match(err[head + 3], std::regex(" +1 +localhost +exit 3 +[0-9.]+ +[0-9.]+ [KMG]?i?B +- +-")));
+  CHECK(std::regex_match(err[head + 4], std::regex(" +2 +localhost +signal 15 \\(Terminated\\) .*")));
+
+  const auto json = nlohmann::json::parse(readFile(json_path));
+  CHECK(json["exit_code"] == 3);
+  REQUIRE(json["ranks"].size() == 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto& row = json["ranks"][rank];
+    INFO(row.dump());
+    CHECK(row["rank"] == rank);
+    CHECK(row["host"] == "localhost");
+    CHECK(row["state"] == "exited");
+    CHECK(row["pid"].is_number_integer());
+    CHECK(row["peak_rss_bytes"].get<uint64_t>() > 100000);  // a shell is at least this big
+    CHECK(row["collectives"].is_null());  // a shell sends no reports
+  }
+  CHECK(json["ranks"][1]["exit_code"] == 3);
+  CHECK(json["ranks"][1]["signal"].is_null());
+  CHECK(json["ranks"][0]["signal"] == SIGTERM);
+  CHECK(json["ranks"][2]["end"] == "signal 15 (Terminated)");
+
+  // --summary none: nothing after the job's own output.
+  const auto quiet = hvdrun({"-np", "1", "--summary", "none", "true"});
+  CHECK(quiet.exit_code == 0);
+  CHECK(quiet.err.empty());
+}
+
+TEST_CASE("the summary is printed on Ctrl-C too", "[job][summary][signals]") {
+  const std::string marker = uniqueMarker();
+  const std::string dir = makeTempDir();
+  const auto started = startProcess({hvdrunPath(), "-np", "2", "--termination-grace-seconds", "2", "sleep", "60"},
+                                    dir, {marker});
+  REQUIRE(waitForProcesses(marker, 2, 20s));
+  ::kill(started.pid, SIGINT);
+  CHECK(waitProcess(started.pid, 30s) == 128 + SIGINT);
+  const std::string err = readFile(dir + "/err.txt");
+  CHECK_THAT(err, Catch::Contains("hvdrun: job summary: 2 ranks in ") && Catch::Contains(", exit code 130"));
+  CHECK(std::regex_search(err, std::regex("\n +1 +localhost +signal 2 \\(Interrupt\\) ")));
+}
+
+TEST_CASE("--summary and --status-port errors: one line each (and the help hint), before anything starts",
+          "[job][summary][cli]") {
+  const std::string dir = makeTempDir();
+  const std::string marker = dir + "/started";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--summary", "csv"}, "hvdrun: error: argument --summary: invalid choice 'csv' (choose from table, none, json FILE)"},
+      {{"--summary", "json", "/nonexistent-dir/s.json"},
+       "hvdrun: error: argument --summary: cannot write '/nonexistent-dir/s.json': No such file or directory"},
+      {{"--status-port", "70000"}, "hvdrun: error: argument --status-port: 70000 is not a port (0-65535)"},
+      {{"--status-port", "http"}, "hvdrun: error: argument --status-port: invalid int value: 'http'"},
+      {{"--status-address", "127.0.0.1"}, "hvdrun: error: argument --status-address: needs --status-port"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"-np", "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"touch", marker});
+    const auto r = hvdrun(args);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(lines(r.err) == std::vector<std::string>{message, "Try 'hvdrun --help' for the flags and examples."});
+  }
+  // "json" takes the next word as its FILE (two words, as argparse's nargs=2): with nothing after it, an error.
+  const auto no_file = hvdrun({"-np", "1", "--summary", "json"});
+  CHECK(no_file.exit_code == 2);
+  CHECK_THAT(no_file.err, Catch::StartsWith("hvdrun: error: argument --summary: json needs a FILE: --summary json FILE\n"));
+  // An address the status port cannot bind: the server's error (exit 1, as for the rendezvous port itself).
+  const auto unbindable = hvdrun({"-np", "1", "--status-port", "0", "--status-address", "192.0.2.1", "touch", marker});
+  CHECK(unbindable.exit_code == 1);
+  CHECK(lines(unbindable.err) ==
+        std::vector<std::string>{"hvdrun: error: status port: cannot listen on 192.0.2.1:0: bind: Cannot assign "
+                                 "requested address (errno 99)"});
+  CHECK(::access(marker.c_str(), F_OK) != 0);  // no worker ran
 }

@@ -106,7 +106,7 @@ echo "met rank $other; token: ${HVD_RENDEZVOUS_TOKEN:-none}"
 )SH";
   Hvdrun run(
       lab, home,
-      {"--no-rendezvous-token", "-np", "2", "-H", lab.hostAddress(0) + ":1," + lab.hostAddress(1) + ":1",
+      {"--no-rendezvous-token", "--summary", "none", "-np", "2", "-H", lab.hostAddress(0) + ":1," + lab.hostAddress(1) + ":1",
        "--ssh-known-hosts", "strict", "sh", "-c", worker},
       log);
   const int rc = run.wait(60s);
