@@ -20,6 +20,8 @@ pkgs=(
   slurmctld slurmd slurm-client munge openmpi-bin mpich
   # the Debian package: cpack -G DEB finds its Depends with dpkg-shlibdeps
   dpkg-dev
+  # the status port's tests: /metrics through Prometheus' own parser, the page in a real headless browser
+  python3-prometheus-client chromium
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev hyperfine gnuplot-nox linux-perf valgrind time)

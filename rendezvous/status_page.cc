@@ -618,6 +618,7 @@ h2{font-size:14px;margin:0 0 10px;color:var(--muted);font-weight:600;text-transf
 table{border-collapse:collapse;width:100%}
 th{text-align:left;font-weight:600;color:var(--muted);font-size:12px;border-bottom:1px solid var(--line);padding:4px 8px}
 td{padding:6px 8px;border-bottom:1px solid var(--line);vertical-align:top;font-variant-numeric:tabular-nums}
+th,td.run-time,td.bytes,td.rss,td.pid{white-space:nowrap}td.state{min-width:200px}
 tr.worker[data-state=running] .state-text{color:var(--run);font-weight:600}
 tr.worker[data-state=exited] .state-text{color:var(--exit);font-weight:600}
 tr.worker.failed{background:var(--failbg)}tr.worker.failed .state-text{color:var(--fail)}
@@ -632,8 +633,8 @@ tr.wait.stuck td{color:var(--stuck)}
 #chart{width:100%;height:auto;display:block}
 #chart .frame{fill:none;stroke:var(--line)}#chart text{font-size:11px;fill:var(--muted)}
 #chart .chart-title{fill:var(--fg);font-weight:600}
-#chart .series{fill:none;stroke-width:2;stroke-linejoin:round}
-#chart-allreduce{stroke:var(--accent)}#chart-collectives{stroke:var(--accent2)}
+#chart .series{stroke:none}
+#chart-allreduce{fill:var(--accent)}#chart-collectives{fill:var(--accent2)}
 #access-note code,footer code{background:#eef2f6;padding:0 4px;border-radius:3px}
 footer{color:var(--muted);font-size:12px}
 )css";
@@ -656,14 +657,16 @@ void chartPanel(std::string& out, const JobSnapshot& s, int64_t now, int panel, 
   double max = 0;
   for (const auto& p : s.history) max = std::max(max, p.*field);
   const double scale = max > 0 ? max : 1;
-  std::string points;
+  // One bar per second of (now - kHistorySeconds, now], as tall as that second's rate.
+  const double bar = (kChartRight - kChartLeft) / Monitor::kHistorySeconds;
+  std::string bars;
   size_t n = 0;
   for (const auto& p : s.history) {
-    if (static_cast<double>(p.unix_s) < start) continue;
-    const double x = kChartLeft + (static_cast<double>(p.unix_s) - start) / Monitor::kHistorySeconds *
-                                      (kChartRight - kChartLeft);
+    if (static_cast<double>(p.unix_s) <= start || p.unix_s > now) continue;
+    const double x = kChartLeft + (static_cast<double>(p.unix_s) - start - 1) * bar;
     const double y = bottom - (p.*field) / scale * kPanelHeight;
-    points += detail::concat(points.empty() ? "" : " ", fixed1(x), ",", fixed1(y));
+    bars += detail::concat(bars.empty() ? "" : " ", "M", fixed1(x), ",", fixed1(bottom), "V", fixed1(y), "h",
+                           fixed1(bar), "V", fixed1(bottom), "Z");
     ++n;
   }
   const std::string label = bytes ? formatBytes(max) + "/s" : formatRate(max) + "/s";
@@ -674,8 +677,8 @@ void chartPanel(std::string& out, const JobSnapshot& s, int64_t now, int panel, 
   out += detail::concat("<text class=\"ymax\" x=\"", kChartLeft - 6, "\" y=\"", top + 10,
                         "\" text-anchor=\"end\">", htmlEscape(label), "</text>");
   out += detail::concat("<text x=\"", kChartLeft - 6, "\" y=\"", bottom, "\" text-anchor=\"end\">0</text>");
-  out += detail::concat("<polyline class=\"series\" id=\"", id, "\" data-n=\"", n, "\" data-max=\"", number(max),
-                        "\" points=\"", points, "\"/>");
+  out += detail::concat("<path class=\"series\" id=\"", id, "\" data-n=\"", n, "\" data-max=\"", number(max),
+                        "\" d=\"", bars, "\"/>");
 }
 
 std::string chartSvg(const JobSnapshot& s, int64_t now) {
@@ -862,19 +865,21 @@ constexpr const char* kScript = R"js(
     return box;
   }
   function panel(svg, s, i, id, title, key, isBytes) {
-    var top = TOP + i * (H + GAP), bottom = top + H, start = s.now_unix_s - s.history_seconds, max = 0, pts = [];
+    var top = TOP + i * (H + GAP), bottom = top + H, start = s.now_unix_s - s.history_seconds, max = 0, bars = [];
+    var bar = (R - L) / s.history_seconds;
     s.history.forEach(function (p) { max = Math.max(max, p[key]); });
     var scale = max > 0 ? max : 1;
     s.history.forEach(function (p) {
-      if (p.t < start) return;
-      var x = L + (p.t - start) / s.history_seconds * (R - L), y = bottom - p[key] / scale * H;
-      pts.push(x.toFixed(1) + ',' + y.toFixed(1));
+      if (p.t <= start || p.t > s.now_unix_s) return;
+      var x = L + (p.t - start - 1) * bar, y = bottom - p[key] / scale * H;
+      bars.push('M' + x.toFixed(1) + ',' + bottom.toFixed(1) + 'V' + y.toFixed(1) + 'h' + bar.toFixed(1) + 'V' +
+                bottom.toFixed(1) + 'Z');
     });
     svg.appendChild(sv('rect', {'class': 'frame', x: L, y: top, width: R - L, height: H}));
     svg.appendChild(sv('text', {'class': 'chart-title', x: L + 8, y: top + 16}, title));
     svg.appendChild(sv('text', {'class': 'ymax', x: L - 6, y: top + 10, 'text-anchor': 'end'}, (isBytes ? bytes(max) : rate(max)) + '/s'));
     svg.appendChild(sv('text', {x: L - 6, y: bottom, 'text-anchor': 'end'}, '0'));
-    svg.appendChild(sv('polyline', {'class': 'series', id: id, 'data-n': pts.length, 'data-max': max, points: pts.join(' ')}));
+    svg.appendChild(sv('path', {'class': 'series', id: id, 'data-n': bars.length, 'data-max': max, d: bars.join(' ')}));
   }
   function chart(s) {
     var height = TOP + 2 * H + GAP + 22, axis = height - 6, minutes = s.history_seconds / 60;

@@ -1,0 +1,147 @@
+"""The status page in a real browser (headless Chromium) against hvd-rendezvous fed with real reports: the
+DOM after the page's script ran (every rank's row, the stuck rank highlighted with what it holds up, the
+waits, the chart; hostile names inert), a screenshot kept under $HVD_BUILD_DIR/test-artifacts/, and the
+way in for another user: the overview, then /?token= and its cookie.
+
+Exits 77 (skipped) only when no chromium is installed (packaging/install-deps.sh installs it)."""
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import Dom, artifact, chromium, chromium_path, png_size, put_report, request, require_root
+
+if not chromium_path():
+    pytest.exit("SKIPPED: chromium is not installed (packaging/install-deps.sh installs it)", returncode=77)
+
+HOSTILE_TENSOR = "grad.3<img src=x onerror=\"document.title='pwned'\">"
+HOSTILE_HOST = "node-3<script>document.title='pwned'</script>"
+
+
+def reports():
+    """A 4-rank job: rank 0 waits for rank 2 in two allreduces (one with a hostile name); rank 3 shut down."""
+    out = []
+    for rank in range(4):
+        out.append({
+            "rank": rank, "size": 4, "local_rank": rank, "host": HOSTILE_HOST if rank == 3 else f"node-{rank}",
+            "pid": 7000 + rank, "state": "shutdown" if rank == 3 else "running", "uptime_s": 30.0,
+            "collectives": {"allreduce": {"count": 100 + rank, "bytes": (rank + 1) << 22}},
+            "rss_bytes": 300 << 20, "peak_rss_bytes": (400 + rank) << 20,
+            "waits": [{"name": "grad.3", "op": "allreduce", "process_set": 0, "submitted": [0, 1, 3],
+                       "missing": [2], "seconds": 12.0},
+                      {"name": HOSTILE_TENSOR, "op": "allreduce", "process_set": 0, "submitted": [0, 1, 3],
+                       "missing": [2], "seconds": 2.0}] if rank == 0 else [],
+        })
+    return out
+
+
+def rows(dom):
+    return {int(e["attrs"]["data-rank"]): e for e in dom.by_class("worker", "tr")}
+
+
+def check_full_dom(dom, sent):
+    """What the page must show of the reports in `sent`, whoever rendered it."""
+    assert dom.tags("body")[0]["attrs"]["data-access"] == "full"
+    by_rank = rows(dom)
+    assert sorted(by_rank) == [r["rank"] for r in sent]
+    for r in sent:
+        row = by_rank[r["rank"]]
+        assert row["attrs"]["data-state"] == "running"
+        assert dom.inside(row, "host")[0]["text"] == r["host"]
+        assert dom.inside(row, "pid")[0]["text"] == str(r["pid"])
+        assert dom.inside(row, "collectives")[0]["attrs"]["data-count"] == str(r["collectives"]["allreduce"]["count"])
+        assert dom.inside(row, "bytes")[0]["attrs"]["data-bytes"] == str(r["collectives"]["allreduce"]["bytes"])
+        assert "data-exit-code" not in row["attrs"]  # hvd-rendezvous never sees a process exit
+    stuck = by_rank[2]
+    assert stuck["attrs"]["data-stuck"] == "true"
+    assert "stuck" in stuck["attrs"]["class"].split()
+    holdups = [e["text"] for e in dom.inside(stuck, "holdup")]
+    assert len(holdups) == 2, holdups
+    m = re.fullmatch(r"allreduce 'grad\.3' waits for this rank for (\d+) s", holdups[0])
+    assert m and int(m.group(1)) >= 12, holdups
+    assert holdups[1].startswith(f"allreduce '{HOSTILE_TENSOR}' waits for this rank for ")
+    for rank in (0, 1, 3):
+        assert by_rank[rank]["attrs"]["data-stuck"] == "false"
+        assert not dom.inside(by_rank[rank], "holdup")
+    assert dom.inside(by_rank[3], "state-text")[0]["text"] == "running (shut down)"
+    waits = dom.by_id("waits")
+    assert waits["attrs"]["data-count"] == "2"
+    assert [w["attrs"]["data-name"] for w in dom.inside(waits, "wait")] == ["grad.3", HOSTILE_TENSOR]
+    assert [w["attrs"]["data-missing"] for w in dom.inside(waits, "wait")] == ["2", "2"]
+    assert dom.by_id("chart")["tag"] == "svg"
+    assert int(dom.by_id("chart-allreduce")["attrs"]["data-n"]) >= 1
+    assert int(dom.by_id("chart-collectives")["attrs"]["data-n"]) >= 1
+    counts = {e["attrs"]["data-state"]: e["attrs"]["data-count"] for e in dom.by_class("count")}
+    assert counts == {"starting": "0", "joined": "0", "running": "4", "exited": "0", "stuck": "1"}
+    # The hostile names are text: no element of theirs exists and their scripts never ran.
+    assert not dom.tags("img")
+    assert len(dom.tags("script")) == 1
+    assert "pwned" not in dom.tags("title")[0]["text"]
+
+
+def test_page_in_chromium_after_its_script_ran(daemon):
+    d = daemon()
+    sent = reports()
+    for r in sent:
+        assert put_report(d, r) == 200
+    url = f"http://127.0.0.1:{d.status_port}/"
+
+    # As served (no script): already right.
+    status, _, body = request(d.status_port, "GET", "/")
+    assert status == 200
+    served = Dom(body.decode())
+    check_full_dom(served, sent)
+    assert served.by_id("live")["attrs"]["data-live"] == "false"
+
+    # In the browser, once the script has fetched /status.json and drawn the page again.
+    home = Path(tempfile.mkdtemp(prefix="hvd-chromium-"))
+    try:
+        dom = Dom(chromium(url, dump_dom=True, home=home))
+        assert dom.by_id("live")["attrs"]["data-live"] == "true", dom.by_id("live")
+        assert dom.by_id("live")["text"].startswith("live · updated ")
+        check_full_dom(dom, sent)
+
+        shot = artifact("status_page_rendezvous.png")
+        shot.unlink(missing_ok=True)
+        chromium(url, screenshot=shot, window=(1400, 1000), home=home)
+        assert png_size(shot) == (1400, 1000)
+        assert shot.stat().st_size > 20000  # a drawn page, not a blank one
+        print(f"screenshot: {shot}")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_another_user_sees_the_overview_until_the_token_link(daemon):
+    require_root()
+    d = daemon()
+    sent = reports()
+    for r in sent:
+        assert put_report(d, r) == 200
+    # A profile nobody can write, outside root's private temporary directories.
+    home = Path(tempfile.mkdtemp(prefix="hvd-chromium-nobody-"))
+    os.chown(home, 65534, 65534)
+    try:
+        base = f"http://127.0.0.1:{d.status_port}"
+        dom = Dom(chromium(base + "/", dump_dom=True, as_nobody=True, home=home))
+        assert dom.tags("body")[0]["attrs"]["data-access"] == "overview"
+        assert dom.by_id("live")["attrs"]["data-live"] == "true"  # its script reads the overview JSON
+        assert not rows(dom)
+        assert dom.by_id("access-note") is not None
+        assert dom.by_id("waits") is None and dom.by_id("chart") is None
+        assert {e["attrs"]["data-state"]: e["attrs"]["data-count"] for e in dom.by_class("count")} == {
+            "starting": "0", "joined": "0", "running": "4", "exited": "0"}
+
+        # The token link: 303 to / with the cookie, which the browser then sends with every request.
+        dom = Dom(chromium(f"{base}/?token={d.token}", dump_dom=True, as_nobody=True, home=home))
+        check_full_dom(dom, sent)
+        assert dom.by_id("live")["attrs"]["data-live"] == "true"
+
+        # A wrong token: the browser shows the one-line refusal.
+        text = chromium(f"{base}/?token=wrong", dump_dom=True, as_nobody=True, home=home)
+        assert "status port: wrong token in /?token=" in text
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
