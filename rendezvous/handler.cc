@@ -137,6 +137,36 @@ std::optional<int> rankOfKey(std::string_view key) {
   return static_cast<int>(*parseInt(key));
 }
 
+void appendValue(std::string& out, std::string_view value) {
+  uint64_t n = value.size();
+  do {
+    const auto low = static_cast<unsigned char>(n & 0x7f);
+    n >>= 7;
+    out += static_cast<char>(n ? (low | 0x80) : low);
+  } while (n);
+  out.append(value);
+}
+
+std::optional<std::vector<std::string_view>> splitValues(std::string_view body) {
+  std::vector<std::string_view> out;
+  size_t at = 0;
+  while (at < body.size()) {
+    uint64_t n = 0;
+    int shift = 0;
+    while (true) {
+      if (at == body.size() || shift > 56) return std::nullopt;
+      const auto byte = static_cast<unsigned char>(body[at++]);
+      n |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) break;
+      shift += 7;
+    }
+    if (n > body.size() - at) return std::nullopt;
+    out.push_back(body.substr(at, n));
+    at += n;
+  }
+  return out;
+}
+
 // ---- KvState ----
 
 KvState::KvState(ServerOptions options) : options_(std::move(options)), monitor_(options_.job_name) {}
@@ -165,7 +195,9 @@ void KvState::put(const std::string& scope, const std::string& key, std::string 
   std::optional<std::pair<int, std::optional<uint64_t>>> joined_global;  // rank, round
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    scopes_[scope].data[key] = std::move(value);
+    Scope& s = scopes_[scope];
+    s.data[key] = std::move(value);
+    changed(s);
     if (auto size = sizes_.find(scope); size != sizes_.end()) {
       if (auto rank = rankOfKey(key)) {
         auto& joined = ever_joined_[scope];
@@ -205,12 +237,66 @@ size_t KvState::firstMissing(const std::string& scope, const std::vector<std::st
   return from;
 }
 
+std::shared_ptr<const WaitSet> KvState::cachedWaitSet(const std::string& scope, std::string_view body) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto s = scopes_.find(scope);
+  if (s == scopes_.end()) return nullptr;
+  for (const auto& set : s->second.wait_sets) {
+    if (set->text == body) return set;
+  }
+  return nullptr;
+}
+
+void KvState::rememberWaitSet(const std::string& scope, std::shared_ptr<const WaitSet> set) {
+  constexpr size_t kWaitSetsPerScope = 4;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto s = scopes_.find(scope);
+  if (s == scopes_.end()) return;
+  auto& sets = s->second.wait_sets;
+  for (const auto& known : sets) {
+    if (known->text == set->text) return;  // another request of the same list got here first
+  }
+  if (sets.size() == kWaitSetsPerScope) sets.erase(sets.begin());
+  sets.push_back(std::move(set));
+}
+
+std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope, const WaitSet& set, size_t& missing) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto s = scopes_.find(scope);
+  if (s == scopes_.end()) {
+    missing = 0;
+    if (!set.keys.empty()) return nullptr;
+    return std::make_shared<const std::string>();
+  }
+  if (set.body && set.body_version == s->second.version) return set.body;
+  const auto& data = s->second.data;
+  std::vector<const std::string*> values;
+  values.reserve(set.keys.size());
+  size_t bytes = 0;
+  for (size_t i = 0; i < set.keys.size(); ++i) {
+    auto it = data.find(set.keys[i]);
+    if (it == data.end()) {
+      missing = i;
+      return nullptr;
+    }
+    values.push_back(&it->second);
+    bytes += it->second.size() + 10;
+  }
+  std::string body;
+  body.reserve(bytes);
+  for (const std::string* value : values) appendValue(body, *value);
+  set.body = std::make_shared<const std::string>(std::move(body));
+  set.body_version = s->second.version;
+  return set.body;
+}
+
 std::optional<int64_t> KvState::add(const std::string& scope, const std::string& key, int64_t delta) {
   std::vector<Waiter> wake;
   int64_t value = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& stored = scopes_[scope].data[key];
+    Scope& s = scopes_[scope];
+    auto& stored = s.data[key];
     if (!stored.empty()) {
       auto current = parseInt(stored);
       if (!current) return std::nullopt;
@@ -218,6 +304,7 @@ std::optional<int64_t> KvState::add(const std::string& scope, const std::string&
     }
     value += delta;
     stored = std::to_string(value);
+    changed(s);
     if (!waiters_.empty()) wake = takeWaiters(fullKey(scope, key));
   }
   for (auto& waiter : wake) waiter();
@@ -236,7 +323,7 @@ void KvState::finalize(const std::string& scope, const std::string& key) {
   }
   auto s = scopes_.find(scope);
   if (s == scopes_.end()) return;
-  s->second.data.erase(key);
+  if (s->second.data.erase(key)) changed(s->second);
   if (s->second.data.empty() && s->second.finished.empty()) scopes_.erase(s);
 }
 
@@ -487,19 +574,72 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
   auto scope = percentDecode(path.substr(1));
   if (!scope || scope->empty()) return {textError(req, http::status::bad_request, "malformed scope in POST /<scope>")};
   std::optional<int64_t> wait_ms;
-  if (query.substr(0, 8) == "wait_ms=") wait_ms = parseInt(query.substr(8));
+  bool values = false;
+  for (std::string_view rest = query; !rest.empty();) {
+    const auto amp = rest.find('&');
+    const std::string_view item = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    if (item.substr(0, 8) == "wait_ms=") {
+      wait_ms = parseInt(item.substr(8));
+      if (!wait_ms) wait_ms = -1;
+    } else if (item == "values=1") {
+      values = true;
+    } else if (!item.empty()) {
+      return {textError(req, http::status::bad_request,
+                        "unknown query parameter '" + std::string(item) + "' for POST /<scope>")};
+    }
+  }
   if (!wait_ms || *wait_ms < 0) {
     return {textError(req, http::status::bad_request,
                       "POST /<scope> needs ?wait_ms=<milliseconds>, got '?" + std::string(query) + "'")};
   }
   if (!set) {
-    std::string bad;
-    set = parseWaitSet(req.body(), bad);
-    if (!set) return {textError(req, http::status::bad_request, "malformed %-escape in key '" + bad + "'")};
+    if (values) set = state.cachedWaitSet(*scope, req.body());
+    if (!set) {
+      std::string bad;
+      auto parsed = parseWaitSet(req.body(), bad);
+      if (!parsed) return {textError(req, http::status::bad_request, "malformed %-escape in key '" + bad + "'")};
+      if (values) {
+        parsed->text = req.body();
+        state.rememberWaitSet(*scope, parsed);
+      }
+      set = std::move(parsed);
+    }
     progress = 0;
   }
-  const size_t first = state.firstMissing(*scope, set->keys, set->order, progress);
+  // Requests that share a WaitSet share what they learnt: a key found present is not looked up again.
+  if (values) progress = std::max(progress, set->present.load());
+  size_t first = state.firstMissing(*scope, set->keys, set->order, progress);
+  if (values) {
+    for (size_t seen = set->present.load(); seen < first && !set->present.compare_exchange_weak(seen, first);) {
+    }
+  }
   const auto wait = std::min(std::chrono::milliseconds(*wait_ms), state.options().max_wait);
+  std::shared_ptr<const std::string> body;
+  std::optional<size_t> vanished;  // values: a key counted present that was deleted since
+  if (values && first == set->order.size()) {
+    size_t missing = 0;
+    body = state.valuesBody(*scope, *set, missing);
+    if (!body) vanished = missing;
+  }
+  if (vanished && allow_wait && wait.count() > 0) {
+    Outcome parked;
+    parked.wait_scope = std::move(*scope);
+    parked.wait_key = set->keys[*vanished];
+    parked.wait_for = wait;
+    parked.wait_progress = first;
+    parked.wait_set = std::move(set);
+    return parked;
+  }
+  if (body) {
+    Response res = makeResponse(req, http::status::ok);
+    res.set(kLongPollHeader, "1");
+    res.set(kValuesHeader, "1");
+    res.content_length(body->size());
+    Outcome answer{std::move(res)};
+    answer.shared_body = std::move(body);
+    return answer;
+  }
   if (first < set->order.size() && allow_wait && wait.count() > 0) {
     Outcome parked;
     parked.wait_scope = std::move(*scope);
@@ -518,6 +658,10 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
     }
     std::sort(missing.begin(), missing.end());
     for (uint32_t index : missing) res.body() += percentEncode(set->keys[index]) + "\n";
+    res.prepare_payload();
+  } else if (vanished) {
+    res.result(http::status::not_found);
+    res.body() = percentEncode(set->keys[*vanished]) + "\n";
     res.prepare_payload();
   }
   res.set(kLongPollHeader, "1");

@@ -9,6 +9,10 @@
 //   POST   /<scope>?wait_ms=N         wait for many keys at once; body: %-escaped keys, one per line;
 //                                     200 when all exist, else 404 after N ms with the missing keys as body
 //                                     (extension: one request per rank instead of one per peer)
+//   POST   /<scope>?wait_ms=N&values=1  the same, and the 200 carries every value (multi-key fetch,
+//                                     extension): in request order, each as its length (LEB128) and its
+//                                     bytes, marked with X-Hvd-Values. Built once per (scope, key list,
+//                                     scope version) and shared by every request that sends the same list.
 //   GET    /status                    JSON: scopes, keys, joined ranks, uptime, elastic round (extension)
 //   GET    /rank_and_size/<host>:<local_rank>[?round=N]
 //                                     elastic jobs (Horovod's protocol): the slot's place in the next
@@ -64,6 +68,17 @@ using Response = boost::beast::http::response<boost::beast::http::string_body>;
 // that long-polls from one that ignores the query (Horovod's), and fall back to polling.
 inline constexpr const char* kLongPollHeader = "X-Hvd-Long-Poll";
 
+// Response header of a multi-key fetch's 200 (POST /<scope>?wait_ms=N&values=1): the body holds the values,
+// so a client can tell our server from one that ignores the query and fall back to reading key by key.
+inline constexpr const char* kValuesHeader = "X-Hvd-Values";
+
+// The body of a multi-key fetch: each value as its length (unsigned LEB128, 1 byte below 128) and its
+// bytes. splitValues returns the values (views into body), or nullopt when body is not such a sequence.
+void appendValue(std::string& out, std::string_view value);
+std::optional<std::vector<std::string_view>> splitValues(std::string_view body);
+
+struct WaitSet;
+
 // Response header of rank_and_size answers: the round the answer belongs to.
 inline constexpr const char* kRoundHeader = "X-Hvd-Round";
 
@@ -81,6 +96,15 @@ class KvState {
 
   void put(const std::string& scope, const std::string& key, std::string value);
   std::optional<std::string> get(const std::string& scope, const std::string& key) const;
+  // Multi-key fetch (values=1): the key list of an earlier request to this scope with exactly this body,
+  // or nullptr. rememberWaitSet keeps a few per scope (only of a scope that exists; they go with it), so
+  // the N identical requests of a rendezvous are parsed once and share one answer.
+  std::shared_ptr<const WaitSet> cachedWaitSet(const std::string& scope, std::string_view body) const;
+  void rememberWaitSet(const std::string& scope, std::shared_ptr<const WaitSet> set);
+  // The answer to a multi-key fetch of set's keys (values in the order of set.keys, appendValue's
+  // encoding), built once per version of the scope (any change to one of its keys makes a new version)
+  // and kept in set. nullptr when a key is absent; *missing is then its index in set.keys.
+  std::shared_ptr<const std::string> valuesBody(const std::string& scope, const WaitSet& set, size_t& missing);
   // The first i >= from (in the given order of key indices) whose key is absent from scope, or
   // order.size() when all are present.
   size_t firstMissing(const std::string& scope, const std::vector<std::string>& keys,
@@ -149,7 +173,10 @@ class KvState {
   struct Scope {
     std::map<std::string, std::string> data;
     std::set<std::string> finished;
+    uint64_t version = 0;  // KvState::next_version_ at the last change to data
+    std::vector<std::shared_ptr<const WaitSet>> wait_sets;  // of multi-key fetches, oldest first
   };
+  void changed(Scope& scope) { scope.version = ++next_version_; }  // requires mutex_
   std::vector<Waiter> takeWaiters(const std::string& full_key);  // requires mutex_
 
   const ServerOptions options_;
@@ -161,6 +188,7 @@ class KvState {
   std::map<std::string, std::set<int>> ever_joined_;
   AllJoinedObserver all_joined_;
   uint64_t next_waiter_ = 1;
+  uint64_t next_version_ = 0;
   std::multimap<std::string, std::pair<uint64_t, Waiter>> waiters_;  // "scope/key" -> waiters
   std::map<uint64_t, std::string> waiter_keys_;                       // id -> "scope/key"
   std::atomic<size_t> connections_{0};
@@ -177,6 +205,11 @@ class KvState {
 struct WaitSet {
   std::vector<std::string> keys;  // as sent
   std::vector<uint32_t> order;    // a random permutation of key indices
+  // Multi-key fetches (values=1) only, where one WaitSet serves every request with the same body:
+  std::string text;                         // that body
+  mutable std::atomic<size_t> present{0};   // the keys before this index (in `order`) were all present
+  mutable uint64_t body_version = 0;        // guarded by KvState's mutex: the answer and the scope version
+  mutable std::shared_ptr<const std::string> body;  // it was built from
 };
 
 // What the server should do with a request: answer now, or park it until scope/key is stored (long
@@ -194,6 +227,9 @@ struct Outcome {
   // waits key by key).
   size_t wait_progress = 0;
   std::shared_ptr<const WaitSet> wait_set;  // multi-key wait: pass back to handle() with wait_progress
+  // When set, the response's body: the Response holds the headers (Content-Length included) and an empty
+  // body, and the server sends this buffer after them, shared by every waiter of a multi-key fetch.
+  std::shared_ptr<const std::string> shared_body;
   // The response refuses the request because it carried no token (401, or 403 on a server that trusts
   // local peers); the server reports these (Server::onTokenlessRejection).
   bool token_missing = false;

@@ -59,6 +59,7 @@ struct Reply {
   unsigned status = 0;
   std::string body;
   bool long_poll = false;  // the server marked a ?wait_ms= answer with kLongPollHeader
+  bool values = false;     // the server marked a multi-key fetch's answer with kValuesHeader
   std::string round;       // kRoundHeader of a rank_and_size answer
 };
 
@@ -155,6 +156,7 @@ struct HttpStore::Impl {
     auto res = parser.release();
     reply.status = res.result_int();
     reply.long_poll = res.find(kLongPollHeader) != res.end();
+    reply.values = res.find(kValuesHeader) != res.end();
     if (auto round = res.find(kRoundHeader); round != res.end()) reply.round = std::string(round->value());
     reply.body = std::move(res.body());
     if (!res.keep_alive()) {
@@ -260,6 +262,7 @@ struct HttpStore::Impl {
   std::vector<std::unique_ptr<Connection>> idle;
   tcp::resolver::results_type endpoints;
   std::atomic<bool> long_poll{true};  // cleared when the server turns out not to support ?wait_ms=
+  std::atomic<bool> values{true};     // cleared when the server turns out not to support &values=1
 };
 
 HttpStore::HttpStore(StoreOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -404,6 +407,64 @@ void HttpStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   throw RendezvousTimeout(detail::concat("timed out after ", timeout.count(), " ms waiting for key(s) ",
                                          formatKeys(missing), " at rendezvous server ", impl_->name, ": ",
                                          Impl::describeMissing(missing)));
+}
+
+ValueList HttpStore::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  if (keys.empty()) return {};
+  const std::string scope = keys.front().substr(0, keys.front().find('/'));
+  std::string body;
+  for (const auto& key : keys) {
+    impl_->path(key);  // validates the key
+    // One request covers one scope; keys of several scopes take the general path.
+    if (key.compare(0, scope.size() + 1, scope + "/") != 0) return Store::waitAndGet(keys, timeout);
+    body += percentEncode(std::string_view(key).substr(scope.size() + 1));
+    body += '\n';
+  }
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::string> missing = keys;  // as the server last reported them
+  while (impl_->values) {
+    const auto remaining = until(deadline);
+    if (remaining.count() == 0) break;
+    // The server answers at the wait deadline at the latest; the grace lets that answer arrive.
+    Reply reply = impl_->request(http::verb::post, "/" + percentEncode(scope) + "?wait_ms=" +
+                                                       std::to_string(remaining.count()) + "&values=1",
+                                 body, deadline, true, kLongPollGrace);
+    if (reply.long_poll && reply.values && reply.status == 200) {
+      auto values = splitValues(reply.body);
+      HVD_CHECK(values && values->size() == keys.size(), StoreError, "rendezvous server ", impl_->name,
+                " answered the fetch of ", keys.size(), " key(s) of scope '", scope, "' with ",
+                values ? detail::concat(values->size(), " value(s)") : std::string("a malformed body"), " (",
+                reply.body.size(), " bytes)");
+      std::vector<std::pair<size_t, size_t>> spans;
+      spans.reserve(values->size());
+      for (const auto& value : *values) spans.emplace_back(value.data() - reply.body.data(), value.size());
+      return ValueList(std::move(reply.body), std::move(spans));
+    }
+    if (reply.long_poll && reply.status == 404) {  // not all there yet: ask again until the deadline
+      missing.clear();
+      std::string_view rest = reply.body;
+      while (!rest.empty()) {
+        const auto nl = rest.find('\n');
+        if (auto key = percentDecode(rest.substr(0, nl)); key && !key->empty()) missing.push_back(scope + "/" + *key);
+        rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+      }
+      continue;
+    }
+    if (reply.long_poll && reply.status == 200) {
+      impl_->values = false;  // a server that waits for many keys but does not send their values
+    } else if (!reply.long_poll && (reply.status == 404 || reply.status == 400 || reply.status == 405 ||
+                                    reply.status == 501)) {
+      impl_->values = false;  // e.g. Horovod's own server (501 for POST), or ours before the extension
+    } else {
+      impl_->fail(http::verb::post, scope, reply);
+    }
+  }
+  if (impl_->values) {
+    throw RendezvousTimeout(detail::concat("timed out after ", timeout.count(), " ms waiting for key(s) ",
+                                           formatKeys(missing), " at rendezvous server ", impl_->name, ": ",
+                                           Impl::describeMissing(missing)));
+  }
+  return Store::waitAndGet(keys, until(deadline));
 }
 
 int64_t HttpStore::add(const std::string& key, int64_t delta) {

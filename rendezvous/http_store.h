@@ -1,8 +1,9 @@
 // Store over the rendezvous server's HTTP protocol (client side, used by every worker).
 //
-// Key "scope/name" is the URL "/scope/name". wait() uses the server's long-poll GET (?wait_ms=) so
-// clients do not poll every 10 ms as Horovod's do; against a server without long-poll it falls back to
-// polling. Connection failures are retried with backoff until the call's deadline (the server may not
+// Key "scope/name" is the URL "/scope/name". wait() uses the server's multi-key long poll
+// (POST /<scope>?wait_ms=) so clients do not poll every 10 ms as Horovod's do, and waitAndGet() its
+// multi-key fetch (&values=1: every value in one answer); against a server without them (Horovod's answers
+// 501) they fall back to polling and to one GET per key. Connection failures are retried with backoff until the call's deadline (the server may not
 // be up yet); the final error names the server, the scope, the keys still missing and, for Gloo's
 // numeric keys, the ranks they belong to.
 #pragma once
@@ -38,6 +39,8 @@ class HttpStore final : public Store {
   std::optional<Bytes> tryGet(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::wait;
+  ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::waitAndGet;
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
   std::string describe() const override;

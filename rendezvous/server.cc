@@ -70,6 +70,9 @@ net::ip::address unmapped(const net::ip::address& address) {
   return address;
 }
 
+// Read buffer capacity a connection keeps between requests (larger ones are released when empty).
+constexpr size_t kKeptReadBuffer = 16 * 1024;
+
 // Longest request target quoted in a TokenlessRejection (messages stay one short line).
 constexpr size_t kQuotedTargetBytes = 200;
 
@@ -100,6 +103,32 @@ bool sameAddress(uint8_t family, const __be32 (&field)[4], const net::ip::addres
   }
   return std::memcmp(field, expected, family == AF_INET ? 4 : sizeof expected) == 0;
 }
+
+// A response body that is a shared, immutable string: the answer to a multi-key fetch, which every waiter
+// of the same key list sends from one buffer (Beast's string_body would copy it per response).
+struct SharedStringBody {
+  using value_type = std::shared_ptr<const std::string>;
+
+  static std::uint64_t size(const value_type& body) { return body ? body->size() : 0; }
+
+  class writer {
+   public:
+    using const_buffers_type = net::const_buffer;
+    template <bool isRequest, class Fields>
+    writer(const http::header<isRequest, Fields>&, const value_type& body) : body_(body) {}
+    void init(error_code& ec) { ec = {}; }
+    boost::optional<std::pair<const_buffers_type, bool>> get(error_code& ec) {
+      ec = {};
+      if (sent_ || !body_ || body_->empty()) return boost::none;
+      sent_ = true;
+      return {{net::const_buffer(body_->data(), body_->size()), false}};
+    }
+
+   private:
+    const value_type& body_;
+    bool sent_ = false;
+  };
+};
 
 class FileDescriptor {
  public:
@@ -350,6 +379,9 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     request_ = parser_->release();
+    // A large request (a multi-key wait's key list) leaves a large read buffer behind; with thousands of
+    // connections that is most of the server's memory, so give it back when it is empty.
+    if (buffer_.size() == 0 && buffer_.capacity() > kKeptReadBuffer) buffer_.shrink_to_fit();
     request_read_ = KvState::Clock::now();
     wait_deadline_.reset();
     wait_progress_ = 0;
@@ -384,7 +416,11 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!wait_deadline_) seconds = std::chrono::duration<double>(KvState::Clock::now() - request_read_).count();
       server_->state.monitor().request(std::string(request_.method_string()), outcome.response->result_int(),
                                        seconds);
-      send(std::move(*outcome.response));
+      if (outcome.shared_body) {
+        sendShared(std::move(*outcome.response), std::move(outcome.shared_body));
+      } else {
+        send(std::move(*outcome.response));
+      }
       return;
     }
     // Long poll: park until the key is stored or the wait is over. No read is pending meanwhile: a
@@ -392,6 +428,10 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!wait_deadline_) wait_deadline_ = KvState::Clock::now() + outcome.wait_for;
     wait_progress_ = outcome.wait_progress;
     wait_set_ = std::move(outcome.wait_set);
+    if (wait_set_ && !request_.body().empty()) {
+      // The keys are parsed: a parked request need not keep its body (thousands park at once).
+      std::string().swap(request_.body());
+    }
     std::weak_ptr<Session> weak = weak_from_this();
     auto id = server_->state.addWaiter(outcome.wait_scope, outcome.wait_key, [weak] {
       if (auto self = weak.lock()) {
@@ -448,6 +488,22 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
 
+  // A response whose body is shared with other responses (Outcome::shared_body); the header already
+  // carries its Content-Length.
+  void sendShared(Response response, std::shared_ptr<const std::string> body) {
+    shared_response_.emplace(std::move(response.base()), std::move(body));
+    const bool close = shared_response_->need_eof();
+    stream_.expires_after(options().read_timeout);
+    http::async_write(stream_, *shared_response_, [self = shared_from_this(), close](error_code ec, size_t) {
+      self->shared_response_.reset();
+      if (ec || close) {
+        self->doClose();
+      } else {
+        self->read();
+      }
+    });
+  }
+
   void doClose() {
     if (closed_) return;
     closed_ = true;
@@ -466,6 +522,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Request request_;
   KvState::Clock::time_point request_read_;
   Response response_;
+  std::optional<http::response<SharedStringBody>> shared_response_;
   net::steady_timer read_timer_;
   bool read_timed_out_ = false;
   net::steady_timer wait_timer_;

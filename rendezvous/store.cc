@@ -14,6 +14,17 @@ Bytes Store::get(const std::string& key, std::chrono::milliseconds timeout) {
   return std::move(*value);
 }
 
+ValueList Store::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  wait(keys, timeout);
+  ValueList values;
+  for (const auto& key : keys) {
+    auto value = tryGet(key);
+    HVD_CHECK(value.has_value(), StoreError, "key '", key, "' was deleted from ", describe(), " while being read");
+    values.append(std::string_view(value->data(), value->size()));
+  }
+  return values;
+}
+
 bool Store::check(const std::vector<std::string>& keys) {
   for (const auto& key : keys) {
     if (!tryGet(key)) return false;
@@ -54,6 +65,9 @@ Bytes KeyMappingStore::get(const std::string& key, std::chrono::milliseconds tim
   return store_->get(map(key), timeout);
 }
 bool KeyMappingStore::check(const std::vector<std::string>& keys) { return store_->check(map(keys)); }
+ValueList KeyMappingStore::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  return store_->waitAndGet(map(keys), timeout);
+}
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> store)
     : KeyMappingStore(std::move(store)), prefix_(std::move(prefix)) {}

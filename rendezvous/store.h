@@ -20,6 +20,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hvd::rendezvous {
@@ -27,6 +29,30 @@ namespace hvd::rendezvous {
 // Values are opaque bytes: Gloo address blobs contain NULs. Same type as gloo::rendezvous::Store uses,
 // so the Gloo adapter passes values through without copies.
 using Bytes = std::vector<char>;
+
+// The values of a multi-key fetch (Store::waitAndGet), in the order of the keys asked for: one buffer and
+// a (start, length) per value, so a fetch of N values costs two allocations, not N.
+class ValueList {
+ public:
+  ValueList() = default;
+  // Takes a buffer whose values lie at the given (start, length) spans.
+  ValueList(std::string buffer, std::vector<std::pair<size_t, size_t>> spans)
+      : buffer_(std::move(buffer)), spans_(std::move(spans)) {}
+  void append(std::string_view value) {
+    spans_.emplace_back(buffer_.size(), value.size());
+    buffer_.append(value);
+  }
+  size_t size() const { return spans_.size(); }
+  std::string_view operator[](size_t i) const { return std::string_view(buffer_).substr(spans_[i].first, spans_[i].second); }
+  Bytes bytes(size_t i) const {
+    const auto v = (*this)[i];
+    return Bytes(v.begin(), v.end());
+  }
+
+ private:
+  std::string buffer_;
+  std::vector<std::pair<size_t, size_t>> spans_;
+};
 
 class Store {
  public:
@@ -61,6 +87,12 @@ class Store {
   // True when every key exists now. Non-blocking.
   virtual bool check(const std::vector<std::string>& keys);
 
+  // Blocks until every key exists (as wait()), then returns their values in the order of keys. The
+  // default waits, then reads each key; HttpStore asks the server for all of them in one request.
+  // Throws RendezvousTimeout as wait() does, and StoreError when a key vanished before it was read.
+  virtual ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  ValueList waitAndGet(const std::vector<std::string>& keys) { return waitAndGet(keys, kDefaultTimeout); }
+
   // Human-readable name for error messages, e.g. "http://127.0.0.1:4321" or "memory store".
   virtual std::string describe() const = 0;
 };
@@ -78,6 +110,8 @@ class KeyMappingStore : public Store {
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
   using Store::get;
   bool check(const std::vector<std::string>& keys) override;
+  ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::waitAndGet;
 
  protected:
   explicit KeyMappingStore(std::shared_ptr<Store> store);

@@ -449,6 +449,102 @@ TEST_CASE("handler: POST /<scope>?wait_ms= waits for many keys in one request", 
   CHECK(status(state, http::verb::post, "/g?wait_ms=1", "%zz") == 400);
 }
 
+TEST_CASE("handler: POST /<scope>?wait_ms=&values=1 answers every value in request order", "[handler][values]") {
+  KvState state({});
+  const auto fetch = request(http::verb::post, "/g?wait_ms=0&values=1", "2\n0\na%2Fb\n");
+  CHECK(status(state, http::verb::put, "/g/0", "zero") == 200);
+  CHECK(status(state, http::verb::put, "/g/a%2Fb", std::string("b\0b", 3)) == 200);
+  // Missing keys: 404 naming them, as a plain multi-key wait.
+  auto some = answer(state, fetch);
+  CHECK(some.result_int() == 404);
+  CHECK(some.body() == "2\n");
+  CHECK(some[kLongPollHeader] == "1");
+  CHECK(status(state, http::verb::put, "/g/2", std::string(200, 'x')) == 200);
+  Outcome all = handle(fetch, state);
+  REQUIRE(all.response);
+  CHECK(all.response->result_int() == 200);
+  CHECK((*all.response)[kValuesHeader] == "1");
+  CHECK((*all.response)[kLongPollHeader] == "1");
+  REQUIRE(all.shared_body);
+  CHECK(all.response->body().empty());
+  CHECK((*all.response)[http::field::content_length] == std::to_string(all.shared_body->size()));
+  // 200 bytes take a 2-byte length.
+  const std::string expected = std::string("\xc8\x01", 2) + std::string(200, 'x') + "\x04zero" + std::string("\x03" "b\0b", 4);
+  CHECK(*all.shared_body == expected);
+  const auto values = splitValues(*all.shared_body);
+  REQUIRE(values);
+  REQUIRE(values->size() == 3);
+  CHECK((*values)[0] == std::string(200, 'x'));
+  CHECK((*values)[1] == "zero");
+  CHECK((*values)[2] == std::string_view("b\0b", 3));
+  CHECK(status(state, http::verb::post, "/g?wait_ms=0&values=2", "0") == 400);
+  CHECK(status(state, http::verb::post, "/g?wait_ms=0&valuez=1", "0") == 400);
+  CHECK(status(state, http::verb::post, "/g?values=1", "0") == 400);
+}
+
+TEST_CASE("handler: waiters of the same key list share one answer, rebuilt when a value changes",
+          "[handler][values]") {
+  KvState state({});
+  const std::string keys = "0\n1\n2\n";
+  const auto fetch = request(http::verb::post, "/g?wait_ms=1000&values=1", keys);
+  CHECK(status(state, http::verb::put, "/g/0", "a") == 200);  // the scope exists: its key lists are kept
+  Outcome first = handle(fetch, state);
+  Outcome second = handle(request(http::verb::post, "/g?wait_ms=1000&values=1", keys), state);
+  REQUIRE_FALSE(first.response);
+  REQUIRE_FALSE(second.response);
+  CHECK(first.wait_set == second.wait_set);  // parsed once
+  CHECK(first.wait_key == second.wait_key);
+  CHECK(status(state, http::verb::put, "/g/1", "b") == 200);
+  CHECK(status(state, http::verb::put, "/g/2", "c") == 200);
+  Outcome a = handle(fetch, state, true, first.wait_progress, first.wait_set);
+  Outcome b = handle(fetch, state, true, second.wait_progress, second.wait_set);
+  REQUIRE(a.shared_body);
+  REQUIRE(b.shared_body);
+  CHECK(a.shared_body == b.shared_body);  // one object, not equal copies
+  CHECK(*a.shared_body == std::string("\x01" "a" "\x01" "b" "\x01" "c"));
+  // A third request with the same list, after everything arrived, gets that object too.
+  Outcome c = handle(fetch, state);
+  CHECK(c.shared_body == a.shared_body);
+  // A changed value makes a new answer; the old one is untouched (it may still be on its way out).
+  CHECK(status(state, http::verb::put, "/g/1", "B") == 200);
+  Outcome d = handle(fetch, state);
+  REQUIRE(d.shared_body);
+  CHECK(d.shared_body != a.shared_body);
+  CHECK(*d.shared_body == std::string("\x01" "a" "\x01" "B" "\x01" "c"));
+  CHECK(*a.shared_body == std::string("\x01" "a" "\x01" "b" "\x01" "c"));
+  // So does an atomic add, and a deleted key is missing again.
+  CHECK(status(state, http::verb::post, "/g/2?add=5", "") == 409);  // "c" is not an integer: no change
+  Outcome e = handle(fetch, state);
+  CHECK(e.shared_body == d.shared_body);
+  CHECK(status(state, http::verb::delete_, "/g/2") == 200);
+  auto gone = answer(state, request(http::verb::post, "/g?wait_ms=0&values=1", keys));
+  CHECK(gone.result_int() == 404);
+  CHECK(gone.body() == "2\n");
+  CHECK(status(state, http::verb::post, "/g/2?add=5", "") == 200);
+  Outcome f = handle(fetch, state);
+  REQUIRE(f.shared_body);
+  CHECK(*f.shared_body == std::string("\x01" "a" "\x01" "B" "\x01" "5"));
+  // A different list is a different answer.
+  Outcome g = handle(request(http::verb::post, "/g?wait_ms=0&values=1", "2\n0\n"), state);
+  REQUIRE(g.shared_body);
+  CHECK(*g.shared_body == std::string("\x01" "5" "\x01" "a"));
+}
+
+TEST_CASE("values encoding: LEB128 lengths, malformed bodies refused", "[handler][values]") {
+  std::string body;
+  appendValue(body, "");
+  appendValue(body, std::string(300, 'q'));
+  CHECK(body.substr(0, 3) == std::string("\0\xac\x02", 3));
+  auto values = splitValues(body);
+  REQUIRE(values);
+  REQUIRE(values->size() == 2);
+  CHECK((*values)[0].empty());
+  CHECK((*values)[1] == std::string(300, 'q'));
+  CHECK_FALSE(splitValues(std::string("\x05" "abc")));
+  CHECK_FALSE(splitValues(std::string("\x80")));
+  CHECK(splitValues("")->empty());
+}
+
 TEST_CASE("handler: elastic rounds answer rank_and_size as Horovod's driver, and version the scopes",
           "[handler][elastic]") {
   KvState state({});

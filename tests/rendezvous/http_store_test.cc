@@ -62,6 +62,13 @@ class HorovodLikeServer {
       http::read(socket, buffer, req, ec);
       if (ec) continue;
       ++requests_;
+      if (req.method() == http::verb::post) {  // Horovod's BaseHTTPRequestHandler has no do_POST
+        http::response<http::string_body> res{http::status::not_implemented, 10};
+        res.body() = "Unsupported method ('POST')";
+        res.prepare_payload();
+        http::write(socket, res, ec);
+        continue;
+      }
       // Horovod splits the path at '/', so "/global/0?wait_ms=5" is key "0?wait_ms=5" of scope "global".
       std::string target(req.target());
       Request plain = req;
@@ -180,6 +187,61 @@ TEST_CASE("HttpStore falls back to polling against a server without long poll", 
   CHECK(store.get("global/1", 1s) == bytes("addr1"));
   CHECK_THROWS_AS(store.wait({"global/2"}, 200ms), hvd::RendezvousTimeout);
   CHECK(server.requests() < 100);  // polling backs off (Horovod's client polls every 10 ms)
+}
+
+TEST_CASE("HttpStore::waitAndGet fetches every value, in the order asked, in one request", "[httpstore][values]") {
+  ServerThread server;
+  auto store = std::make_shared<HttpStore>(server.storeOptions());
+  PrefixStore scoped("global", store);
+  scoped.set("0", bytes("zero"));
+  scoped.set("1", Bytes{'a', '\0', 'b'});
+  std::thread late([&] {
+    std::this_thread::sleep_for(200ms);
+    HttpStore other(server.storeOptions());
+    other.set("global/2", Bytes(300, 'z'));
+  });
+  const auto start = Clock::now();
+  const ValueList values = scoped.waitAndGet({"2", "0", "1"}, 10s);
+  late.join();
+  CHECK(Clock::now() - start >= 150ms);
+  REQUIRE(values.size() == 3);
+  CHECK(values.bytes(0) == Bytes(300, 'z'));
+  CHECK(values[1] == "zero");
+  CHECK(values.bytes(2) == (Bytes{'a', '\0', 'b'}));
+  try {
+    scoped.waitAndGet({"0", "7", "rank_9"}, 300ms);
+    FAIL("waitAndGet did not time out");
+  } catch (const hvd::RendezvousTimeout& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("[global/7, global/rank_9]"));
+    CHECK_THAT(what, Catch::Contains("scope 'global' is missing the keys of rank(s) [7, 9]"));
+    CHECK_THAT(what, Catch::Contains("timed out after 300 ms"));
+  }
+}
+
+TEST_CASE("HttpStore::waitAndGet falls back to one GET per key against Horovod's server", "[httpstore][compat][values]") {
+  HorovodLikeServer server;
+  StoreOptions client;
+  client.host = "127.0.0.1";
+  client.port = server.port();
+  HttpStore store(client);
+  store.set("global/0", bytes("addr0"));
+  std::thread late([&] {
+    std::this_thread::sleep_for(200ms);
+    HttpStore other(client);
+    other.set("global/1", bytes("addr1"));
+  });
+  const ValueList values = store.waitAndGet({"global/1", "global/0"}, 10s);
+  late.join();
+  REQUIRE(values.size() == 2);
+  CHECK(values.bytes(0) == bytes("addr1"));
+  CHECK(values.bytes(1) == bytes("addr0"));
+  // Once the server is known not to have the extension, the next fetch goes key by key at once.
+  const int before = server.requests();
+  CHECK(store.waitAndGet({"global/0"}, 5s).bytes(0) == bytes("addr0"));
+  CHECK(server.requests() - before == 2);  // one GET to wait for the key, one to read it
+  CHECK_THROWS_AS(store.waitAndGet({"global/0", "global/2"}, 200ms), hvd::RendezvousTimeout);
+  CHECK(server.requests() < 100);
 }
 
 TEST_CASE("HttpStore::nextRound waits for the driver's next round and reads the slot's place", "[httpstore][elastic]") {
