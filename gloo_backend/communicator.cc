@@ -20,6 +20,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "gloo_backend/address_list.h"
 #include "rendezvous/error.h"
 
 namespace hvd::gloo_backend {
@@ -70,29 +71,28 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
   try {
     auto transport = device->gloo()->createContext(options.rank, options.size);
     transport->setTimeout(options.timeout);
-    // Our pairs' addresses in peer order (every rank but ours), all of one size.
-    rendezvous::Bytes mine;
-    std::vector<std::string> keys;  // the peers' ranks, every rank but ours
+    // Our pairs' addresses in peer order (every rank but ours), in the compact form of address_list.h.
+    std::vector<std::vector<char>> pairs;
+    pairs.reserve(options.size - 1);
+    std::vector<std::string> keys;  // every rank, ours included: every member asks for the same list
+    keys.reserve(options.size);
     for (int i = 0; i < options.size; ++i) {
-      if (i == options.rank) continue;
-      const auto bytes = transport->createPair(i)->address().bytes();
-      mine.insert(mine.end(), bytes.begin(), bytes.end());
       keys.push_back(std::to_string(i));
+      if (i != options.rank) pairs.push_back(transport->createPair(i)->address().bytes());
     }
-    scoped->set(std::to_string(options.rank), mine);
-    const auto waits = options.rendezvous_timeout.value_or(options.timeout);
-    scoped->wait(keys, waits);
+    scoped->set(std::to_string(options.rank), encodeAddressList(pairs));
+    const auto lists = scoped->waitAndGet(keys, options.rendezvous_timeout.value_or(options.timeout));
     std::vector<std::pair<int, std::vector<char>>> addresses;  // peer rank, its pair's address for us
     for (int peer = 0; peer < options.size; ++peer) {
       if (peer == options.rank) continue;
-      const std::string key = std::to_string(peer);
-      const auto theirs = scoped->get(key, waits);
-      const size_t each = theirs.size() / (options.size - 1);
-      HVD_CHECK(each > 0 && theirs.size() % (options.size - 1) == 0, StoreError, "malformed Gloo address list (",
-                theirs.size(), " bytes for ", options.size - 1, " peers) in ", scoped->describe(), " key ", key);
+      const std::string_view value = lists[peer];
+      const AddressList theirs(value.data(), value.size(),
+                               detail::concat(scoped->describe(), " key ", peer));
+      HVD_CHECK(theirs.size() == static_cast<size_t>(options.size - 1), StoreError, "Gloo address list at ",
+                scoped->describe(), " key ", peer, " has ", theirs.size(), " entries for a scope of size ",
+                options.size, " (a peer of another job?)");
       // Their list skips their own rank, so our slot in it moves down by one past theirs.
-      const size_t slot = static_cast<size_t>(options.rank > peer ? options.rank - 1 : options.rank);
-      addresses.emplace_back(peer, std::vector<char>(theirs.begin() + slot * each, theirs.begin() + (slot + 1) * each));
+      addresses.emplace_back(peer, theirs.at(static_cast<size_t>(options.rank > peer ? options.rank - 1 : options.rank)));
     }
     {
       auto ticking = device->keepTicking();
