@@ -494,6 +494,45 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
          std::to_string(options_.stall_warning_time.count() / 1000) + " seconds: " + report;
 }
 
+std::vector<rendezvous::CollectiveWait> Coordinator::waits(Clock::time_point now, Clock::duration min_age,
+                                                           size_t limit) const {
+  std::vector<std::pair<Clock::time_point, const std::pair<const Key, Pending>*>> old;
+  for (const auto& entry : pending_) {
+    const Pending& p = entry.second;
+    if (!p.queued && p.reported > 0 && now - p.first_seen >= min_age) old.emplace_back(p.first_seen, &entry);
+  }
+  const size_t n = std::min(limit, old.size());
+  std::partial_sort(old.begin(), old.begin() + static_cast<std::ptrdiff_t>(n), old.end(),
+                    [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<rendezvous::CollectiveWait> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& [key, p] = *old[i].second;
+    rendezvous::CollectiveWait w;
+    w.name = key.second;
+    w.process_set = key.first;
+    for (int r : members(key.first)) {
+      if (p.by_rank[r]) {
+        w.submitted.push_back(r);
+        if (w.op.empty()) w.op = runtime::name(p.by_rank[r]->type);
+      } else if (key.first != 0 || !joined_.count(r)) {
+        w.missing.push_back(r);
+      }
+    }
+    if (w.op.empty()) {  // an unknown process set: no members to go through
+      for (const auto& q : p.by_rank) {
+        if (q) {
+          w.op = runtime::name(q->type);
+          break;
+        }
+      }
+    }
+    w.seconds = std::chrono::duration<double>(now - p.first_seen).count();
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
 std::optional<Coordinator::Clock::time_point> Coordinator::nextStallCheck() const {
   if (!options_.stall_check) return std::nullopt;
   std::optional<Clock::time_point> next;

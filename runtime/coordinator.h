@@ -13,7 +13,8 @@
 //
 // Stall inspection (Horovod's Gloo controller never reports which ranks are missing):
 // checkStalls() names the tensors some ranks have submitted for longer than the warning time and the
-// ranks still missing; past the shutdown time (when set) it makes next() shut the job down.
+// ranks still missing; past the shutdown time (when set) it makes next() shut the job down. waits() lists
+// the same kind of names at any age, for the worker's reports (runtime/reporter.h).
 #pragma once
 
 #include <chrono>
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/monitor.h"
 #include "runtime/wire.h"
 
 namespace hvd::runtime {
@@ -63,6 +65,12 @@ class Coordinator {
   std::optional<Clock::time_point> nextStallCheck() const;
 
   bool idle() const { return pending_.empty() && ready_.empty(); }
+
+  // The names some ranks submitted and others have not, submitted at least min_age before now: the oldest
+  // first, at most `limit`. Each names its operation (name(OpType)), its process set, the ranks that
+  // submitted it and the ranks it waits for (joined ranks are not waited for), and its age in seconds.
+  // Names that every rank submitted but wait for the rest of their group are not listed.
+  std::vector<rendezvous::CollectiveWait> waits(Clock::time_point now, Clock::duration min_age, size_t limit) const;
 
   // Autotune: fuse up to this many bytes from the next response list on.
   void setFusionThreshold(size_t bytes) { options_.fusion_threshold = bytes; }

@@ -200,6 +200,16 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   if (const auto us = readInt(getenv, "HVD_BUSY_POLL_US", -1, 0, 1000000); us >= 0) {
     o.busy_poll = std::chrono::microseconds(us);
   }
+  {
+    // Fractions allowed; a positive value rounds up to whole milliseconds, so it never turns reports off.
+    const double seconds = readDouble(getenv, "HVD_REPORT_INTERVAL_SECONDS", 1.0, 0.0);
+    HVD_CHECK(seconds <= 86400, UsageError, "HVD_REPORT_INTERVAL_SECONDS=", *read(getenv, "HVD_REPORT_INTERVAL_SECONDS"),
+              " is more than a day (0 turns reports off)");
+    o.report_interval = std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000.0)));
+  }
+  if (isSet(getenv, "HVD_WORKER_ID")) {
+    o.worker_id = static_cast<int>(readInt(getenv, "HVD_WORKER_ID", 0, 0, kMaxRanks));
+  }
   o.elastic = readBool(getenv, "HOROVOD_ELASTIC", false);
   o.elastic_round = static_cast<uint64_t>(readInt(getenv, "HVD_ELASTIC_ROUND", 0, 0, 1ll << 40));
   o.elastic_standby = o.elastic && readBool(getenv, "HVD_ELASTIC_STANDBY", false);

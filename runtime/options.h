@@ -34,6 +34,9 @@
 //   HVD_ELASTIC_STANDBY                   1: started by hvdrun outside any round (a replacement, a new host):
 //                                         the first init waits for a round that includes this slot
 //   CUDA_VISIBLE_DEVICES                  honoured by the CUDA runtime when pinning
+//   HVD_REPORT_INTERVAL_SECONDS           seconds between this worker's reports to the rendezvous server's
+//                                         status view (runtime/reporter.h; 1, fractions allowed; 0: none)
+//   HVD_WORKER_ID                         the launcher's number for this worker, sent in the reports
 // Invalid values (not a number, out of range, inconsistent identity) throw UsageError naming the
 // variable and the value.
 #pragma once
@@ -120,6 +123,11 @@ struct RuntimeOptions {
   int slot_local_rank = 0;
   // "<HOROVOD_HOSTNAME>:<slot_local_rank>": this process's slot, which keeps its identity across rounds.
   std::string slot() const { return hostname + ":" + std::to_string(slot_local_rank); }
+
+  // Reports to the rendezvous server's status view (runtime/reporter.h): every report_interval while the
+  // runtime runs (zero: none), naming the worker by worker_id when the launcher gave one.
+  std::chrono::milliseconds report_interval{1000};
+  std::optional<int> worker_id;
 
   // Started by srun, mpirun or mpiexec rather than hvdrun (no HOROVOD_RANK): that launcher's rank, size and
   // what it said about the host. local_rank, local_size, cross_rank and cross_size are not known from the

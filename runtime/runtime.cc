@@ -30,6 +30,7 @@
 #include "runtime/gpu.h"
 #include "runtime/hierarchical.h"
 #include "runtime/log.h"
+#include "runtime/reporter.h"
 #include "runtime/shm/transport.h"
 #include "runtime/timeline.h"
 #include "runtime/wire.h"
@@ -128,6 +129,8 @@ class Runtime::Impl {
   void timelineEnd(const Response& s);
   void coordinatorStep();
   void broadcastToWorkers(const ResponseList& list);
+  // Rank 0 with a reporter: lists the waits for it (ReportStats::publishWaits) and when to do so next.
+  void publishWaits();
   // Elastic jobs, rank 0: throws PeerLostError (after telling the workers) when the driver has begun a round
   // without a member of this one.
   void checkRoundNews();
@@ -213,6 +216,12 @@ class Runtime::Impl {
   std::string reason_;
 
   std::thread thread_;
+
+  // Reports to the rendezvous server (runtime/reporter.h); null when this rank sends none.
+  std::shared_ptr<ReportStats> report_stats_;  // written by the background thread
+  std::unique_ptr<Reporter> reporter_;
+  std::optional<Clock::time_point> next_waits_;  // rank 0 with a reporter: when to list the waits next
+  bool waits_shown_ = false;                     // the list published last is not empty
 };
 
 namespace {
@@ -401,7 +410,24 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     log(LogLevel::kError, detail::concat("Error opening the timeline file ", *options_.timeline_path, ": ",
                                          errnoText(errno), "; no timeline will be written"));
   }
+  // The reporter's thread starts here too, inside SigpipeBlocked: its writes must not kill the process.
+  std::shared_ptr<rendezvous::HttpStore> report_server;
+  if (options_.report_interval.count() > 0) {
+    report_server = options_.rendezvous_addr ? Runtime::server(options_)
+                                             : std::dynamic_pointer_cast<rendezvous::HttpStore>(store_);
+  }
+  if (report_server) {
+    report_stats_ = std::make_shared<ReportStats>();
+    if (coordinator_) next_waits_ = Clock::now() + ReportStats::kWaitsInterval;
+  }
   thread_ = std::thread([this] { run(); });
+  if (report_server) {
+    try {
+      reporter_ = std::make_unique<Reporter>(options_, report_server, report_stats_, started);
+    } catch (const std::exception& e) {  // no thread to be had: the job runs without reports
+      log(LogLevel::kWarning, detail::concat("status reports to ", report_server->describe(), " are off: ", e.what()));
+    }
+  }
 }
 
 void Runtime::Impl::connectControlPlane() {
@@ -635,6 +661,8 @@ void Runtime::Impl::shutdown() {
     wake();
     thread_.join();
   }
+  // After the background thread: the last report carries the final counts.
+  if (reporter_) reporter_->finish();
 }
 
 void Runtime::Impl::run() {
@@ -663,6 +691,7 @@ void Runtime::Impl::run() {
     stopped_peer_lost_ = peer_lost_;
   }
   failAll(reason_);
+  if (waits_shown_) report_stats_->publishWaits({}, Clock::now());  // nothing waits once stopped
   // Orderly close in the rendezvous order, the same on every rank (see Communicator::close()); close()
   // is idempotent, so an aliased context closes once.
   if (shm_ && peer_lost_) shm_->leavingAfterLostPeer();
@@ -709,6 +738,10 @@ void Runtime::Impl::loop() {
       wake_at = coordinator_->nextStallCheck();
       if (hold_ && (!wake_at || *hold_ < *wake_at)) wake_at = hold_;
       if (next_round_check_ && (!wake_at || *next_round_check_ < *wake_at)) wake_at = next_round_check_;
+      // The waits' list follows names that wait (and is emptied once they are gone); an idle job sleeps.
+      if (next_waits_ && (waits_shown_ || !coordinator_->idle()) && (!wake_at || *next_waits_ < *wake_at)) {
+        wake_at = next_waits_;
+      }
     }
     int rv = 0;
     if (!buffered && Clock::now() < busy_until_) {
@@ -776,7 +809,9 @@ void Runtime::Impl::loop() {
       }
       if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
         log(LogLevel::kWarning, stall);
+        if (report_stats_) report_stats_->stallWarning();
       }
+      if (next_waits_ && Clock::now() >= *next_waits_) publishWaits();
       if (next_round_check_ && Clock::now() >= *next_round_check_) checkRoundNews();
       hold_ = coordinator_->holdUntil(Clock::now(), cycle_time_);
       if (hold_) continue;
@@ -826,6 +861,15 @@ void Runtime::Impl::loop() {
       return;  // size 1 has no coordinator_channel_ but always has a coordinator_; not reached
     }
   }
+}
+
+void Runtime::Impl::publishWaits() {
+  const auto now = Clock::now();
+  next_waits_ = now + ReportStats::kWaitsInterval;
+  auto waits = coordinator_->waits(now, ReportStats::kWaitsMinAge, ReportStats::kMaxWaits);
+  if (waits.empty() && !waits_shown_) return;
+  waits_shown_ = !waits.empty();
+  report_stats_->publishWaits(std::move(waits), now);
 }
 
 void Runtime::Impl::checkRoundNews() {
@@ -895,6 +939,7 @@ void Runtime::Impl::complete(int32_t set, const std::string& name, std::exceptio
   auto it = table_.find(Key{set, name});
   if (it == table_.end()) return;
   const Key key = it->first;  // name may live in the node erased below
+  if (report_stats_ && !error) report_stats_->completed(it->second.request.type, it->second.request.bytes());
   auto work = std::move(it->second.work);
   table_.erase(it);
   {

@@ -77,6 +77,7 @@ const char* name(OpType type) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kJoin: return "join";
+    case OpType::kProcessSet: return "process_set";
   }
   return "invalid";
 }

@@ -129,6 +129,7 @@ std::vector<WorkerResult> runJob(const JobOptions& options) {
     ::unlink(out.c_str());
   }
   ::rmdir(dir.c_str());
+  if (server && options.on_finish) options.on_finish(*server);
   if (server) {
     server->stop();
     ioc.stop();

@@ -32,6 +32,8 @@ struct JobOptions {
   std::map<int, std::map<std::string, std::string>> rank_env;  // per-rank extra variables
   // Called once the rendezvous server is up, before any worker starts (e.g. to begin elastic rounds).
   std::function<void(rendezvous::Server&)> on_server;
+  // Called once every worker has ended, while the rendezvous server is still up (e.g. to read its monitor).
+  std::function<void(rendezvous::Server&)> on_finish;
 };
 
 // Runs the job to completion; returns one result per rank, in rank order.

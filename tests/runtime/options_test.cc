@@ -111,6 +111,17 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK(d.autotune_options.max_samples == 20);
 }
 
+TEST_CASE("HVD_REPORT_INTERVAL_SECONDS: 1 s by default, fractions, 0 for none; HVD_WORKER_ID", "[options]") {
+  CHECK(parse({}).report_interval == std::chrono::milliseconds(1000));
+  CHECK(!parse({}).worker_id);
+  CHECK(parse({{"HVD_REPORT_INTERVAL_SECONDS", "0.25"}}).report_interval == std::chrono::milliseconds(250));
+  CHECK(parse({{"HVD_REPORT_INTERVAL_SECONDS", "0"}}).report_interval == std::chrono::milliseconds(0));
+  // A tiny positive interval rounds up: it never turns reports off.
+  CHECK(parse({{"HVD_REPORT_INTERVAL_SECONDS", "0.0001"}}).report_interval == std::chrono::milliseconds(1));
+  CHECK(parse({{"HVD_REPORT_INTERVAL_SECONDS", "30"}}).report_interval == std::chrono::seconds(30));
+  CHECK(parse({{"HVD_WORKER_ID", "7"}}).worker_id == 7);
+}
+
 TEST_CASE("bad values: one error naming the variable and the value", "[options]") {
   using Env = std::map<std::string, std::string>;
   const std::vector<std::pair<Env, std::string>> cases = {
@@ -142,6 +153,10 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
       {{{"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "x"}}, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES='x' is not an integer"},
       {{{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "1.5"}},
        "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=1.5 must be in [0, 1]"},
+      {{{"HVD_REPORT_INTERVAL_SECONDS", "1s"}}, "HVD_REPORT_INTERVAL_SECONDS='1s' is not a number"},
+      {{{"HVD_REPORT_INTERVAL_SECONDS", "-0.5"}}, "HVD_REPORT_INTERVAL_SECONDS=-0.5 must be at least 0"},
+      {{{"HVD_REPORT_INTERVAL_SECONDS", "1e6"}}, "HVD_REPORT_INTERVAL_SECONDS=1e6 is more than a day"},
+      {{{"HVD_WORKER_ID", "w3"}}, "HVD_WORKER_ID='w3' is not an integer"},
   };
   for (const auto& [env, message] : cases) {
     INFO(message);

@@ -36,6 +36,9 @@
 //   sigpipe  after init and an allreduce, reads every thread's blocked signals from /proc/self/task and
 //           prints "rank R sigpipe main M threads T blocked B disposition D": M 1 when the main thread
 //           blocks SIGPIPE, T threads besides it, B of them blocking SIGPIPE, D "default" or "changed"
+//   report  (a job of 3 or so) 5 allreduces of 1000 float32, 3 broadcasts of 256 int32 from rank 0 and 2
+//           allgathers of rank + 1 rows of 4 float32, each checked; prints "rank R report ok" or what differed
+//   report_wait  every rank allreduces "late" once, rank 2 after sleeping 2.5 s; prints "rank R wait ok"
 // Every scenario runs with SIGPIPE's default action, as a C program starts (the test harness may ignore
 // it, and an ignored disposition would be inherited across exec).
 #include <dirent.h>
@@ -169,6 +172,45 @@ void expect(bool ok, const std::string& what) {
   if (!ok) throw StateFailure(what);
 }
 
+// report: operations of known sizes, for the counts in the rank's reports.
+int reportScenario() {
+  const int rank = hvd_rank(), size = hvd_size();
+  auto failed = [&](const std::string& what) {
+    std::printf("rank %d report failed: %s: %s\n", rank, what.c_str(), hvd_error_text());
+    hvd_shutdown();
+    return 1;
+  };
+  for (int i = 0; i < 5; ++i) {
+    std::vector<float> v(1000, static_cast<float>(rank + i));
+    const std::string name = "report.allreduce." + std::to_string(i);
+    if (allreduceOnce(name.c_str(), v.data(), v.size()) != HVD_SUCCESS) return failed(name);
+    const float want = static_cast<float>(size * (size - 1) / 2 + size * i);
+    if (v[0] != want || v[999] != want) return failed(name + " gave " + std::to_string(v[0]));
+  }
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> v(256, rank == 0 ? 7 + i : -1);
+    const std::string name = "report.broadcast." + std::to_string(i);
+    const int h = hvd_broadcast_async(name.c_str(), v.data(), v.size(), HVD_INT32, 0);
+    if ((h < 0 ? h : hvd_wait(h)) != HVD_SUCCESS) return failed(name);
+    if (v[0] != 7 + i || v[255] != 7 + i) return failed(name + " gave " + std::to_string(v[0]));
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::vector<float> rows(static_cast<size_t>(rank + 1) * 4, static_cast<float>(rank));
+    const std::string name = "report.allgather." + std::to_string(i);
+    const int h = hvd_allgather_async(name.c_str(), rows.data(), rank + 1, 4, HVD_FLOAT32);
+    if (h < 0 || hvd_wait(h) != HVD_SUCCESS) return failed(name);
+    const void* data = nullptr;
+    size_t got = 0;
+    hvd_result(h, &data, &got);
+    hvd_release(h);
+    if (got != static_cast<size_t>(size * (size + 1) / 2)) return failed(name + " gave " + std::to_string(got) + " rows");
+  }
+  std::printf("rank %d report ok\n", rank);
+  std::fflush(stdout);
+  hvd_shutdown();
+  return 0;
+}
+
 int stateScenario() {
   const int rank = hvd_rank();
   try {
@@ -247,6 +289,16 @@ int main(int argc, char** argv) {
       }
     }
     return 0;
+  }
+  if (std::strcmp(scenario, "report") == 0) return reportScenario();
+  if (std::strcmp(scenario, "report_wait") == 0) {
+    if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    float x = 1;
+    const int status = allreduceOnce("late", &x, 1);
+    std::printf("rank %d wait %s\n", rank, status == HVD_SUCCESS && x == hvd_size() ? "ok" : hvd_error_text());
+    std::fflush(stdout);
+    hvd_shutdown();
+    return status == HVD_SUCCESS ? 0 : 3;
   }
   if (std::strcmp(scenario, "init_round") == 0) {
     float x = static_cast<float>(rank + 1);
