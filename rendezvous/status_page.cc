@@ -610,7 +610,7 @@ header .brand{color:#93c5fd;font-weight:700;margin-right:8px}
 #counts{display:flex;gap:8px;flex-wrap:wrap}
 .count{padding:1px 9px;border-radius:10px;background:#1f2937;color:#e5e7eb;font-variant-numeric:tabular-nums}
 .count[data-state=running]{background:#064e3b}.count[data-state=exited]{background:#374151}
-.count[data-state=stuck]{background:#92400e}
+.count[data-state=stuck]:not([data-count="0"]){background:#92400e}
 #live{font-size:12px;color:#9ca3af}#live[data-live=false]{color:#fca5a5}
 main{padding:16px 24px;max-width:1500px}
 section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin-bottom:16px}
@@ -627,7 +627,7 @@ tr.worker.stuck{background:var(--stuckbg);box-shadow:inset 4px 0 0 var(--stuck)}
 .detail,.ops{color:var(--muted);font-size:12px}
 td.tail{font:12px/1.35 ui-monospace,"DejaVu Sans Mono",monospace;max-width:520px}
 .line{white-space:pre-wrap;word-break:break-all}
-td.host{word-break:break-all}
+td.host{overflow-wrap:anywhere;min-width:9ch}
 .empty{color:var(--muted);margin:0}
 tr.wait.stuck td{color:var(--stuck)}
 #chart{width:100%;height:auto;display:block}

@@ -5,19 +5,26 @@ way in for another user: the overview, then /?token= and its cookie.
 
 Exits 77 (skipped) only when no chromium is installed (packaging/install-deps.sh installs it)."""
 
+import json
 import os
 import re
 import shutil
+import socket
+import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CHROMIUM_MISSING, Dom, artifact, chromium, chromium_path, png_size, put_report, request, require_root
+from conftest import (BUILD_DIR, CHROMIUM_MISSING, HVDRUN, Dom, artifact, chromium, chromium_path, png_size, put_report,
+                      request, require_root)
 
 # Without chromium every test here is skipped, and the session exits 77 (conftest.py) for ctest to show SKIPPED.
 pytestmark = pytest.mark.skipif(not chromium_path(), reason=CHROMIUM_MISSING)
 
+WORKER = BUILD_DIR / "tests" / "status" / "status_worker"
 HOSTILE_TENSOR = "grad.3<img src=x onerror=\"document.title='pwned'\">"
 HOSTILE_HOST = "node-3<script>document.title='pwned'</script>"
 
@@ -145,3 +152,137 @@ def test_another_user_sees_the_overview_until_the_token_link(daemon):
         assert "status port: wrong token in /?token=" in text
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+class HvdrunJob:
+    """hvdrun -np 4 --status-port 0 of status_worker; its stderr read on a thread for the status page's line."""
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path
+        env = dict(os.environ, STATUS_TEST_DIR=str(tmp_path))
+        # Started as ./train, which the page shows as the job's name.
+        (tmp_path / "train").symlink_to(WORKER)
+        self.proc = subprocess.Popen(
+            [str(HVDRUN), "-np", "4", "-H", "localhost:4", "--status-port", "0", "./train"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
+        self.stdout, self.stderr = [], []
+        self.port = None
+        self._found = threading.Event()
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr), daemon=True).start()
+        assert self._found.wait(30), f"no status page line from hvdrun:\n{self.output()}"
+
+    def _read(self, stream, lines):
+        for line in stream:
+            lines.append(line)
+            m = re.fullmatch(r"hvdrun: status page at http://127\.0\.0\.1:(\d+)/\n", line)
+            if m:
+                self.port = int(m.group(1))
+                self._found.set()
+
+    def output(self):
+        return "--- stdout\n" + "".join(self.stdout) + "--- stderr\n" + "".join(self.stderr)
+
+    def touch(self, name):
+        (self.dir / name).write_text("")
+
+    def status(self):
+        status, _, body = request(self.port, "GET", "/status.json")
+        assert status == 200
+        return json.loads(body)
+
+    def wait_for(self, what, predicate, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"hvdrun ended ({self.proc.returncode}) waiting for {what}\n{self.output()}"
+            s = self.status()
+            if predicate(s):
+                return s
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}: {json.dumps(self.status())[:3000]}\n{self.output()}")
+
+    def close(self):
+        self.touch("go")
+        self.touch("end")
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+
+def test_hvdrun_job_in_chromium(tmp_path):
+    """A real 4-rank job: rank 2 holds up an allreduce (stuck), then rank 3 exits while the others still run."""
+    job = HvdrunJob(tmp_path)
+    home = Path(tempfile.mkdtemp(prefix="hvd-chromium-"))
+    try:
+        url = f"http://127.0.0.1:{job.port}/"
+
+        def stuck(s):
+            return (s["counts"]["running"] == 4 and [w["rank"] for w in s["workers"] if w["stuck"]] == [2]
+                    and any("warmed up" in line for line in s["workers"][1]["tail"])
+                    and sum(p["allreduce_bytes_per_s"] for p in s["history"]) > 0)
+
+        job.wait_for("rank 2 stuck", stuck)
+        dom = Dom(chromium(url, dump_dom=True, home=home))
+        assert dom.by_id("job-name")["text"] == "./train"
+        assert dom.by_id("size")["attrs"]["data-size"] == "4"
+        assert dom.by_id("live")["attrs"]["data-live"] == "true"
+        by_rank = rows(dom)
+        assert sorted(by_rank) == [0, 1, 2, 3]
+        for rank, row in by_rank.items():
+            assert row["attrs"]["data-state"] == "running"
+            assert row["attrs"]["data-stuck"] == ("true" if rank == 2 else "false")
+            assert dom.inside(row, "host")[0]["text"] in ("localhost", socket.gethostname())
+            assert int(dom.inside(row, "collectives")[0]["attrs"]["data-count"]) >= 40
+            assert int(dom.inside(row, "bytes")[0]["attrs"]["data-bytes"]) >= 40 * 1024 * 1024
+        holdup = [e["text"] for e in dom.inside(by_rank[2], "holdup")]
+        assert len(holdup) == 1 and re.fullmatch(r"allreduce 'grad\.3' waits for this rank for \d+ s", holdup[0])
+        waits = dom.inside(dom.by_id("waits"), "wait")
+        assert [(w["attrs"]["data-op"], w["attrs"]["data-name"], w["attrs"]["data-missing"]) for w in waits] == [
+            ("allreduce", "grad.3", "2")]
+        lines = [e["text"] for e in dom.inside(by_rank[1], "line")]
+        assert "<script>document.title='pwned'</script><b>loss</b> 0.25 & falling" in lines
+        assert "pwned" not in dom.tags("title")[0]["text"] and not dom.tags("b")
+        assert int(dom.by_id("chart-allreduce")["attrs"]["data-n"]) >= 1
+        assert float(dom.by_id("chart-allreduce")["attrs"]["data-max"]) > 0
+        shot = artifact("status_page_hvdrun_stuck.png")
+        shot.unlink(missing_ok=True)
+        chromium(url, screenshot=shot, window=(1400, 1050), home=home)
+        assert png_size(shot) == (1400, 1050)
+        if os.environ.get("HVD_UPDATE_DOCS_SCREENSHOT") == "1":  # docs/status.md's picture, refreshed by hand
+            shutil.copyfile(shot, Path(__file__).resolve().parents[2] / "docs" / "images" / "status_page.png")
+
+        # Rank 2 goes on: grad.3 completes, everyone shuts down, rank 3 exits and the others stay.
+        job.touch("go")
+
+        def exited(s):
+            states = {w["rank"]: (w["state"], w["exit_code"]) for w in s["workers"]}
+            return states == {0: ("running", None), 1: ("running", None), 2: ("running", None), 3: ("exited", 0)} and \
+                all(w["report"] and w["report"]["state"] == "shutdown" for w in s["workers"][:3])
+
+        job.wait_for("rank 3 exited", exited)
+        dom = Dom(chromium(url, dump_dom=True, home=home))
+        by_rank = rows(dom)
+        assert by_rank[3]["attrs"]["data-state"] == "exited"
+        assert by_rank[3]["attrs"]["data-exit-code"] == "0"
+        assert dom.inside(by_rank[3], "state-text")[0]["text"] == "exited 0"
+        assert "rank 3 finished" in [e["text"] for e in dom.inside(by_rank[3], "line")]
+        for rank in (0, 1, 2):
+            assert by_rank[rank]["attrs"]["data-state"] == "running"
+            assert "data-exit-code" not in by_rank[rank]["attrs"]
+            assert by_rank[rank]["attrs"]["data-stuck"] == "false"
+            assert dom.inside(by_rank[rank], "state-text")[0]["text"] == "running (shut down)"
+        assert dom.by_id("waits")["attrs"]["data-count"] == "0"
+        counts = {e["attrs"]["data-state"]: e["attrs"]["data-count"] for e in dom.by_class("count")}
+        assert counts == {"starting": "0", "joined": "0", "running": "3", "exited": "1", "stuck": "0"}
+        shot = artifact("status_page_hvdrun_exited.png")
+        shot.unlink(missing_ok=True)
+        chromium(url, screenshot=shot, window=(1400, 1050), home=home)
+        assert png_size(shot) == (1400, 1050)
+        print(f"screenshots: {artifact('status_page_hvdrun_stuck.png')} {shot}")
+    finally:
+        code = job.close()
+        shutil.rmtree(home, ignore_errors=True)
+    assert code == 0, job.output()
