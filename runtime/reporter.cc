@@ -13,13 +13,17 @@ namespace hvd::runtime {
 
 namespace {
 
-// Servers (HttpStore::describe()) that answered a report with 404: this process sends them no more.
+// Servers (HttpStore::describe()) that refused reports: this process sends them no more. Never destroyed: a
+// runtime shut down from a static destructor at exit may still look it up.
 std::mutex refused_mutex;
-std::set<std::string> refused_servers;
+std::set<std::string>& refusedServers() {
+  static auto* servers = new std::set<std::string>;
+  return *servers;
+}
 
 bool refused(const std::string& server) {
   std::lock_guard lock(refused_mutex);
-  return refused_servers.count(server) > 0;
+  return refusedServers().count(server) > 0;
 }
 
 std::string hostName() {
@@ -126,7 +130,7 @@ struct Reporter::State {
       if (not_found || (!delivered && what.find("end of stream") != std::string::npos)) {
         {
           std::lock_guard lock(refused_mutex);
-          refused_servers.insert(server_name);
+          refusedServers().insert(server_name);
         }
         log(LogLevel::kDebug, "the rendezvous server " + server_name + " does not take status reports (" +
                                   (not_found ? "404" : "it closed the connection without an answer") +
