@@ -125,7 +125,7 @@ struct SharedStringBody {
     }
 
    private:
-    const value_type& body_;
+    value_type body_;  // a copy of the pointer: the writer must not depend on where Beast keeps the body
     bool sent_ = false;
   };
 };
