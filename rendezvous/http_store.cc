@@ -329,10 +329,12 @@ RoundNews HttpStore::roundNews(uint64_t since) {
   return news;
 }
 
-void HttpStore::sendReport(int rank, const std::string& json, std::chrono::milliseconds timeout) {
+bool HttpStore::sendReport(int rank, const std::string& json, std::chrono::milliseconds timeout) {
   const std::string what = "_hvd/report/" + std::to_string(rank);
-  const auto reply = impl_->request(http::verb::put, "/" + what, json, Clock::now() + timeout, true);
+  const auto reply = impl_->request(http::verb::put, "/" + what, json, Clock::now() + timeout, false);
+  if (reply.status == 404) return false;
   if (reply.status != 200) impl_->fail(http::verb::put, what, reply);
+  return true;
 }
 
 std::optional<Bytes> HttpStore::tryGet(const std::string& key) {

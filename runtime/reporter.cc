@@ -113,28 +113,33 @@ struct Reporter::State {
     return r;
   }
 
+  // This process sends `server_name` no more reports.
+  void refuse(const std::string& why) {
+    {
+      std::lock_guard lock(refused_mutex);
+      refusedServers().insert(server_name);
+    }
+    log(LogLevel::kDebug, "the rendezvous server " + server_name + " does not take status reports (" + why +
+                              "); this worker sends it no more");
+  }
+
   // Sends one report; false when the server answered 404 (it takes no reports: never ask it again).
   bool send(const std::string& state, std::chrono::milliseconds timeout) {
     try {
-      server->sendReport(identity.rank, rendezvous::toJson(report(state)).dump(), timeout);
+      if (!server->sendReport(identity.rank, rendezvous::toJson(report(state)).dump(), timeout)) {
+        refuse("404");
+        return false;
+      }
       if (failing) log(LogLevel::kDebug, "reports reach the rendezvous server " + server_name + " again");
       failing = false;
       delivered = true;
       return true;
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      // HttpStore's text for an answered request: "... failed: HTTP <status>: <body>". Horovod's own server
-      // answers nothing: its handler raises on the path and closes the connection ("end of stream"), which
-      // a server that took reports before would not do.
-      const bool not_found = what.find("failed: HTTP 404") != std::string::npos;
-      if (not_found || (!delivered && what.find("end of stream") != std::string::npos)) {
-        {
-          std::lock_guard lock(refused_mutex);
-          refusedServers().insert(server_name);
-        }
-        log(LogLevel::kDebug, "the rendezvous server " + server_name + " does not take status reports (" +
-                                  (not_found ? "404" : "it closed the connection without an answer") +
-                                  "); this worker sends it no more");
+      // Horovod's own server answers nothing: its handler raises on the path and closes the connection
+      // (HttpStore's "end of stream"), which a server that took reports before would not do.
+      if (!delivered && what.find("end of stream") != std::string::npos) {
+        refuse("it closed the connection without an answer");
         return false;
       }
       log(failing ? LogLevel::kDebug : LogLevel::kWarning,
