@@ -596,3 +596,31 @@ TEST_CASE("--summary and --status-port errors: one line each (and the help hint)
                                  "requested address (errno 99)"});
   CHECK(::access(marker.c_str(), F_OK) != 0);  // no worker ran
 }
+
+TEST_CASE("the summary counts what real libhvd workers did, from their reports", "[job][summary]") {
+  const char* worker = std::getenv("HVD_TEST_TRAIN_LINREG");
+  if (!worker) {
+    WARN("examples/train_linreg not built: skipped");
+    return;
+  }
+  const std::string dir = makeTempDir();
+  const auto r = hvdrun({"-np", "3", "--summary", "json", dir + "/s.json", worker});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto json = nlohmann::json::parse(readFile(dir + "/s.json"));
+  REQUIRE(json["ranks"].size() == 3);
+  // Every rank runs the same collectives on the same shapes: equal counts and bytes, all non-zero, and the
+  // allreduces among them.
+  const auto& first = json["ranks"][0];
+  REQUIRE(first["collectives"].is_number_integer());
+  CHECK(first["collectives"].get<uint64_t>() > 10);
+  CHECK(first["bytes"].get<uint64_t>() > 0);
+  CHECK(first["by_op"]["allreduce"]["count"].get<uint64_t>() > 0);
+  for (const auto& row : json["ranks"]) {
+    CHECK(row["collectives"] == first["collectives"]);
+    CHECK(row["bytes"] == first["bytes"]);
+    CHECK(row["by_op"] == first["by_op"]);
+  }
+  // The table shows the same count.
+  CHECK_THAT(r.err, Catch::Contains(" " + std::to_string(first["collectives"].get<uint64_t>()) + " "));
+}
