@@ -289,7 +289,17 @@ int main(int argc, char** argv) {
   nofile.rlim_cur = nofile.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &nofile);
 
+  // A worker's HttpStore connection holds a socket, an epoll fd, an eventfd and a timerfd.
+  constexpr rlim_t kFilesPerWorker = 4;
   for (int n : sizes) {
+    if (static_cast<rlim_t>(n) * kFilesPerWorker + 64 > nofile.rlim_cur) {
+      std::fprintf(stderr,
+                   "rendezvous_scale: N=%d needs about %llu open files in this process, RLIMIT_NOFILE is %llu "
+                   "(raising it needs CAP_SYS_RESOURCE)\n",
+                   n, static_cast<unsigned long long>(n * kFilesPerWorker + 64),
+                   static_cast<unsigned long long>(nofile.rlim_cur));
+      return 1;
+    }
     Daemon d = startDaemon(daemon, n + 1024);
     std::vector<double> times;
     RoundResult last;
