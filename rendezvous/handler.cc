@@ -260,7 +260,8 @@ void KvState::rememberWaitSet(const std::string& scope, std::shared_ptr<const Wa
   sets.push_back(std::move(set));
 }
 
-std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope, const WaitSet& set, size_t& missing) {
+std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope, const WaitSet& set, size_t& missing,
+                                                      std::optional<ValueRange> range) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto s = scopes_.find(scope);
   if (s == scopes_.end()) {
@@ -268,26 +269,51 @@ std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope,
     if (!set.keys.empty()) return nullptr;
     return std::make_shared<const std::string>();
   }
-  if (set.body && set.body_version == s->second.version) return set.body;
-  const auto& data = s->second.data;
-  std::vector<const std::string*> values;
-  values.reserve(set.keys.size());
-  size_t bytes = 0;
-  for (size_t i = 0; i < set.keys.size(); ++i) {
-    auto it = data.find(set.keys[i]);
-    if (it == data.end()) {
-      missing = i;
-      return nullptr;
+  const uint64_t version = s->second.version;
+  if (!range && set.body && set.body_version == version) return set.body;
+  if (range) {
+    for (const auto& answer : set.ranges) {
+      if (answer.range == *range && answer.version == version) return answer.body;
     }
-    values.push_back(&it->second);
-    bytes += it->second.size() + 10;
   }
+  if (set.resolved_version != version || set.resolved.size() != set.keys.size()) {
+    const auto& data = s->second.data;
+    set.resolved.clear();
+    set.resolved.reserve(set.keys.size());
+    for (size_t i = 0; i < set.keys.size(); ++i) {
+      auto it = data.find(set.keys[i]);
+      if (it == data.end()) {
+        set.resolved.clear();
+        missing = i;
+        return nullptr;
+      }
+      set.resolved.push_back(&it->second);
+    }
+    set.resolved_version = version;
+  }
+  const auto slice = [&](const std::string& value) {
+    if (!range) return std::string_view(value);
+    if (range->offset >= value.size()) return std::string_view();
+    return std::string_view(value).substr(range->offset, std::min<uint64_t>(range->length, value.size() - range->offset));
+  };
+  size_t bytes = 0;
+  for (const std::string* value : set.resolved) bytes += slice(*value).size() + 10;
   std::string body;
   body.reserve(bytes);
-  for (const std::string* value : values) appendValue(body, *value);
-  set.body = std::make_shared<const std::string>(std::move(body));
-  set.body_version = s->second.version;
-  return set.body;
+  for (const std::string* value : set.resolved) appendValue(body, slice(*value));
+  auto shared = std::make_shared<const std::string>(std::move(body));
+  if (!range) {
+    set.body = shared;
+    set.body_version = version;
+  } else {
+    // Answers of older versions are of no use again; then the oldest range goes.
+    auto& ranges = set.ranges;
+    ranges.erase(std::remove_if(ranges.begin(), ranges.end(), [&](const auto& a) { return a.version != version; }),
+                 ranges.end());
+    if (ranges.size() >= kRangeAnswersPerKeyList) ranges.erase(ranges.begin());
+    ranges.push_back({*range, version, shared});
+  }
+  return shared;
 }
 
 std::optional<int64_t> KvState::add(const std::string& scope, const std::string& key, int64_t delta) {
@@ -575,6 +601,7 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
   if (!scope || scope->empty()) return {textError(req, http::status::bad_request, "malformed scope in POST /<scope>")};
   std::optional<int64_t> wait_ms;
   bool values = false;
+  std::optional<ValueRange> range;
   for (std::string_view rest = query; !rest.empty();) {
     const auto amp = rest.find('&');
     const std::string_view item = rest.substr(0, amp);
@@ -584,6 +611,20 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
       if (!wait_ms) wait_ms = -1;
     } else if (item == "values=1") {
       values = true;
+    } else if (item.substr(0, 6) == "range=") {
+      const std::string_view text = item.substr(6);
+      const auto comma = text.find(',');
+      std::optional<int64_t> offset, length;
+      if (comma != std::string_view::npos) {
+        offset = parseInt(text.substr(0, comma));
+        length = parseInt(text.substr(comma + 1));
+      }
+      if (!offset || !length || *offset < 0 || *length < 0) {
+        return {textError(req, http::status::bad_request,
+                          "malformed range '" + std::string(text) +
+                              "' for POST /<scope>: expected range=OFFSET,LENGTH, two non-negative integers")};
+      }
+      range = ValueRange{static_cast<uint64_t>(*offset), static_cast<uint64_t>(*length)};
     } else if (!item.empty()) {
       return {textError(req, http::status::bad_request,
                         "unknown query parameter '" + std::string(item) + "' for POST /<scope>")};
@@ -592,6 +633,11 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
   if (!wait_ms || *wait_ms < 0) {
     return {textError(req, http::status::bad_request,
                       "POST /<scope> needs ?wait_ms=<milliseconds>, got '?" + std::string(query) + "'")};
+  }
+  if (range && !values) {
+    return {textError(req, http::status::bad_request, "range=" + std::to_string(range->offset) + "," +
+                                                          std::to_string(range->length) +
+                                                          " for POST /<scope> needs values=1")};
   }
   if (!set) {
     if (values) set = state.cachedWaitSet(*scope, req.body());
@@ -619,7 +665,7 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
   std::optional<size_t> vanished;  // values: a key counted present that was deleted since
   if (values && first == set->order.size()) {
     size_t missing = 0;
-    body = state.valuesBody(*scope, *set, missing);
+    body = state.valuesBody(*scope, *set, missing, range);
     if (!body) vanished = missing;
   }
   if (vanished && allow_wait && wait.count() > 0) {
@@ -635,6 +681,7 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
     Response res = makeResponse(req, http::status::ok);
     res.set(kLongPollHeader, "1");
     res.set(kValuesHeader, "1");
+    if (range) res.set(kRangeHeader, "1");
     res.content_length(body->size());
     Outcome answer{std::move(res)};
     answer.shared_body = std::move(body);

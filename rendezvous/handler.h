@@ -13,6 +13,13 @@
 //                                     extension): in request order, each as its length (LEB128) and its
 //                                     bytes, marked with X-Hvd-Values. Built once per (scope, key list,
 //                                     scope version) and shared by every request that sends the same list.
+//   POST   /<scope>?wait_ms=N&values=1&range=OFFSET,LENGTH
+//                                     the same, but of each value only the bytes [OFFSET, OFFSET+LENGTH)
+//                                     (clipped to its end; empty past it), same framing, marked with
+//                                     X-Hvd-Range as well (extension: a rank reads only its own column of
+//                                     every peer's value). Built once per (scope, key list, range, scope
+//                                     version); a key list keeps a few ranges' answers, the oldest dropped.
+//                                     A malformed range is 400 naming it.
 //   GET    /status                    JSON: scopes, keys, joined ranks, uptime, elastic round (extension)
 //   GET    /rank_and_size/<host>:<local_rank>[?round=N]
 //                                     elastic jobs (Horovod's protocol): the slot's place in the next
@@ -51,6 +58,8 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/store.h"
+
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -71,6 +80,12 @@ inline constexpr const char* kLongPollHeader = "X-Hvd-Long-Poll";
 // Response header of a multi-key fetch's 200 (POST /<scope>?wait_ms=N&values=1): the body holds the values,
 // so a client can tell our server from one that ignores the query and fall back to reading key by key.
 inline constexpr const char* kValuesHeader = "X-Hvd-Values";
+// Response header of a sliced multi-key fetch's 200 (&range=): the values are the requested slices. A
+// server that answers values without it sent them whole.
+inline constexpr const char* kRangeHeader = "X-Hvd-Range";
+
+// How many sliced answers one key list keeps (per rank ranges come and go; each is cheap to rebuild).
+inline constexpr size_t kRangeAnswersPerKeyList = 4;
 
 // The body of a multi-key fetch: each value as its length (unsigned LEB128, 1 byte below 128) and its
 // bytes. splitValues returns the values (views into body), or nullopt when body is not such a sequence.
@@ -101,10 +116,12 @@ class KvState {
   // the N identical requests of a rendezvous are parsed once and share one answer.
   std::shared_ptr<const WaitSet> cachedWaitSet(const std::string& scope, std::string_view body) const;
   void rememberWaitSet(const std::string& scope, std::shared_ptr<const WaitSet> set);
-  // The answer to a multi-key fetch of set's keys (values in the order of set.keys, appendValue's
-  // encoding), built once per version of the scope (any change to one of its keys makes a new version)
-  // and kept in set. nullptr when a key is absent; *missing is then its index in set.keys.
-  std::shared_ptr<const std::string> valuesBody(const std::string& scope, const WaitSet& set, size_t& missing);
+  // The answer to a multi-key fetch of set's keys (values, or their slices `range`, in the order of
+  // set.keys, appendValue's encoding), built once per version of the scope (any change to one of its keys
+  // makes a new version) and kept in set (at most kRangeAnswersPerKeyList ranges, the oldest dropped).
+  // nullptr when a key is absent; *missing is then its index in set.keys.
+  std::shared_ptr<const std::string> valuesBody(const std::string& scope, const WaitSet& set, size_t& missing,
+                                                std::optional<ValueRange> range = std::nullopt);
   // The first i >= from (in the given order of key indices) whose key is absent from scope, or
   // order.size() when all are present.
   size_t firstMissing(const std::string& scope, const std::vector<std::string>& keys,
@@ -210,6 +227,16 @@ struct WaitSet {
   mutable std::atomic<size_t> present{0};   // the keys before this index (in `order`) were all present
   mutable uint64_t body_version = 0;        // guarded by KvState's mutex: the answer and the scope version
   mutable std::shared_ptr<const std::string> body;  // it was built from
+  struct RangeAnswer {
+    ValueRange range;
+    uint64_t version = 0;
+    std::shared_ptr<const std::string> body;
+  };
+  mutable std::vector<RangeAnswer> ranges;  // guarded by KvState's mutex; oldest first
+  // Guarded by KvState's mutex: the values of keys at scope version `resolved_version` (map nodes are
+  // stable until the scope changes), so that N answers of N slices do not look up N keys each.
+  mutable uint64_t resolved_version = 0;
+  mutable std::vector<const std::string*> resolved;
 };
 
 // What the server should do with a request: answer now, or park it until scope/key is stored (long

@@ -60,6 +60,7 @@ struct Reply {
   std::string body;
   bool long_poll = false;  // the server marked a ?wait_ms= answer with kLongPollHeader
   bool values = false;     // the server marked a multi-key fetch's answer with kValuesHeader
+  bool range = false;      // ... and with kRangeHeader: the values are the slices asked for
   std::string round;       // kRoundHeader of a rank_and_size answer
 };
 
@@ -157,6 +158,7 @@ struct HttpStore::Impl {
     reply.status = res.result_int();
     reply.long_poll = res.find(kLongPollHeader) != res.end();
     reply.values = res.find(kValuesHeader) != res.end();
+    reply.range = res.find(kRangeHeader) != res.end();
     if (auto round = res.find(kRoundHeader); round != res.end()) reply.round = std::string(round->value());
     reply.body = std::move(res.body());
     if (!res.keep_alive()) {
@@ -263,6 +265,7 @@ struct HttpStore::Impl {
   tcp::resolver::results_type endpoints;
   std::atomic<bool> long_poll{true};  // cleared when the server turns out not to support ?wait_ms=
   std::atomic<bool> values{true};     // cleared when the server turns out not to support &values=1
+  std::atomic<bool> ranges{true};     // cleared when the server turns out not to support &range=
 };
 
 HttpStore::HttpStore(StoreOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -412,13 +415,26 @@ void HttpStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
 }
 
 ValueList HttpStore::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  return fetch(keys, timeout, std::nullopt);
+}
+
+ValueList HttpStore::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                                ValueRange range) {
+  return fetch(keys, timeout, range);
+}
+
+ValueList HttpStore::fetch(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                           std::optional<ValueRange> range) {
+  if (range && !impl_->ranges) return sliceValues(fetch(keys, timeout, std::nullopt), *range);
   if (keys.empty()) return {};
   const std::string scope = keys.front().substr(0, keys.front().find('/'));
   std::string body;
   for (const auto& key : keys) {
     impl_->path(key);  // validates the key
     // One request covers one scope; keys of several scopes take the general path.
-    if (key.compare(0, scope.size() + 1, scope + "/") != 0) return Store::waitAndGet(keys, timeout);
+    if (key.compare(0, scope.size() + 1, scope + "/") != 0) {
+      return range ? Store::waitAndGet(keys, timeout, *range) : Store::waitAndGet(keys, timeout);
+    }
     body += percentEncode(std::string_view(key).substr(scope.size() + 1));
     body += '\n';
   }
@@ -429,8 +445,17 @@ ValueList HttpStore::waitAndGet(const std::vector<std::string>& keys, std::chron
     if (remaining.count() == 0) break;
     // The server answers at the wait deadline at the latest; the grace lets that answer arrive.
     Reply reply = impl_->request(http::verb::post, "/" + percentEncode(scope) + "?wait_ms=" +
-                                                       std::to_string(remaining.count()) + "&values=1",
+                                                       std::to_string(remaining.count()) + "&values=1" +
+                                                       (range ? detail::concat("&range=", range->offset, ",",
+                                                                               range->length)
+                                                              : std::string()),
                                  body, deadline, true, kLongPollGrace);
+    if (range && reply.status == 400) {
+      // A server with the multi-key fetch but not its slices (it refuses the unknown parameter): fetch
+      // whole values and slice them here.
+      impl_->ranges = false;
+      return sliceValues(fetch(keys, until(deadline), std::nullopt), *range);
+    }
     if (reply.long_poll && reply.values && reply.status == 200) {
       auto values = splitValues(reply.body);
       HVD_CHECK(values && values->size() == keys.size(), StoreError, "rendezvous server ", impl_->name,
@@ -440,7 +465,9 @@ ValueList HttpStore::waitAndGet(const std::vector<std::string>& keys, std::chron
       std::vector<std::pair<size_t, size_t>> spans;
       spans.reserve(values->size());
       for (const auto& value : *values) spans.emplace_back(value.data() - reply.body.data(), value.size());
-      return ValueList(std::move(reply.body), std::move(spans));
+      ValueList list(std::move(reply.body), std::move(spans));
+      if (range && !reply.range) return sliceValues(list, *range);  // a server that sent them whole
+      return list;
     }
     if (reply.long_poll && reply.status == 404) {  // not all there yet: ask again until the deadline
       missing.clear();
@@ -466,6 +493,7 @@ ValueList HttpStore::waitAndGet(const std::vector<std::string>& keys, std::chron
                                            formatKeys(missing), " at rendezvous server ", impl_->name, ": ",
                                            Impl::describeMissing(missing)));
   }
+  if (range) return Store::waitAndGet(keys, until(deadline), *range);
   return Store::waitAndGet(keys, until(deadline));
 }
 

@@ -40,6 +40,10 @@ class HttpStore final : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::wait;
   ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  // Asks for the slices only (&range=); against a server without that extension, fetches whole values
+  // and slices them here.
+  ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                       ValueRange range) override;
   using Store::waitAndGet;
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
@@ -66,6 +70,8 @@ class HttpStore final : public Store {
   bool sendReport(int rank, const std::string& json, std::chrono::milliseconds timeout);
 
  private:
+  ValueList fetch(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                  std::optional<ValueRange> range);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,5 +1,7 @@
 #include "rendezvous/store.h"
 
+#include <algorithm>
+
 #include "rendezvous/error.h"
 #include "rendezvous/round.h"
 
@@ -23,6 +25,23 @@ ValueList Store::waitAndGet(const std::vector<std::string>& keys, std::chrono::m
     values.append(std::string_view(value->data(), value->size()));
   }
   return values;
+}
+
+ValueList Store::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, ValueRange range) {
+  return sliceValues(waitAndGet(keys, timeout), range);
+}
+
+ValueList sliceValues(const ValueList& values, ValueRange range) {
+  ValueList out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::string_view value = values[i];
+    if (range.offset >= value.size()) {
+      out.append({});
+    } else {
+      out.append(value.substr(range.offset, std::min<uint64_t>(range.length, value.size() - range.offset)));
+    }
+  }
+  return out;
 }
 
 bool Store::check(const std::vector<std::string>& keys) {
@@ -67,6 +86,11 @@ Bytes KeyMappingStore::get(const std::string& key, std::chrono::milliseconds tim
 bool KeyMappingStore::check(const std::vector<std::string>& keys) { return store_->check(map(keys)); }
 ValueList KeyMappingStore::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   return store_->waitAndGet(map(keys), timeout);
+}
+
+ValueList KeyMappingStore::waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                                      ValueRange range) {
+  return store_->waitAndGet(map(keys), timeout, range);
 }
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> store)

@@ -54,6 +54,17 @@ class ValueList {
   std::vector<std::pair<size_t, size_t>> spans_;
 };
 
+// A slice of a value: bytes [offset, offset + length), clipped to the value's end (empty past it).
+struct ValueRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const ValueRange& o) const { return offset == o.offset && length == o.length; }
+};
+
+// Each value of `values` cut to `range` (Store::waitAndGet's slicing on the client).
+class ValueList;
+ValueList sliceValues(const ValueList& values, ValueRange range);
+
 class Store {
  public:
   // One default for every blocking call in every layer (Gloo's default is also 30 s).
@@ -92,6 +103,10 @@ class Store {
   // Throws RendezvousTimeout as wait() does, and StoreError when a key vanished before it was read.
   virtual ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   ValueList waitAndGet(const std::vector<std::string>& keys) { return waitAndGet(keys, kDefaultTimeout); }
+  // The same, but only the slice `range` of each value. The default slices whole values here; HttpStore
+  // asks the server for the slices only (and does the same against a server without that extension).
+  virtual ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                               ValueRange range);
 
   // Human-readable name for error messages, e.g. "http://127.0.0.1:4321" or "memory store".
   virtual std::string describe() const = 0;
@@ -111,6 +126,8 @@ class KeyMappingStore : public Store {
   using Store::get;
   bool check(const std::vector<std::string>& keys) override;
   ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                       ValueRange range) override;
   using Store::waitAndGet;
 
  protected:

@@ -1,6 +1,8 @@
 // The rendezvous protocol through the pure handler: no sockets, one request at a time.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "rendezvous/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/token.h"
@@ -528,6 +530,101 @@ TEST_CASE("handler: waiters of the same key list share one answer, rebuilt when 
   Outcome g = handle(request(http::verb::post, "/g?wait_ms=0&values=1", "2\n0\n"), state);
   REQUIRE(g.shared_body);
   CHECK(*g.shared_body == std::string("\x01" "5" "\x01" "a"));
+}
+
+TEST_CASE("handler: &range=OFFSET,LENGTH answers each value's slice, clipped to its end", "[handler][values][range]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/g/0", "abcdef") == 200);
+  CHECK(status(state, http::verb::put, "/g/1", "xy") == 200);
+  CHECK(status(state, http::verb::put, "/g/2", "") == 200);
+  const std::string keys = "0\n1\n2\n";
+  Outcome mid = handle(request(http::verb::post, "/g?wait_ms=0&values=1&range=1,3", keys), state);
+  REQUIRE(mid.response);
+  CHECK(mid.response->result_int() == 200);
+  CHECK((*mid.response)[kValuesHeader] == "1");
+  CHECK((*mid.response)[kRangeHeader] == "1");
+  REQUIRE(mid.shared_body);
+  // "bcd"; "xy" clipped to "y"; the empty value stays empty.
+  CHECK(*mid.shared_body == std::string("\x03" "bcd" "\x01" "y" "\x00", 7));
+  CHECK((*mid.response)[http::field::content_length] == std::to_string(mid.shared_body->size()));
+  Outcome past = handle(request(http::verb::post, "/g?wait_ms=0&values=1&range=4,100", keys), state);
+  REQUIRE(past.shared_body);
+  CHECK(*past.shared_body == std::string("\x02" "ef" "\x00" "\x00", 5));
+  Outcome none = handle(request(http::verb::post, "/g?wait_ms=0&values=1&range=0,0", keys), state);
+  REQUIRE(none.shared_body);
+  CHECK(*none.shared_body == std::string(3, '\0'));
+  // Whole values carry no range mark.
+  Outcome whole = handle(request(http::verb::post, "/g?wait_ms=0&values=1", keys), state);
+  REQUIRE(whole.response);
+  CHECK(whole.response->find(kRangeHeader) == whole.response->end());
+  CHECK(*whole.shared_body == std::string("\x06" "abcdef" "\x02" "xy" "\x00", 11));
+  // A missing key is a 404 naming it, as without a range.
+  auto missing = answer(state, request(http::verb::post, "/g?wait_ms=0&values=1&range=0,1", "0\n5\n"));
+  CHECK(missing.result_int() == 404);
+  CHECK(missing.body() == "5\n");
+  // A changed value makes a new answer for the same range.
+  CHECK(status(state, http::verb::put, "/g/1", "XYZ") == 200);
+  Outcome changed = handle(request(http::verb::post, "/g?wait_ms=0&values=1&range=1,3", keys), state);
+  REQUIRE(changed.shared_body);
+  CHECK(*changed.shared_body == std::string("\x03" "bcd" "\x02" "YZ" "\x00", 8));
+  CHECK(*mid.shared_body == std::string("\x03" "bcd" "\x01" "y" "\x00", 7));
+}
+
+TEST_CASE("handler: a malformed range is 400 naming it", "[handler][values][range]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/g/0", "abc") == 200);
+  for (const std::string bad : {"", "1", "1,", ",2", "-1,2", "1,-2", "a,2", "1,2,3", "1;2", "99999999999999999999,1"}) {
+    INFO("range '" << bad << "'");
+    auto res = answer(state, request(http::verb::post, "/g?wait_ms=0&values=1&range=" + bad, "0\n"));
+    CHECK(res.result_int() == 400);
+    CHECK_THAT(res.body(), Catch::Contains("malformed range '" + bad + "'"));
+    CHECK(std::count(res.body().begin(), res.body().end(), '\n') <= 1);
+  }
+  // A range needs values=1.
+  auto plain = answer(state, request(http::verb::post, "/g?wait_ms=0&range=0,1", "0\n"));
+  CHECK(plain.result_int() == 400);
+  CHECK_THAT(plain.body(), Catch::Contains("range=0,1"));
+  CHECK_THAT(plain.body(), Catch::Contains("needs values=1"));
+}
+
+TEST_CASE("handler: waiters of one range share its answer; a key list keeps a bounded number of ranges",
+          "[handler][values][range]") {
+  KvState state({});
+  const std::string keys = "0\n1\n";
+  CHECK(status(state, http::verb::put, "/g/0", "0123456789") == 200);
+  const auto fetch = [&](int offset) {
+    return handle(request(http::verb::post, "/g?wait_ms=1000&values=1&range=" + std::to_string(offset) + ",1", keys),
+                  state);
+  };
+  Outcome first = fetch(0);
+  Outcome second = fetch(0);
+  REQUIRE_FALSE(first.response);  // key 1 is missing: both park on one parsed list
+  CHECK(first.wait_set == second.wait_set);
+  CHECK(status(state, http::verb::put, "/g/1", "abcdefghij") == 200);
+  Outcome a = handle(request(http::verb::post, "/g?wait_ms=1000&values=1&range=0,1", keys), state, true,
+                     first.wait_progress, first.wait_set);
+  Outcome b = handle(request(http::verb::post, "/g?wait_ms=1000&values=1&range=0,1", keys), state, true,
+                     second.wait_progress, second.wait_set);
+  REQUIRE(a.shared_body);
+  CHECK(a.shared_body == b.shared_body);  // one object, built once
+  CHECK(*a.shared_body == std::string("\x01" "0" "\x01" "a"));
+  // One answer per rank's column: ten ranges, of which the list keeps the last few.
+  std::vector<std::shared_ptr<const std::string>> columns;
+  for (int r = 0; r < 10; ++r) {
+    Outcome column = fetch(r);
+    REQUIRE(column.shared_body);
+    CHECK(*column.shared_body == std::string("\x01") + char('0' + r) + "\x01" + char('a' + r));
+    columns.push_back(column.shared_body);
+    CHECK(first.wait_set->ranges.size() <= kRangeAnswersPerKeyList);
+  }
+  CHECK(first.wait_set->ranges.size() == kRangeAnswersPerKeyList);
+  // The latest range is still shared; an evicted one is rebuilt, equal but a new object.
+  CHECK(fetch(9).shared_body == columns[9]);
+  Outcome again = fetch(0);
+  REQUIRE(again.shared_body);
+  CHECK(again.shared_body != columns[0]);
+  CHECK(*again.shared_body == *columns[0]);
+  CHECK(first.wait_set->ranges.size() == kRangeAnswersPerKeyList);
 }
 
 TEST_CASE("values encoding: LEB128 lengths, malformed bodies refused", "[handler][values]") {

@@ -244,6 +244,123 @@ TEST_CASE("HttpStore::waitAndGet falls back to one GET per key against Horovod's
   CHECK(server.requests() < 100);
 }
 
+// Our server as it was before sliced fetches: a request with &range= is refused as an unknown parameter.
+class NoRangeServer {
+ public:
+  NoRangeServer() : acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}), state_(ServerOptions{}) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~NoRangeServer() {
+    stopping_ = true;
+    boost::system::error_code ignored;
+    net::ip::tcp::socket poke(ioc_);
+    poke.connect(acceptor_.local_endpoint(), ignored);
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  int ranged() const { return ranged_; }
+  int fetches() const { return fetches_; }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      net::ip::tcp::socket socket(ioc_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec || stopping_) return;
+      boost::beast::flat_buffer buffer;
+      Request req;
+      http::read(socket, buffer, req, ec);
+      if (ec) continue;
+      const std::string target(req.target());
+      const auto at = target.find("&range=");
+      Response res;
+      if (at != std::string::npos) {
+        ++ranged_;
+        res = Response{http::status::bad_request, req.version()};
+        res.body() = "unknown query parameter '" + target.substr(at + 1) + "' for POST /<scope>\n";
+        res.prepare_payload();
+      } else {
+        if (target.find("values=1") != std::string::npos) ++fetches_;
+        // Answers at once (wait_ms is not honoured here): the client asks again until its deadline.
+        Outcome outcome = handle(req, state_, false);
+        res = Response(*outcome.response);
+        if (outcome.shared_body) {
+          res.body() = *outcome.shared_body;
+          res.prepare_payload();
+        }
+      }
+      res.keep_alive(false);
+      http::write(socket, res, ec);
+    }
+  }
+  net::io_context ioc_;
+  net::ip::tcp::acceptor acceptor_;
+  KvState state_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> ranged_{0};
+  std::atomic<int> fetches_{0};
+};
+
+TEST_CASE("HttpStore::waitAndGet with a range fetches only the slices", "[httpstore][values][range]") {
+  ServerThread server;
+  auto store = std::make_shared<HttpStore>(server.storeOptions());
+  PrefixStore scoped("global", store);
+  scoped.set("0", bytes("header0:ab"));
+  scoped.set("1", bytes("header1:cd"));
+  scoped.set("2", bytes("h2"));
+  const ValueList headers = scoped.waitAndGet({"0", "1", "2"}, 10s, ValueRange{0, 7});
+  REQUIRE(headers.size() == 3);
+  CHECK(headers[0] == "header0");
+  CHECK(headers[1] == "header1");
+  CHECK(headers[2] == "h2");  // clipped
+  const ValueList column = scoped.waitAndGet({"2", "0", "1"}, 10s, ValueRange{9, 1});
+  REQUIRE(column.size() == 3);
+  CHECK(column[0].empty());
+  CHECK(column[1] == "b");
+  CHECK(column[2] == "d");
+}
+
+TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a server without ranges",
+          "[httpstore][compat][values][range]") {
+  SECTION("our server before the extension: refuses the range, sends whole values") {
+    NoRangeServer server;
+    StoreOptions client;
+    client.host = "127.0.0.1";
+    client.port = server.port();
+    HttpStore store(client);
+    store.set("global/0", bytes("0123"));
+    store.set("global/1", bytes("abcdef"));
+    const ValueList values = store.waitAndGet({"global/0", "global/1"}, 10s, ValueRange{2, 3});
+    REQUIRE(values.size() == 2);
+    CHECK(values[0] == "23");
+    CHECK(values[1] == "cde");
+    CHECK(server.ranged() == 1);
+    CHECK(server.fetches() == 1);
+    // Known now: the next sliced fetch asks for whole values at once.
+    const ValueList again = store.waitAndGet({"global/1"}, 10s, ValueRange{5, 9});
+    REQUIRE(again.size() == 1);
+    CHECK(again[0] == "f");
+    CHECK(server.ranged() == 1);
+    CHECK(server.fetches() == 2);
+  }
+  SECTION("Horovod's server: one GET per key, sliced here") {
+    HorovodLikeServer server;
+    StoreOptions client;
+    client.host = "127.0.0.1";
+    client.port = server.port();
+    HttpStore store(client);
+    store.set("global/0", bytes("0123"));
+    store.set("global/1", bytes("abcdef"));
+    const ValueList values = store.waitAndGet({"global/1", "global/0"}, 10s, ValueRange{3, 2});
+    REQUIRE(values.size() == 2);
+    CHECK(values[0] == "de");
+    CHECK(values[1] == "3");
+    CHECK_THROWS_AS(store.waitAndGet({"global/0", "global/2"}, 200ms, ValueRange{0, 1}), hvd::RendezvousTimeout);
+  }
+}
+
 TEST_CASE("HttpStore::nextRound waits for the driver's next round and reads the slot's place", "[httpstore][elastic]") {
   ServerThread server;
   HttpStore store(server.storeOptions());
