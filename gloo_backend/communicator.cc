@@ -71,28 +71,46 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
   try {
     auto transport = device->gloo()->createContext(options.rank, options.size);
     transport->setTimeout(options.timeout);
-    // Our pairs' addresses in peer order (every rank but ours), in the compact form of address_list.h.
-    std::vector<std::vector<char>> pairs;
-    pairs.reserve(options.size - 1);
+    // Our pairs' addresses by rank (ours left empty), in the sliceable layout of address_list.h.
+    const auto n = static_cast<size_t>(options.size), me = static_cast<size_t>(options.rank);
+    std::vector<std::vector<char>> pairs(n);
     std::vector<std::string> keys;  // every rank, ours included: every member asks for the same list
-    keys.reserve(options.size);
+    keys.reserve(n);
     for (int i = 0; i < options.size; ++i) {
       keys.push_back(std::to_string(i));
-      if (i != options.rank) pairs.push_back(transport->createPair(i)->address().bytes());
+      if (i != options.rank) pairs[i] = transport->createPair(i)->address().bytes();
     }
-    scoped->set(std::to_string(options.rank), encodeAddressList(pairs));
-    const auto lists = scoped->waitAndGet(keys, options.rendezvous_timeout.value_or(options.timeout));
+    scoped->set(std::to_string(options.rank), encodeAddressList(pairs, me));
+    pairs.clear();
+    const auto waits = options.rendezvous_timeout.value_or(options.timeout);
+    // Every rank's header (one range, the same on every rank: the server builds that answer once) ...
+    const auto header_bytes = scoped->waitAndGet(keys, waits, rendezvous::ValueRange{0, kAddressListHeaderBytes});
+    std::vector<AddressListHeader> headers;
+    headers.reserve(n);
+    std::vector<size_t> entry_sizes;  // distinct, of the peers: one in practice (every rank runs one Gloo)
+    for (size_t peer = 0; peer < n; ++peer) {
+      headers.emplace_back(header_bytes[peer], detail::concat(scoped->describe(), " key ", peer));
+      const auto& header = headers.back();
+      HVD_CHECK(header.size() == n && header.own() == peer, StoreError, "Gloo address list at ", scoped->describe(),
+                " key ", peer, " was published by rank ", header.own(), " of ", header.size(), " for rank ", peer,
+                " of ", n, " (a peer of another job?)");
+      if (peer != me && std::find(entry_sizes.begin(), entry_sizes.end(), header.entryBytes()) == entry_sizes.end()) {
+        entry_sizes.push_back(header.entryBytes());
+      }
+    }
+    // ... then our column: our entry in every list (every key again, so the server reuses the parsed list).
     std::vector<std::pair<int, std::vector<char>>> addresses;  // peer rank, its pair's address for us
-    for (int peer = 0; peer < options.size; ++peer) {
-      if (peer == options.rank) continue;
-      const std::string_view value = lists[peer];
-      const AddressList theirs(value.data(), value.size(),
-                               detail::concat(scoped->describe(), " key ", peer));
-      HVD_CHECK(theirs.size() == static_cast<size_t>(options.size - 1), StoreError, "Gloo address list at ",
-                scoped->describe(), " key ", peer, " has ", theirs.size(), " entries for a scope of size ",
-                options.size, " (a peer of another job?)");
-      // Their list skips their own rank, so our slot in it moves down by one past theirs.
-      addresses.emplace_back(peer, theirs.at(static_cast<size_t>(options.rank > peer ? options.rank - 1 : options.rank)));
+    addresses.reserve(n - 1);
+    for (const size_t entry : entry_sizes) {
+      rendezvous::ValueList column;
+      if (entry > 0) {
+        column = scoped->waitAndGet(keys, waits, rendezvous::ValueRange{kAddressListHeaderBytes + me * entry, entry});
+      }
+      for (size_t peer = 0; peer < n; ++peer) {
+        if (peer == me || headers[peer].entryBytes() != entry) continue;
+        addresses.emplace_back(static_cast<int>(peer),
+                               headers[peer].address(me, entry > 0 ? column[peer] : std::string_view()));
+      }
     }
     {
       auto ticking = device->keepTicking();

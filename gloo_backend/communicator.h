@@ -4,10 +4,12 @@
 // Rendezvous keeps Horovod's keys and lifecycle (runtime_spec §3.2), so it runs through horovodrun's
 // server as well as ours: <scope>/<r> holds rank r's pair addresses, a barrier makes sure nobody finalizes
 // before every peer has connected, then DELETE <scope>/<r> (the server's scope finalize). Per rank that is
-// 1 PUT, 1 multi-key fetch (Store::waitAndGet of every rank's key, its own included, so that every member
-// asks for the same list and the server can build the answer once) and 1 DELETE. The value is the compact
-// address list of address_list.h, not connectFullMesh's 136 bytes per peer: a member of this scope must be
-// a libhvd of the same layout version (Horovod's own Gloo workers cannot share a scope with ours).
+// 1 PUT, 2 sliced multi-key fetches of every rank's key (its own included, so that every member asks for
+// the same list and the server parses it once): every list's fixed-size header (one range, the same on
+// every rank, so the server builds that answer once for all) and this rank's column (its own entry in every
+// list, at header + rank x entry), then 1 DELETE: about N x (header + entry) bytes per rank. The value is
+// the address list of address_list.h, not connectFullMesh's 136 bytes per peer: a member of this scope must
+// be a libhvd of the same layout version (Horovod's own Gloo workers cannot share a scope with ours).
 // It replaces connectFullMesh itself, which costs more: that one publishes <scope>/rank_<r> host names that
 // every rank reads for all lower ranks, one blocking GET each (O(size^2) requests per job, for
 // Pair::setLocalRank, which the TCP transport never reads), and fetches the peers' values one GET at a

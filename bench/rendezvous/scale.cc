@@ -1,50 +1,59 @@
-// Rendezvous scale simulation: N simulated workers doing what Communicator::connect (gloo_backend) does,
-// against a real hvd-rendezvous process: each PUTs <r>, its compact Gloo address list (address_list.h,
-// built by the real encoder), fetches the values of all N ranks' keys in one multi-key fetch
-// (Store::waitAndGet), meets the others at a barrier (Gloo's barrier over the new pairs), then DELETEs <r>.
-// Nothing is decoded that the runtime would not decode. Reports time to completion and the server's peak
-// RSS (VmHWM), medians over rounds.
+// Rendezvous scale simulation: N simulated workers making exactly the requests of Communicator::connect
+// (gloo_backend) against a real hvd-rendezvous process, with the address lists this machine's Gloo
+// produces (Debian's libgloo-dev listens once per pair: shape kPorts of address_list.h, a 52-byte header
+// and a 2-byte entry per rank). Each worker:
+//   PUT    /<scope>/<r>                                      its address list (real encoder layout)
+//   POST   /<scope>?wait_ms=..&values=1&range=0,52           every rank's header (one answer shared by all)
+//   POST   /<scope>?wait_ms=..&values=1&range=52+2r,2        its column: its entry in every list
+//   (Gloo's barrier over the new pairs: every worker has fetched)
+//   DELETE /<scope>/<r>
+// It checks the framing of every answer (N values of the expected sizes) and, for a sample of workers, the
+// decoded headers and every entry of its column against what the peers published.
+// Reports time to completion (from the release of the workers to the last DELETE answered) and the
+// server's peak RSS (VmHWM), medians over rounds.
 //
-//   rendezvous_scale [--quick] [--n N[,N...]] [--rounds R] [--shape sequence|ports] [--daemon PATH]
+//   rendezvous_scale [--quick] [--n N[,N...]] [--rounds R] [--daemon PATH] [--per-process W]
 //
-// --shape: the address lists a Gloo with a per-device listener publishes (sequence, the default: O(1)
-// bytes) or Debian's Gloo, whose pairs listen on a port each (ports: 2 bytes per peer).
-// Workers are threads (256 KiB stacks) with one HttpStore (one keep-alive connection) each, exactly what
-// the runtime uses; RLIMIT_NOFILE is raised to the hard limit (as root: to fs.nr_open), and the daemon
-// runs with --max-connections N + 1024.
+// Workers are not threads (thousands of threads on a few cores measure the clients, not the server): the
+// N workers are split over client processes of at most W (default 4096) each, every process driving its
+// workers' keep-alive connections from one epoll loop. Each process stays below the file descriptor limit
+// (one socket per worker); the daemon needs one descriptor per worker and runs with --max-connections
+// N + 1024, so N is bounded by the hard limit (ulimit -Hn) as well.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <vector>
 
-#include <malloc.h>
-#include <pthread.h>
-
-#include <functional>
-
-#include <netinet/in.h>
-
 #include "gloo_backend/address_list.h"
-#include "rendezvous/http_store.h"
+#include "rendezvous/handler.h"
 
 using Clock = std::chrono::steady_clock;
-using namespace hvd::rendezvous;
+namespace gb = hvd::gloo_backend;
 
 namespace {
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "rendezvous_scale: %s\n", message.c_str());
+  std::fflush(stderr);
+  ::_exit(1);
+}
 
 struct Daemon {
   pid_t pid = -1;
@@ -53,7 +62,7 @@ struct Daemon {
 
 Daemon startDaemon(const std::string& path, int max_connections) {
   int out[2];
-  if (::pipe(out) != 0) std::exit(1);
+  if (::pipe(out) != 0) die("pipe failed");
   Daemon d;
   d.pid = ::fork();
   if (d.pid == 0) {
@@ -70,10 +79,7 @@ Daemon startDaemon(const std::string& path, int max_connections) {
   while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
   ::close(out[0]);
   std::smatch m;
-  if (!std::regex_search(line, m, std::regex(R"(:(\d+)$)"))) {
-    std::fprintf(stderr, "rendezvous_scale: cannot start %s (printed '%s')\n", path.c_str(), line.c_str());
-    std::exit(1);
-  }
+  if (!std::regex_search(line, m, std::regex(R"(:(\d+)$)"))) die("cannot start " + path + " (printed '" + line + "')");
   d.port = static_cast<uint16_t>(std::stoi(m[1]));
   return d;
 }
@@ -87,138 +93,340 @@ long peakRssKiB(pid_t pid) {
   return -1;
 }
 
-// The address lists the ranks publish for n ranks: n-1 pairs' addresses each, 127.0.0.1 with either one
-// port per rank and consecutive sequence numbers, or a port per pair and no sequence number. Rank 0's is
-// built by the runtime's encoder; the others are copies with their own port(s) patched in, which keeps
-// the setup of 16384 workers from materializing 16384^2 addresses.
-std::vector<Bytes> addressLists(int n, bool ports) {
-  std::vector<std::vector<char>> pairs;
-  pairs.reserve(n - 1);
-  for (int i = 0; i + 1 < n; ++i) {
-    std::vector<char> a(hvd::gloo_backend::kGlooAddressBytes, 0);
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sin.sin_port = htons(static_cast<uint16_t>(ports ? 32768 + i % 28000 : 40000));
-    std::memcpy(a.data(), &sin, sizeof sin);
-    const int64_t seq = ports ? -1 : i;
-    std::memcpy(a.data() + 128, &seq, sizeof seq);
-    pairs.push_back(std::move(a));
+// The port of publisher r's pair to peer i (never 0).
+uint16_t portOf(int r, int i) { return static_cast<uint16_t>(32768 + (static_cast<int64_t>(r) * 7919 + i) % 28000); }
+
+std::vector<char> gloAddress(uint16_t port) {
+  std::vector<char> a(gb::kGlooAddressBytes, 0);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sin.sin_port = htons(port);
+  std::memcpy(a.data(), &sin, sizeof sin);
+  const int64_t seq = -1;  // Debian's Gloo leaves it unset
+  std::memcpy(a.data() + 128, &seq, sizeof seq);
+  return a;
+}
+
+// Rank r's value, as the runtime's encoder builds it from its pairs' addresses.
+std::vector<char> encodeReal(int n, int r) {
+  std::vector<std::vector<char>> by_rank(n);
+  for (int i = 0; i < n; ++i) {
+    if (i != r) by_rank[i] = gloAddress(portOf(r, i));
   }
-  const Bytes first = hvd::gloo_backend::encodeAddressList(pairs);
-  const hvd::gloo_backend::AddressList check(first.data(), first.size(), "rank 0's list");
-  if (check.size() != static_cast<size_t>(n - 1) || check.at(n / 2 - 1) != pairs[n / 2 - 1]) {
-    std::fprintf(stderr, "rendezvous_scale: the encoded address list does not decode to its addresses\n");
-    std::exit(1);
-  }
-  // Where the port(s) lie in the encoding: after the 7-byte header and the sockaddr's length byte, at the
-  // sockaddr's port (sequence shape), or after the sockaddr and the sequence number, 2 bytes each (ports).
-  const size_t sockaddr_length = static_cast<uint8_t>(first[7]);
-  std::vector<Bytes> out(n, first);
-  for (int r = 1; r < n; ++r) {
-    for (int i = 0; i < (ports ? n - 1 : 1); ++i) {
-      const uint16_t port = htons(static_cast<uint16_t>(ports ? 32768 + (r * 7919 + i) % 28000 : 40000 + r % 20000));
-      std::memcpy(out[r].data() + (ports ? 8 + sockaddr_length + 8 + 2 * i : 8 + 2), &port, 2);
+  return gb::encodeAddressList(by_rank, static_cast<size_t>(r));
+}
+
+// The same, without materializing N addresses per rank: a template from the real encoder with rank r's
+// own-rank field and ports patched in. Checked byte for byte against encodeReal for a sample of ranks.
+struct Values {
+  std::vector<char> base;  // rank 0's
+  size_t own_at = 0;       // where the own-rank field lies (found by diffing two real encodings)
+  Values(int n) : base(encodeReal(n, 0)) {
+    if (n < 2) die("N must be at least 2");
+    const auto one = encodeReal(n, 1);
+    own_at = gb::kAddressListHeaderBytes;
+    for (size_t i = 0; i < gb::kAddressListHeaderBytes; ++i) {
+      if (base[i] != one[i]) {
+        own_at = i;
+        break;
+      }
+    }
+    const gb::AddressListHeader header(std::string_view(base.data(), gb::kAddressListHeaderBytes), "rank 0's list");
+    if (header.shape() != gb::AddressListShape::kPorts || header.entryBytes() != 2 || own_at + 4 > gb::kAddressListHeaderBytes) {
+      die("the encoder did not produce the ports shape with 2-byte entries");
+    }
+    for (int r : {0, 1, n / 2, n - 1}) {
+      if (make(n, r) != encodeReal(n, r)) die("a patched address list differs from the encoder's, rank " + std::to_string(r));
     }
   }
-  return out;
-}
-
-// Runs fn on a thread with a small stack (16384 default 8 MiB stacks would reserve 128 GiB).
-pthread_t startThread(std::function<void()> fn) {
-  pthread_attr_t attr;
-  ::pthread_attr_init(&attr);
-  ::pthread_attr_setstacksize(&attr, 256 * 1024);
-  auto* heap = new std::function<void()>(std::move(fn));
-  pthread_t thread;
-  const int rc = ::pthread_create(
-      &thread, &attr,
-      [](void* arg) -> void* {
-        std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(arg));
-        (*f)();
-        return nullptr;
-      },
-      heap);
-  ::pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    std::fprintf(stderr, "rendezvous_scale: pthread_create: %s\n", std::strerror(rc));
-    std::exit(1);
+  std::vector<char> make(int n, int r) const {
+    std::vector<char> v = base;
+    for (int b = 0; b < 4; ++b) v[own_at + b] = static_cast<char>(static_cast<uint32_t>(r) >> (8 * b));
+    for (int i = 0; i < n; ++i) {
+      char* at = v.data() + gb::kAddressListHeaderBytes + 2 * i;
+      if (i == r) {
+        at[0] = at[1] = 0;
+      } else {
+        const uint16_t port = htons(portOf(r, i));
+        std::memcpy(at, &port, 2);
+      }
+    }
+    return v;
   }
-  return thread;
-}
-
-struct RoundResult {
-  double seconds = 0;
-  size_t blob_bytes = 0;
-  size_t answer_bytes = 0;  // one fetch's answer
-  double last_put = 0, last_fetch = 0;  // seconds from the start until the last worker's PUT, fetch ended
 };
 
-RoundResult runRound(uint16_t port, int n, int round, bool ports) {
-  const std::string scope = "sim" + std::to_string(round);
-  // The clock starts when the barrier releases the workers (its completion runs before any is released).
-  Clock::time_point t0;
-  bool started = false;
-  std::barrier start(n + 1, [&]() noexcept {
-    if (!started) t0 = Clock::now();
-    started = true;
-  });
-  std::atomic<int> failures{0};
-  std::atomic<size_t> blob_bytes{0}, answer_bytes{0};
-  std::atomic<int64_t> last_put_ns{0}, last_fetch_ns{0};
-  const auto mark = [&](std::atomic<int64_t>& latest) {
-    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-    for (int64_t seen = latest.load(); seen < ns && !latest.compare_exchange_weak(seen, ns);) {
+struct Conn {
+  int fd = -1;
+  int rank = 0;
+  int step = 0;  // 0 PUT, 1 headers, 2 column, 3 at the barrier, 4 DELETE, 5 done
+  std::string out;
+  size_t out_at = 0;
+  bool want_out = false;
+  std::string head;
+  bool in_body = false;
+  size_t body_left = 0, body_size = 0;
+  int status = 0;
+  bool keep = false;  // a sampled worker keeps its answers' bodies to decode them
+  std::string body;
+};
+
+constexpr int kWaitMs = 300000;
+
+struct Client {
+  int n, lo, hi, round, epfd, ctrl_in, ctrl_out;
+  uint16_t port;
+  const Values* values;
+  std::string keys;  // the multi-key fetch's body: every rank, one per line
+  std::vector<Conn> conns;
+  int fetched = 0, finished = 0;
+
+  std::string scope() const { return "sim" + std::to_string(round); }
+
+  void request(Conn& c, const std::string& method, const std::string& target, std::string_view body) {
+    c.out = method + " " + target + " HTTP/1.1\r\nHost: b\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+    c.out.append(body);
+    c.out_at = 0;
+    flush(c);
+  }
+  void flush(Conn& c) {
+    while (c.out_at < c.out.size()) {
+      const ssize_t w = ::send(c.fd, c.out.data() + c.out_at, c.out.size() - c.out_at, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EAGAIN) break;
+        die("worker " + std::to_string(c.rank) + ": send: " + std::strerror(errno));
+      }
+      c.out_at += static_cast<size_t>(w);
+    }
+    const bool want = c.out_at < c.out.size();
+    if (want != c.want_out) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
+      ev.data.u32 = static_cast<uint32_t>(&c - conns.data());
+      ::epoll_ctl(epfd, EPOLL_CTL_MOD, c.fd, &ev);
+      c.want_out = want;
+    }
+    if (!want) std::string().swap(c.out);
+  }
+  void fetch(Conn& c) {
+    const size_t h = gb::kAddressListHeaderBytes;
+    const std::string range = c.step == 1 ? "0," + std::to_string(h) : std::to_string(h + 2 * c.rank) + ",2";
+    request(c, "POST", "/" + scope() + "?wait_ms=" + std::to_string(kWaitMs) + "&values=1&range=" + range, keys);
+  }
+  void next(Conn& c) {
+    if (c.step == 0) {
+      request(c, "PUT", "/" + scope() + "/" + std::to_string(c.rank), [&] {
+        const auto v = values->make(n, c.rank);
+        return std::string(v.begin(), v.end());
+      }());
+    } else if (c.step == 1 || c.step == 2) {
+      fetch(c);
+    } else if (c.step == 4) {
+      request(c, "DELETE", "/" + scope() + "/" + std::to_string(c.rank), {});
+    }
+  }
+  void check(const Conn& c) {
+    const std::string who = "worker " + std::to_string(c.rank);
+    const size_t h = gb::kAddressListHeaderBytes;
+    const size_t each = c.step == 1 ? h : 2;
+    // Every value has one length byte (below 128) and `each` bytes.
+    if (c.body_size != static_cast<size_t>(n) * (1 + each)) {
+      die(who + ": fetch " + std::to_string(c.step) + " answered " + std::to_string(c.body_size) + " bytes, expected " +
+          std::to_string(n * (1 + each)));
+    }
+    if (!c.keep) return;
+    const auto split = hvd::rendezvous::splitValues(c.body);
+    if (!split || split->size() != static_cast<size_t>(n)) die(who + ": malformed answer");
+    for (int p = 0; p < n; ++p) {
+      const std::string_view v = (*split)[p];
+      if (c.step == 1) {
+        const gb::AddressListHeader header(v, "key " + std::to_string(p));
+        if (header.own() != static_cast<size_t>(p) || header.size() != static_cast<size_t>(n) || header.entryBytes() != 2) {
+          die(who + ": header of key " + std::to_string(p) + " is not rank " + std::to_string(p) + "'s");
+        }
+      } else if (p != c.rank) {
+        std::string bytes(values->base.data(), h);  // rank p's header: rank 0's with p's own-rank field
+        for (int b = 0; b < 4; ++b) bytes[values->own_at + b] = static_cast<char>(static_cast<uint32_t>(p) >> (8 * b));
+        const gb::AddressListHeader header(bytes, "key " + std::to_string(p));
+        const auto address = header.address(static_cast<size_t>(c.rank), v);
+        uint16_t port;
+        std::memcpy(&port, address.data() + 2, 2);
+        if (ntohs(port) != portOf(p, c.rank)) die(who + ": wrong port from rank " + std::to_string(p));
+      }
+    }
+  }
+  void answered(Conn& c) {
+    if (c.step == 1 || c.step == 2) {
+      if (c.status == 404) {  // the long poll ran out: ask again
+        fetch(c);
+        return;
+      }
+      if (c.status != 200) die("worker " + std::to_string(c.rank) + ": fetch answered " + std::to_string(c.status) + ": " + c.body);
+      check(c);
+    } else if (c.status != 200) {
+      die("worker " + std::to_string(c.rank) + ": step " + std::to_string(c.step) + " answered " + std::to_string(c.status));
+    }
+    std::string().swap(c.body);
+    ++c.step;
+    if (c.step == 3) {
+      if (++fetched == hi - lo) {
+        const char f = 'F';
+        if (::write(ctrl_out, &f, 1) != 1) die("control pipe");
+      }
+      return;
+    }
+    if (c.step == 5) {
+      ++finished;
+      return;
+    }
+    next(c);
+  }
+  void readable(Conn& c, std::vector<char>& scratch) {
+    while (true) {
+      const ssize_t got = ::recv(c.fd, scratch.data(), scratch.size(), 0);
+      if (got < 0 && errno == EAGAIN) return;
+      if (got <= 0) die("worker " + std::to_string(c.rank) + ": connection lost at step " + std::to_string(c.step));
+      const char* p = scratch.data();
+      size_t left = static_cast<size_t>(got);
+      while (left > 0) {
+        if (!c.in_body) {
+          const size_t before = c.head.size();
+          c.head.append(p, left);
+          const auto end = c.head.find("\r\n\r\n", before >= 3 ? before - 3 : 0);
+          if (end == std::string::npos) {
+            left = 0;
+            break;
+          }
+          const size_t used = end + 4 - before;
+          p += used;
+          left -= used;
+          c.status = std::atoi(c.head.c_str() + 9);
+          const auto cl = c.head.find("Content-Length: ");
+          c.body_left = c.body_size = cl == std::string::npos ? 0 : std::strtoull(c.head.c_str() + cl + 16, nullptr, 10);
+          c.head.clear();
+          c.in_body = true;
+          c.body.clear();
+        }
+        const size_t take = std::min(left, c.body_left);
+        if (c.keep || c.status != 200) c.body.append(p, take);
+        p += take;
+        left -= take;
+        c.body_left -= take;
+        if (c.body_left == 0) {
+          c.in_body = false;
+          answered(c);
+        }
+      }
+    }
+  }
+  void run() {
+    for (int i = 0; i < n; ++i) keys += std::to_string(i) + "\n";
+    epfd = ::epoll_create1(0);
+    epoll_event ctrl{};
+    ctrl.events = EPOLLIN;
+    ctrl.data.u32 = UINT32_MAX;
+    ::epoll_ctl(epfd, EPOLL_CTL_ADD, ctrl_in, &ctrl);
+    char go;
+    if (::read(ctrl_in, &go, 1) != 1) die("control pipe");
+    conns.resize(static_cast<size_t>(hi - lo));
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int r = lo; r < hi; ++r) {
+      Conn& c = conns[r - lo];
+      c.rank = r;
+      c.keep = r % 509 == 0 || r == n - 1;
+      c.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (c.fd < 0) die(std::string("socket: ") + std::strerror(errno));
+      if (::connect(c.fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) die(std::string("connect: ") + std::strerror(errno));
+      int one = 1;
+      ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ::fcntl(c.fd, F_SETFL, ::fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u32 = static_cast<uint32_t>(r - lo);
+      ::epoll_ctl(epfd, EPOLL_CTL_ADD, c.fd, &ev);
+      next(c);
+    }
+    std::vector<char> scratch(1 << 20);
+    std::vector<epoll_event> events(1024);
+    while (finished < hi - lo) {
+      const int k = ::epoll_wait(epfd, events.data(), static_cast<int>(events.size()), -1);
+      if (k < 0 && errno == EINTR) continue;
+      for (int e = 0; e < k; ++e) {
+        if (events[e].data.u32 == UINT32_MAX) {  // every worker of every process has fetched: the barrier opens
+          char d;
+          if (::read(ctrl_in, &d, 1) != 1) die("control pipe closed");
+          for (auto& c : conns) {
+            c.step = 4;
+            next(c);
+          }
+          continue;
+        }
+        Conn& c = conns[events[e].data.u32];
+        if (events[e].events & EPOLLOUT) flush(c);
+        if (events[e].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c, scratch);
+      }
+    }
+    const char done = 'E';
+    if (::write(ctrl_out, &done, 1) != 1) die("control pipe");
+    ::_exit(0);
+  }
+};
+
+struct RoundResult {
+  double seconds = 0, last_fetch = 0;
+};
+
+RoundResult runRound(uint16_t port, int n, int round, int per_process, const Values& values) {
+  struct Child {
+    pid_t pid;
+    int to, from;
+  };
+  std::vector<Child> children;
+  for (int lo = 0; lo < n; lo += per_process) {
+    int down[2], up[2];
+    if (::pipe(down) != 0 || ::pipe(up) != 0) die("pipe failed");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(down[1]);
+      ::close(up[0]);
+      for (const auto& c : children) {
+        ::close(c.to);
+        ::close(c.from);
+      }
+      Client client{n, lo, std::min(n, lo + per_process), round, -1, down[0], up[1], port, &values, {}, {}, 0, 0};
+      client.run();
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    children.push_back({pid, down[1], up[0]});
+  }
+  const auto expect = [&](char what) {
+    for (const auto& c : children) {
+      char got = 0;
+      if (::read(c.from, &got, 1) != 1 || got != what) die("a client process failed (see above)");
     }
   };
-  std::vector<std::string> keys;  // every rank's key, the same list for all (as the runtime asks)
-  for (int i = 0; i < n; ++i) keys.push_back(scope + "/" + std::to_string(i));
-  const std::vector<Bytes> blobs = addressLists(n, ports);
-  std::vector<pthread_t> workers;
-  workers.reserve(n);
-  for (int r = 0; r < n; ++r) {
-    workers.push_back(startThread([&, r] {
-      StoreOptions o;
-      o.host = "127.0.0.1";
-      o.port = port;
-      o.request_deadline = std::chrono::seconds(300);
-      HttpStore store(o);
-      const Bytes& blob = blobs[r];
-      if (r == 0) blob_bytes = blob.size();
-      start.arrive_and_wait();
-      try {
-        store.set(keys[r], blob);
-        mark(last_put_ns);
-        const ValueList values = store.waitAndGet(keys, std::chrono::seconds(300));
-        mark(last_fetch_ns);
-        if (values.size() != static_cast<size_t>(n) || values[r].size() != blob.size()) {
-          throw std::runtime_error("fetch returned " + std::to_string(values.size()) + " values");
-        }
-        if (r == 0) {
-          size_t total = 0;
-          for (size_t i = 0; i < values.size(); ++i) total += values[i].size();
-          answer_bytes = total;
-        }
-        start.arrive_and_wait();  // Gloo's barrier over TCP: nobody finalizes before all are connected
-        store.deleteKey(keys[r]);
-      } catch (const std::exception& e) {
-        if (failures++ == 0) std::fprintf(stderr, "worker %d: %s\n", r, e.what());
-        start.arrive_and_drop();
-      }
-    }));
+  const auto t0 = Clock::now();
+  for (const auto& c : children) {
+    if (::write(c.to, "G", 1) != 1) die("control pipe");
   }
-  start.arrive_and_wait();
-  start.arrive_and_wait();
-  for (auto& w : workers) ::pthread_join(w, nullptr);
+  expect('F');
   RoundResult result;
+  result.last_fetch = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const auto& c : children) {
+    if (::write(c.to, "D", 1) != 1) die("control pipe");
+  }
+  expect('E');
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  result.blob_bytes = blob_bytes;
-  result.answer_bytes = answer_bytes;
-  result.last_put = last_put_ns * 1e-9;
-  result.last_fetch = last_fetch_ns * 1e-9;
-  if (failures) {
-    std::fprintf(stderr, "rendezvous_scale: %d of %d workers failed\n", failures.load(), n);
-    std::exit(1);
+  for (const auto& c : children) {
+    int status = 0;
+    ::waitpid(c.pid, &status, 0);
+    ::close(c.to);
+    ::close(c.from);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("a client process failed");
   }
   return result;
 }
@@ -236,8 +444,8 @@ std::string defaultDaemon() {
 int main(int argc, char** argv) {
   std::vector<int> sizes = {64, 256, 1024, 4096};
   int rounds = 3;
+  int per_process = 4096;
   std::string daemon = defaultDaemon();
-  bool ports = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -254,70 +462,54 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--rounds" && has_value) {
       rounds = std::stoi(argv[++i]);
-    } else if (a == "--shape" && has_value) {
-      const std::string shape = argv[++i];
-      if (shape != "sequence" && shape != "ports") {
-        std::fprintf(stderr, "rendezvous_scale: --shape must be sequence or ports, got '%s'\n", shape.c_str());
-        return 2;
-      }
-      ports = shape == "ports";
+    } else if (a == "--per-process" && has_value) {
+      per_process = std::stoi(argv[++i]);
     } else if (a == "--daemon" && has_value) {
       daemon = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: rendezvous_scale [--quick] [--n N[,N...]] [--rounds R] [--shape sequence|ports] "
-                   "[--daemon PATH]\n");
+                   "usage: rendezvous_scale [--quick] [--n N[,N...]] [--rounds R] [--daemon PATH] [--per-process W]\n");
       return 2;
     }
   }
-  // The workers stand for separate processes: in one process, every answer buffer above glibc's mmap
-  // threshold is an mmap and a munmap, and each munmap interrupts every CPU running one of the thousands of
-  // threads to flush its TLB. Keep freed memory in the heap instead.
-  ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  // Each worker holds a socket, an epoll fd and an eventfd; the daemon (which inherits the limit) a socket
-  // per worker. Root may raise the hard limit up to fs.nr_open.
   rlimit nofile{};
   ::getrlimit(RLIMIT_NOFILE, &nofile);
-  if (std::ifstream nr_open("/proc/sys/fs/nr_open"); nr_open) {
-    rlim_t most = 0;
-    if (nr_open >> most && most > nofile.rlim_max) {
-      rlimit raised{most, most};
-      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile = raised;
-    }
-  }
   nofile.rlim_cur = nofile.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &nofile);
-
-  // A worker's HttpStore connection holds a socket, an epoll fd, an eventfd and a timerfd.
-  constexpr rlim_t kFilesPerWorker = 4;
+  if (static_cast<rlim_t>(per_process) + 64 > nofile.rlim_cur) {
+    std::fprintf(stderr, "rendezvous_scale: --per-process %d needs about %d open files, RLIMIT_NOFILE is %llu\n",
+                 per_process, per_process + 64, static_cast<unsigned long long>(nofile.rlim_cur));
+    return 1;
+  }
   for (int n : sizes) {
-    if (static_cast<rlim_t>(n) * kFilesPerWorker + 64 > nofile.rlim_cur) {
+    // The daemon (which inherits the limit) holds a socket per worker.
+    if (static_cast<rlim_t>(n) + 256 > nofile.rlim_cur) {
       std::fprintf(stderr,
-                   "rendezvous_scale: N=%d needs about %llu open files in this process, RLIMIT_NOFILE is %llu "
-                   "(raising it needs CAP_SYS_RESOURCE)\n",
-                   n, static_cast<unsigned long long>(n * kFilesPerWorker + 64),
-                   static_cast<unsigned long long>(nofile.rlim_cur));
+                   "rendezvous_scale: N=%d needs about %d open files in the daemon, RLIMIT_NOFILE is %llu "
+                   "(raising the hard limit needs CAP_SYS_RESOURCE)\n",
+                   n, n + 256, static_cast<unsigned long long>(nofile.rlim_cur));
       return 1;
     }
+    const Values values(n);
     Daemon d = startDaemon(daemon, n + 1024);
     std::vector<double> times;
-    RoundResult last;
     for (int r = 0; r < rounds; ++r) {
-      last = runRound(d.port, n, r, ports);
-      times.push_back(last.seconds);
-      std::printf("  N=%d round %d: %.3f s (last PUT done at %.3f s, last fetch at %.3f s)\n", n, r + 1,
-                  times.back(), last.last_put, last.last_fetch);
+      const RoundResult result = runRound(d.port, n, r, per_process, values);
+      times.push_back(result.seconds);
+      std::printf("  N=%d round %d: %.3f s (every fetch done at %.3f s)\n", n, r + 1, result.seconds, result.last_fetch);
       std::fflush(stdout);
     }
     const long rss = peakRssKiB(d.pid);
     ::kill(d.pid, SIGTERM);
     ::waitpid(d.pid, nullptr, 0);
     std::sort(times.begin(), times.end());
+    const size_t h = gb::kAddressListHeaderBytes;
+    const double answered = double(n) * n * ((1 + h) + (1 + 2));
     std::printf("rendezvous_scale: N=%d: median %.3f s (min %.3f, max %.3f) over %d round(s); server peak RSS %.1f MiB; "
-                "blob %zu bytes (%s); answer %zu bytes per worker, %.1f MiB sent in all\n",
-                n, times[times.size() / 2], times.front(), times.back(), rounds, rss / 1024.0, last.blob_bytes,
-                ports ? "ports" : "sequence", last.answer_bytes, last.answer_bytes * double(n) / (1 << 20));
+                "value %zu bytes (ports shape: %zu-byte header, 2 bytes per rank); answers %zu bytes per worker, "
+                "%.1f MiB sent in all; %d client process(es)\n",
+                n, times[times.size() / 2], times.front(), times.back(), rounds, rss / 1024.0, values.base.size(), h,
+                static_cast<size_t>(n * ((1 + h) + 3)), answered / (1 << 20), (n + per_process - 1) / per_process);
     std::fflush(stdout);
   }
   return 0;

@@ -6,7 +6,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
+#include <functional>
 #include <cstring>
+#include <thread>
 
 #include <gloo/transport/context.h>
 #include <gloo/transport/pair.h>
@@ -51,66 +54,93 @@ AddressList parse(const std::vector<char>& v, const std::string& where = "global
   return AddressList(v.data(), v.size(), where);
 }
 
-}  // namespace
+// by_rank with an empty entry at own, as Communicator::connect builds it.
+std::vector<std::vector<char>> withOwn(std::vector<std::vector<char>> peers, size_t own) {
+  peers.insert(peers.begin() + static_cast<long>(own), std::vector<char>());
+  return peers;
+}
 
-TEST_CASE("address lists: one address and consecutive sequence numbers take O(1) bytes", "[gloo][address_list]") {
-  for (int family : {AF_INET, AF_INET6}) {
-    std::vector<std::vector<char>> in;
-    for (int i = 0; i < 1000; ++i) in.push_back(address(family, 40000, 7 + i, static_cast<char>(i)));
-    const auto blob = encodeAddressList(in);
-    CHECK(blob.size() <= 7 + 1 + 28 + 8);
-    const auto list = parse(blob);
-    CHECK(list.shape() == AddressListShape::kSequence);
-    REQUIRE(list.size() == in.size());
-    for (size_t i = 0; i < in.size(); ++i) CHECK(list.at(i) == canonical(in[i]));
+// What a peer reads with the two sliced fetches: the header, then its own entry at its absolute rank.
+std::vector<char> sliced(const std::vector<char>& value, size_t r, const std::string& where = "global/3") {
+  const AddressListHeader header(std::string_view(value.data(), kAddressListHeaderBytes), where);
+  const size_t at = header.entryOffset(r);
+  CHECK(at == kAddressListHeaderBytes + r * header.entryBytes());
+  return header.address(r, std::string_view(value.data() + at, header.entryBytes()));
+}
+
+// Every shape: the same header size, rank r's entry at header + r * entry, read alone or from the whole.
+void checkSlices(const std::vector<std::vector<char>>& by_rank, size_t own, AddressListShape shape, size_t entry,
+                 bool exact) {
+  const auto blob = encodeAddressList(by_rank, own);
+  const auto list = parse(blob);
+  CHECK(list.shape() == shape);
+  CHECK(list.header().entryBytes() == entry);
+  CHECK(list.header().own() == own);
+  REQUIRE(list.size() == by_rank.size());
+  CHECK(blob.size() == kAddressListHeaderBytes + by_rank.size() * entry);
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (r == own) {
+      CHECK(std::all_of(blob.begin() + static_cast<long>(kAddressListHeaderBytes + r * entry),
+                        blob.begin() + static_cast<long>(kAddressListHeaderBytes + (r + 1) * entry),
+                        [](char c) { return c == 0; }));
+      continue;
+    }
+    const auto expected = exact ? by_rank[r] : canonical(by_rank[r]);
+    CHECK(list.at(r) == expected);
+    CHECK(sliced(blob, r) == expected);
   }
 }
 
-TEST_CASE("address lists: a port per pair takes 2 bytes per peer", "[gloo][address_list]") {
-  std::vector<std::vector<char>> in;
-  for (int i = 0; i < 500; ++i) in.push_back(address(AF_INET, static_cast<uint16_t>(33000 + 17 * i), -1, 'x'));
-  const auto blob = encodeAddressList(in);
-  CHECK(blob.size() == 7 + 1 + 8 + 8 + 2 * in.size());  // the IPv4 sockaddr cut after its address
-  const auto list = parse(blob);
-  CHECK(list.shape() == AddressListShape::kPorts);
-  REQUIRE(list.size() == in.size());
-  for (size_t i = 0; i < in.size(); ++i) CHECK(list.at(i) == canonical(in[i]));
+}  // namespace
+
+TEST_CASE("address lists: one address and consecutive sequence numbers take a header and no entries",
+          "[gloo][address_list]") {
+  for (int family : {AF_INET, AF_INET6}) {
+    for (size_t own : {size_t(0), size_t(417), size_t(999)}) {
+      INFO("family " << family << ", own rank " << own);
+      std::vector<std::vector<char>> peers;  // created in rank order, own skipped: consecutive numbers
+      for (int i = 0; i < 999; ++i) peers.push_back(address(family, 40000, 7 + i, static_cast<char>(i)));
+      checkSlices(withOwn(peers, own), own, AddressListShape::kSequence, 0, false);
+    }
+  }
+}
+
+TEST_CASE("address lists: a port per pair takes 2 bytes per rank", "[gloo][address_list]") {
+  for (int family : {AF_INET, AF_INET6}) {
+    for (size_t own : {size_t(0), size_t(250), size_t(500)}) {
+      INFO("family " << family << ", own rank " << own);
+      std::vector<std::vector<char>> peers;
+      for (int i = 0; i < 500; ++i) peers.push_back(address(family, static_cast<uint16_t>(33000 + 17 * i), -1, 'x'));
+      checkSlices(withOwn(peers, own), own, AddressListShape::kPorts, 2, false);
+    }
+  }
 }
 
 TEST_CASE("address lists: anything else is kept byte for byte", "[gloo][address_list]") {
   SECTION("different hosts") {
     auto other = address(AF_INET, 40001, -1, 'g');
     other[4] = 9;  // another IPv4 address
-    const std::vector<std::vector<char>> in = {address(AF_INET, 40000, -1, 'g'), other};
-    const auto blob = encodeAddressList(in);
-    const auto list = parse(blob);
-    CHECK(list.shape() == AddressListShape::kFull);
-    CHECK(list.at(0) == in[0]);  // the padding's bytes too
-    CHECK(list.at(1) == in[1]);
+    checkSlices(withOwn({address(AF_INET, 40000, -1, 'g'), other}, 1), 1, AddressListShape::kFull,
+                kGlooAddressBytes, true);
   }
   SECTION("sequence numbers that do not count up, on different ports") {
-    const auto blob = encodeAddressList({address(AF_INET, 40000, 5), address(AF_INET, 40001, 9)});
-    CHECK(parse(blob).shape() == AddressListShape::kFull);
+    checkSlices(withOwn({address(AF_INET, 40000, 5), address(AF_INET, 40001, 9)}, 0), 0, AddressListShape::kFull,
+                kGlooAddressBytes, true);
   }
   SECTION("mixed families and unknown families") {
-    const auto mixed = encodeAddressList({address(AF_INET, 1, -1), address(AF_INET6, 2, -1)});
-    CHECK(parse(mixed).shape() == AddressListShape::kFull);
-    const std::vector<std::vector<char>> unix_like = {address(AF_UNIX, 1, 0), address(AF_UNIX, 1, 1)};
-    const auto blob = encodeAddressList(unix_like);
-    const auto list = parse(blob);
-    CHECK(list.shape() == AddressListShape::kFull);
-    CHECK(list.at(1) == unix_like[1]);
+    checkSlices(withOwn({address(AF_INET, 1, -1), address(AF_INET6, 2, -1)}, 2), 2, AddressListShape::kFull,
+                kGlooAddressBytes, true);
+    checkSlices(withOwn({address(AF_UNIX, 1, 0), address(AF_UNIX, 1, 1)}, 1), 1, AddressListShape::kFull,
+                kGlooAddressBytes, true);
   }
   SECTION("addresses of another size") {
-    const std::vector<std::vector<char>> in = {std::vector<char>(20, 'a'), std::vector<char>(20, 'b')};
-    const auto blob = encodeAddressList(in);
-    const auto list = parse(blob);
-    CHECK(list.shape() == AddressListShape::kFull);
-    CHECK(list.at(1) == in[1]);
+    checkSlices(withOwn({std::vector<char>(20, 'a'), std::vector<char>(20, 'b')}, 0), 0, AddressListShape::kFull, 20,
+                true);
   }
   SECTION("no peers") {
-    const auto blob = encodeAddressList({});
-    CHECK(parse(blob).size() == 0);
+    const auto blob = encodeAddressList({{}}, 0);
+    CHECK(blob.size() == kAddressListHeaderBytes);
+    CHECK(parse(blob).size() == 1);
   }
 }
 
@@ -119,74 +149,107 @@ TEST_CASE("address lists: Debian's Gloo gives each pair its own port, and its pa
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
   auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto a = device->createContext(0, 2);
-  auto b = device->createContext(1, 2);
-  // Rank 0 with peers 1..8 (a context of 9), as Communicator::connect publishes them.
-  auto wide = device->createContext(0, 9);
-  std::vector<std::vector<char>> pairs;
-  for (int peer = 1; peer < 9; ++peer) pairs.push_back(wide->createPair(peer)->address().bytes());
-  const auto blob = encodeAddressList(pairs);
+  // Rank 4 of a context of 9, as Communicator::connect publishes it.
+  auto wide = device->createContext(4, 9);
+  std::vector<std::vector<char>> by_rank(9);
+  for (int peer = 0; peer < 9; ++peer) {
+    if (peer != 4) by_rank[peer] = wide->createPair(peer)->address().bytes();
+  }
+  const auto blob = encodeAddressList(by_rank, 4);
   const auto list = parse(blob);
   INFO("shape " << static_cast<int>(list.shape()) << ", " << blob.size() << " bytes");
-  CHECK(list.shape() != AddressListShape::kFull);
-  CHECK(blob.size() < 8 * kGlooAddressBytes / 4);
-  for (size_t i = 0; i < pairs.size(); ++i) CHECK(list.at(i) == canonical(pairs[i]));
-  // Two pairs connected through decoded (zero-padded) addresses exchange data.
-  const auto to_b = encodeAddressList({a->createPair(1)->address().bytes()});
-  const auto to_a = encodeAddressList({b->createPair(0)->address().bytes()});
-  std::thread connect_b([&] { b->getPair(0)->connect(parse(to_b, "1").at(0)); });
-  a->getPair(1)->connect(parse(to_a, "0").at(0));
-  connect_b.join();
-  int sent = 42, received = 0;
-  auto out = a->createUnboundBuffer(&sent, sizeof sent);
-  auto in = b->createUnboundBuffer(&received, sizeof received);
-  in->recv(0, 7);
-  out->send(1, 7);
-  out->waitSend(std::chrono::seconds(10));
-  in->waitRecv(std::chrono::seconds(10));
-  CHECK(received == 42);
+  CHECK(list.shape() == AddressListShape::kPorts);  // what this machine's Gloo produces
+  CHECK(blob.size() == kAddressListHeaderBytes + 9 * 2);
+  for (size_t r = 0; r < 9; ++r) {
+    if (r == 4) continue;
+    CHECK(list.at(r) == canonical(by_rank[r]));
+    CHECK(sliced(blob, r) == canonical(by_rank[r]));
+  }
+  // Three ranks connected pairwise through addresses read as a peer reads them: header and own entry only.
+  constexpr int n = 3;
+  std::vector<std::shared_ptr<gloo::transport::Context>> contexts;
+  std::vector<std::vector<char>> values;
+  for (int r = 0; r < n; ++r) {
+    contexts.push_back(device->createContext(r, n));
+    std::vector<std::vector<char>> mine(n);
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r) mine[peer] = contexts[r]->createPair(peer)->address().bytes();
+    }
+    values.push_back(encodeAddressList(mine, r));
+  }
+  std::vector<std::thread> connects;
+  for (int r = 0; r < n; ++r) {
+    connects.emplace_back([&, r] {
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer != r) contexts[r]->getPair(peer)->connect(sliced(values[peer], r, std::to_string(peer)));
+      }
+    });
+  }
+  for (auto& t : connects) t.join();
+  for (int from = 0; from < n; ++from) {
+    const int to = (from + 1) % n;
+    int sent = 40 + from, received = 0;
+    auto out = contexts[from]->createUnboundBuffer(&sent, sizeof sent);
+    auto in = contexts[to]->createUnboundBuffer(&received, sizeof received);
+    in->recv(from, 7);
+    out->send(to, 7);
+    out->waitSend(std::chrono::seconds(10));
+    in->waitRecv(std::chrono::seconds(10));
+    CHECK(received == 40 + from);
+  }
 }
 
 TEST_CASE("address lists: malformed values are one-line StoreErrors naming the key", "[gloo][address_list]") {
-  const auto good = encodeAddressList({address(AF_INET, 1, -1), address(AF_INET, 2, -1)});
-  const auto fails = [](std::vector<char> v, const std::string& what) {
+  const auto good = encodeAddressList(withOwn({address(AF_INET, 1, -1), address(AF_INET, 2, -1)}, 0), 0);
+  const std::string where = "http://127.0.0.1:9 (scope 'global') key 3";
+  const auto check = [&](const std::function<void()>& read, const std::string& what) {
     INFO(what);
     try {
-      parse(v, "http://127.0.0.1:9 (scope 'global') key 3");
+      read();
       FAIL("accepted: " << what);
     } catch (const hvd::StoreError& e) {
       const std::string message = e.what();
-      CHECK_THAT(message, Catch::Contains("malformed Gloo address list at http://127.0.0.1:9 (scope 'global') key 3: "));
+      CHECK_THAT(message, Catch::Contains("malformed Gloo address list at " + where + ": "));
       CHECK_THAT(message, Catch::Contains(what));
       CHECK(message.find('\n') == std::string::npos);
     }
   };
-  fails({}, "0 bytes, shorter than the 7-byte header");
+  const auto fails = [&](std::vector<char> v, const std::string& what) { check([&] { parse(v, where); }, what); };
+  fails({}, "0 bytes, shorter than the 52-byte header");
   // connectFullMesh's layout (136 bytes per peer, from a Horovod worker or an older libhvd).
   fails(std::vector<char>(2 * kGlooAddressBytes, 2), "not the magic");
   auto version = good;
-  version[1] = 9;
-  fails(version, "version 9, this build reads version 1");
+  version[1] = 1;  // the layout before the header had a fixed size
+  fails(version, "version 1, this build reads version 2");
   auto shape = good;
   shape[2] = 7;
   fails(shape, "unknown shape 7");
   auto cut = good;
   cut.pop_back();
-  fails(cut, "where 2 entries take");
+  fails(cut, "where 3 entries of 2 take 58");
   auto longer = good;
   longer.push_back(0);
-  fails(longer, "where 2 entries take");
+  fails(longer, "where 3 entries of 2 take 58");
+  auto header_cut = good;
+  header_cut.resize(30);
+  fails(header_cut, "30 bytes, shorter than the 52-byte header");
+  auto own = good;
+  own[8] = 3;
+  fails(own, "own rank 3 in a scope of 3");
+  auto entry = good;
+  entry[12] = 5;
+  fails(entry, "entries of 5 bytes where shape 2 has 2");
   auto length = good;
-  length[7] = 40;
-  fails(length, "too short for a sockaddr of 40");
-  auto wide = good;
-  wide[7] = 20;
-  wide.insert(wide.begin() + 8 + 8, 12, 0);
-  fails(wide, "sockaddr of 20 bytes with family 2");
+  length[3] = 20;
+  fails(length, "sockaddr of 20 bytes with family 2");
   auto family = good;
-  family[8] = 77;
+  family[24] = 77;
   fails(family, "with family 77");
-  auto huge = encodeAddressList({std::vector<char>(20, 'a')});
-  huge[3] = huge[4] = huge[5] = huge[6] = static_cast<char>(0xff);
-  fails(huge, "cannot hold 4294967295 entries");
+  auto full = encodeAddressList(withOwn({std::vector<char>(20, 'a')}, 1), 1);
+  full[12] = full[13] = full[14] = full[15] = 0;
+  fails(full, "entries of 0 bytes in a full list");
+  // A slice cut short (the value ended inside rank 2's entry).
+  const AddressListHeader header(std::string_view(good.data(), kAddressListHeaderBytes), where);
+  check([&] { header.address(2, std::string_view(good.data() + header.entryOffset(2), 1)); },
+        "the entry of rank 2 is 1 bytes, not 2 (the value is cut short)");
 }
