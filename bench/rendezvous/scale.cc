@@ -49,8 +49,11 @@ namespace gb = hvd::gloo_backend;
 
 namespace {
 
+pid_t g_daemon = -1;  // the running daemon, stopped when the bench fails (in the bench process only)
+
 [[noreturn]] void die(const std::string& message) {
   std::fprintf(stderr, "rendezvous_scale: %s\n", message.c_str());
+  if (g_daemon > 0) ::kill(g_daemon, SIGTERM);
   std::fflush(stderr);
   ::_exit(1);
 }
@@ -396,6 +399,7 @@ RoundResult runRound(uint16_t port, int n, int round, int per_process, const Val
         ::close(c.to);
         ::close(c.from);
       }
+      g_daemon = -1;  // a client process leaves the daemon to the bench process
       Client client{n, lo, std::min(n, lo + per_process), round, -1, down[0], up[1], port, &values, {}, {}, 0, 0};
       client.run();
     }
@@ -492,6 +496,7 @@ int main(int argc, char** argv) {
     }
     const Values values(n);
     Daemon d = startDaemon(daemon, n + 1024);
+    g_daemon = d.pid;
     std::vector<double> times;
     for (int r = 0; r < rounds; ++r) {
       const RoundResult result = runRound(d.port, n, r, per_process, values);
@@ -502,6 +507,7 @@ int main(int argc, char** argv) {
     const long rss = peakRssKiB(d.pid);
     ::kill(d.pid, SIGTERM);
     ::waitpid(d.pid, nullptr, 0);
+    g_daemon = -1;
     std::sort(times.begin(), times.end());
     const size_t h = gb::kAddressListHeaderBytes;
     const double answered = double(n) * n * ((1 + h) + (1 + 2));
