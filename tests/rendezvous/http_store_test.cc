@@ -3,6 +3,8 @@
 // long poll (one that behaves like Horovod's own).
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <functional>
 #include <thread>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -33,14 +35,16 @@ uint16_t freePort() {
   return acceptor.local_endpoint().port();
 }
 
-// Behaves like Horovod's Python server where it matters here: one request per connection, HTTP/1.0
-// answers, no long poll — the query string is taken as part of the key.
-class HorovodLikeServer {
+// A server that answers one request per connection on its own thread, each answer made by `answer` from the
+// request and a KvState of its own: the stand-ins below for servers other than ours.
+class OneShotServer {
  public:
-  HorovodLikeServer() : acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}), state_(ServerOptions{}) {
+  using Answer = std::function<Response(const Request&, KvState&)>;
+  explicit OneShotServer(Answer answer)
+      : answer_(std::move(answer)), acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}), state_(ServerOptions{}) {
     thread_ = std::thread([this] { serve(); });
   }
-  ~HorovodLikeServer() {
+  ~OneShotServer() {
     stopping_ = true;
     boost::system::error_code ignored;
     net::ip::tcp::socket poke(ioc_);
@@ -48,7 +52,6 @@ class HorovodLikeServer {
     thread_.join();
   }
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
-  int requests() const { return requests_; }
 
  private:
   void serve() {
@@ -61,36 +64,52 @@ class HorovodLikeServer {
       Request req;
       http::read(socket, buffer, req, ec);
       if (ec) continue;
-      ++requests_;
-      if (req.method() == http::verb::post) {  // Horovod's BaseHTTPRequestHandler has no do_POST
-        http::response<http::string_body> res{http::status::not_implemented, 10};
-        res.body() = "Unsupported method ('POST')";
-        res.prepare_payload();
-        http::write(socket, res, ec);
-        continue;
-      }
-      // Horovod splits the path at '/', so "/global/0?wait_ms=5" is key "0?wait_ms=5" of scope "global".
-      std::string target(req.target());
-      Request plain = req;
-      if (auto q = target.find('?'); q != std::string::npos) {
-        const auto slash = target.rfind('/', q);
-        plain.target(target.substr(0, slash + 1) + percentEncode(target.substr(slash + 1)));
-      }
-      Outcome outcome = handle(plain, state_, false);
-      Response res = std::move(*outcome.response);
-      res.version(10);
-      res.erase(kLongPollHeader);
+      Response res = answer_(req, state_);
       res.keep_alive(false);
       http::write(socket, res, ec);
     }
   }
 
+  Answer answer_;
   net::io_context ioc_;
   net::ip::tcp::acceptor acceptor_;
   KvState state_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+};
+
+// Behaves like Horovod's Python server where it matters here: one request per connection, HTTP/1.0
+// answers, no long poll — the query string is taken as part of the key.
+class HorovodLikeServer {
+ public:
+  uint16_t port() const { return server_.port(); }
+  int requests() const { return requests_; }
+
+ private:
+  Response answer(const Request& req, KvState& state) {
+    ++requests_;
+    if (req.method() == http::verb::post) {  // Horovod's BaseHTTPRequestHandler has no do_POST
+      http::response<http::string_body> res{http::status::not_implemented, 10};
+      res.body() = "Unsupported method ('POST')";
+      res.prepare_payload();
+      return res;
+    }
+    // Horovod splits the path at '/', so "/global/0?wait_ms=5" is key "0?wait_ms=5" of scope "global".
+    std::string target(req.target());
+    Request plain = req;
+    if (auto q = target.find('?'); q != std::string::npos) {
+      const auto slash = target.rfind('/', q);
+      plain.target(target.substr(0, slash + 1) + percentEncode(target.substr(slash + 1)));
+    }
+    Outcome outcome = handle(plain, state, false);
+    Response res = std::move(*outcome.response);
+    res.version(10);
+    res.erase(kLongPollHeader);
+    return res;
+  }
+
   std::atomic<int> requests_{0};
+  OneShotServer server_{[this](const Request& req, KvState& state) { return answer(req, state); }};
 };
 
 }  // namespace
@@ -247,60 +266,35 @@ TEST_CASE("HttpStore::waitAndGet falls back to one GET per key against Horovod's
 // Our server as it was before sliced fetches: a request with &range= is refused as an unknown parameter.
 class NoRangeServer {
  public:
-  NoRangeServer() : acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}), state_(ServerOptions{}) {
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~NoRangeServer() {
-    stopping_ = true;
-    boost::system::error_code ignored;
-    net::ip::tcp::socket poke(ioc_);
-    poke.connect(acceptor_.local_endpoint(), ignored);
-    thread_.join();
-  }
-  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  uint16_t port() const { return server_.port(); }
   int ranged() const { return ranged_; }
   int fetches() const { return fetches_; }
 
  private:
-  void serve() {
-    while (!stopping_) {
-      net::ip::tcp::socket socket(ioc_);
-      boost::system::error_code ec;
-      acceptor_.accept(socket, ec);
-      if (ec || stopping_) return;
-      boost::beast::flat_buffer buffer;
-      Request req;
-      http::read(socket, buffer, req, ec);
-      if (ec) continue;
-      const std::string target(req.target());
-      const auto at = target.find("&range=");
-      Response res;
-      if (at != std::string::npos) {
-        ++ranged_;
-        res = Response{http::status::bad_request, req.version()};
-        res.body() = "unknown query parameter '" + target.substr(at + 1) + "' for POST /<scope>\n";
-        res.prepare_payload();
-      } else {
-        if (target.find("values=1") != std::string::npos) ++fetches_;
-        // Answers at once (wait_ms is not honoured here): the client asks again until its deadline.
-        Outcome outcome = handle(req, state_, false);
-        res = Response(*outcome.response);
-        if (outcome.shared_body) {
-          res.body() = *outcome.shared_body;
-          res.prepare_payload();
-        }
-      }
-      res.keep_alive(false);
-      http::write(socket, res, ec);
+  Response answer(const Request& req, KvState& state) {
+    const std::string target(req.target());
+    const auto at = target.find("&range=");
+    if (at != std::string::npos) {
+      ++ranged_;
+      Response res{http::status::bad_request, req.version()};
+      res.body() = "unknown query parameter '" + target.substr(at + 1) + "' for POST /<scope>\n";
+      res.prepare_payload();
+      return res;
     }
+    if (target.find("values=1") != std::string::npos) ++fetches_;
+    // Answers at once (wait_ms is not honoured here): the client asks again until its deadline.
+    Outcome outcome = handle(req, state, false);
+    Response res(*outcome.response);
+    if (outcome.shared_body) {
+      res.body() = *outcome.shared_body;
+      res.prepare_payload();
+    }
+    return res;
   }
-  net::io_context ioc_;
-  net::ip::tcp::acceptor acceptor_;
-  KvState state_;
-  std::thread thread_;
-  std::atomic<bool> stopping_{false};
+
   std::atomic<int> ranged_{0};
   std::atomic<int> fetches_{0};
+  OneShotServer server_{[this](const Request& req, KvState& state) { return answer(req, state); }};
 };
 
 TEST_CASE("HttpStore::waitAndGet with a range fetches only the slices", "[httpstore][values][range]") {
