@@ -26,19 +26,6 @@ std::string describeEnd(const WorkerView& w) {
   return w.exit_detail.empty() ? std::string("lost") : w.exit_detail;
 }
 
-std::string formatBytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, unit == 0 || value >= 100 ? "%.0f %s" : "%.1f %s", value, kUnits[unit]);
-  return text;
-}
-
 namespace {
 
 std::string formatCount(uint64_t n) {
@@ -69,8 +56,8 @@ std::string summaryTable(const JobSnapshot& job, double seconds, int exit_code) 
     char wall[32];
     std::snprintf(wall, sizeof wall, "%.2f", w->run_seconds);
     cells.push_back({std::to_string(w->rank), w->host.empty() ? "-" : w->host, describeEnd(*w), wall,
-                     w->peak_rss_bytes ? formatBytes(*w->peak_rss_bytes) : "-",
-                     reported ? formatCount(w->collectives()) : "-", reported ? formatBytes(w->bytes()) : "-"});
+                     w->peak_rss_bytes ? rendezvous::formatBytes(static_cast<double>(*w->peak_rss_bytes)) : "-",
+                     reported ? formatCount(w->collectives()) : "-", reported ? rendezvous::formatBytes(static_cast<double>(w->bytes())) : "-"});
     if (w->state == Phase::kExited && !(w->exit_code && *w->exit_code == 0)) ++failed;
   }
   std::vector<size_t> width(header.size());

@@ -32,9 +32,6 @@ std::string summaryTable(const rendezvous::JobSnapshot& job, double seconds, int
 // for what is unknown.
 nlohmann::json summaryJson(const rendezvous::JobSnapshot& job, double seconds, int exit_code);
 
-// "1.5 GiB", "310 MiB", "12 KiB", "512 B".
-std::string formatBytes(uint64_t bytes);
-
 // Tells the monitor how worker `id` ended.
 void recordExit(rendezvous::Monitor& monitor, int id, const ExitStatus& status);
 

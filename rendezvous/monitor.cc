@@ -1,6 +1,7 @@
 #include "rendezvous/monitor.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 namespace hvd::rendezvous {
@@ -94,6 +95,22 @@ RankReport reportFromJson(const nlohmann::json& json) {
   }
   r.stall_warnings = field<uint64_t>(json, "stall_warnings", 0);
   return r;
+}
+
+std::string formatBytes(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  size_t unit = 0;
+  while (bytes >= 1024 && unit + 1 < std::size(kUnits)) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buf[64];
+  if (unit == 0) {
+    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, kUnits[unit]);
+  }
+  return buf;
 }
 
 const char* toString(WorkerState state) {

@@ -77,6 +77,10 @@ nlohmann::json toJson(const RankReport& report);
 // Throws std::invalid_argument naming the field for a body that is not a report.
 RankReport reportFromJson(const nlohmann::json& json);
 
+// "512 B", "1.5 KiB", "12.0 MiB": how the status page and hvdrun's summary show sizes (the page's script
+// formats the same way).
+std::string formatBytes(double bytes);
+
 enum class WorkerState { kStarting, kJoined, kRunning, kExited };
 const char* toString(WorkerState state);  // "starting", "joined", "running", "exited"
 

@@ -93,23 +93,6 @@ std::string formatDuration(double seconds) {
   return detail::concat(s / 3600, " h ", (s % 3600) / 60, " min");
 }
 
-// "512 B", "1.5 KiB", "12.0 MiB" (the page's script formats the same way).
-std::string formatBytes(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  size_t unit = 0;
-  while (bytes >= 1024 && unit + 1 < std::size(kUnits)) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char buf[64];
-  if (unit == 0) {
-    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, kUnits[unit]);
-  }
-  return buf;
-}
-
 // "35", "2.5" (rates below 10 with one decimal).
 std::string formatRate(double rate) {
   char buf[64];
