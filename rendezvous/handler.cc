@@ -4,7 +4,9 @@
 #include <charconv>
 #include <numeric>
 #include <random>
+#include <unordered_map>
 #include <cstdint>
+#include <cstring>
 #include <variant>
 
 #include <boost/beast/http/error.hpp>
@@ -137,32 +139,58 @@ std::optional<int> rankOfKey(std::string_view key) {
   return static_cast<int>(*parseInt(key));
 }
 
-void appendValue(std::string& out, std::string_view value) {
-  uint64_t n = value.size();
+
+namespace {
+
+void appendLeb128(std::string& out, uint64_t n) {
   do {
     const auto low = static_cast<unsigned char>(n & 0x7f);
     n >>= 7;
     out += static_cast<char>(n ? (low | 0x80) : low);
   } while (n);
+}
+
+std::optional<uint64_t> readLeb128(std::string_view body, size_t& at) {
+  uint64_t n = 0;
+  for (int shift = 0;; shift += 7) {
+    if (at == body.size() || shift > 56) return std::nullopt;
+    const auto byte = static_cast<unsigned char>(body[at++]);
+    n |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) return n;
+  }
+}
+
+}  // namespace
+
+void appendValue(std::string& out, std::string_view value) {
+  appendLeb128(out, value.size());
   out.append(value);
 }
 
-std::optional<std::vector<std::string_view>> splitValues(std::string_view body) {
+void appendValueOrRef(std::string& out, std::string_view value, std::optional<uint32_t> ref) {
+  if (ref) {
+    appendLeb128(out, (uint64_t{*ref} << 1) | 1);
+  } else {
+    appendLeb128(out, uint64_t{value.size()} << 1);
+    out.append(value);
+  }
+}
+
+std::optional<std::vector<std::string_view>> splitValues(std::string_view body, bool refs) {
   std::vector<std::string_view> out;
   size_t at = 0;
   while (at < body.size()) {
-    uint64_t n = 0;
-    int shift = 0;
-    while (true) {
-      if (at == body.size() || shift > 56) return std::nullopt;
-      const auto byte = static_cast<unsigned char>(body[at++]);
-      n |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if (!(byte & 0x80)) break;
-      shift += 7;
+    auto n = readLeb128(body, at);
+    if (!n) return std::nullopt;
+    if (refs && (*n & 1)) {
+      if ((*n >> 1) >= out.size()) return std::nullopt;  // only an earlier value can be referred to
+      out.push_back(out[*n >> 1]);
+      continue;
     }
-    if (n > body.size() - at) return std::nullopt;
-    out.push_back(body.substr(at, n));
-    at += n;
+    if (refs) *n >>= 1;
+    if (*n > body.size() - at) return std::nullopt;
+    out.push_back(body.substr(at, *n));
+    at += *n;
   }
   return out;
 }
@@ -237,12 +265,13 @@ size_t KvState::firstMissing(const std::string& scope, const std::vector<std::st
   return from;
 }
 
-std::shared_ptr<const WaitSet> KvState::cachedWaitSet(const std::string& scope, std::string_view body) const {
+std::shared_ptr<const WaitSet> KvState::cachedWaitSet(const std::string& scope, std::string_view text,
+                                                      bool numeric) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto s = scopes_.find(scope);
   if (s == scopes_.end()) return nullptr;
   for (const auto& set : s->second.wait_sets) {
-    if (set->text == body) return set;
+    if (set->numeric == numeric && set->text == text) return set;
   }
   return nullptr;
 }
@@ -254,11 +283,65 @@ void KvState::rememberWaitSet(const std::string& scope, std::shared_ptr<const Wa
   if (s == scopes_.end()) return;
   auto& sets = s->second.wait_sets;
   for (const auto& known : sets) {
-    if (known->text == set->text) return;  // another request of the same list got here first
+    if (known->numeric == set->numeric && known->text == set->text) return;  // another request got here first
   }
   if (sets.size() == kWaitSetsPerScope) sets.erase(sets.begin());
   sets.push_back(std::move(set));
 }
+
+namespace {
+
+// A multi-key answer in appendValue's encoding, sized exactly and filled in place: a column answer is N
+// slices of a few bytes each, where a call to append() per slice would cost more than the bytes.
+template <typename Slice>
+std::string encodePacked(const std::vector<const std::string*>& values, const Slice& slice) {
+  const auto lengthBytes = [](uint64_t n) {
+    size_t k = 1;
+    while (n >>= 7) ++k;
+    return k;
+  };
+  size_t bytes = 0;
+  for (const std::string* value : values) {
+    const size_t size = slice(*value).size();
+    bytes += lengthBytes(size) + size;
+  }
+  std::string body(bytes, '\0');
+  char* out = body.data();
+  for (const std::string* value : values) {
+    const std::string_view part = slice(*value);
+    uint64_t n = part.size();
+    do {
+      const auto low = static_cast<unsigned char>(n & 0x7f);
+      n >>= 7;
+      *out++ = static_cast<char>(n ? (low | 0x80) : low);
+    } while (n);
+    if (part.size() <= 8) {
+      for (const char c : part) *out++ = c;
+    } else {
+      std::memcpy(out, part.data(), part.size());
+      out += part.size();
+    }
+  }
+  HVD_INTERNAL_ASSERT(out == body.data() + body.size(), "values answer of ", body.size(), " bytes filled to ",
+                      out - body.data());
+  return body;
+}
+
+// The same in appendValueOrRef's encoding: each distinct slice once, the others as the index of its
+// first occurrence.
+template <typename Slice>
+std::string encodeWithRefs(const std::vector<const std::string*>& values, const Slice& slice) {
+  std::string body;
+  std::unordered_map<std::string_view, uint32_t> first;
+  first.reserve(values.size());
+  for (uint32_t i = 0; i < values.size(); ++i) {
+    const auto [at, added] = first.emplace(slice(*values[i]), i);
+    appendValueOrRef(body, at->first, added ? std::nullopt : std::optional<uint32_t>(at->second));
+  }
+  return body;
+}
+
+}  // namespace
 
 std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope, const WaitSet& set, size_t& missing,
                                                       std::optional<ValueRange> range) {
@@ -296,11 +379,7 @@ std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope,
     if (range->offset >= value.size()) return std::string_view();
     return std::string_view(value).substr(range->offset, std::min<uint64_t>(range->length, value.size() - range->offset));
   };
-  size_t bytes = 0;
-  for (const std::string* value : set.resolved) bytes += slice(*value).size() + 10;
-  std::string body;
-  body.reserve(bytes);
-  for (const std::string* value : set.resolved) appendValue(body, slice(*value));
+  std::string body = range && range->repeats ? encodeWithRefs(set.resolved, slice) : encodePacked(set.resolved, slice);
   auto shared = std::make_shared<const std::string>(std::move(body));
   if (!range) {
     set.body = shared;
@@ -572,6 +651,15 @@ std::optional<Response> parseErrorResponse(const boost::system::error_code& ec, 
 
 namespace {
 
+// Every request of a key list checks its keys in the same random order, so that N requests waiting for
+// the same list do not all wake on the same first key.
+void shuffleOrder(WaitSet& set) {
+  set.order.resize(set.keys.size());
+  std::iota(set.order.begin(), set.order.end(), 0u);
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::shuffle(set.order.begin(), set.order.end(), rng);
+}
+
 // Parses the body of a multi-key wait; nullopt for a malformed escape (bad_line names it).
 std::shared_ptr<WaitSet> parseWaitSet(std::string_view body, std::string& bad_line) {
   auto set = std::make_shared<WaitSet>();
@@ -587,10 +675,16 @@ std::shared_ptr<WaitSet> parseWaitSet(std::string_view body, std::string& bad_li
     }
     set->keys.push_back(std::move(*key));
   }
-  set->order.resize(set->keys.size());
-  std::iota(set->order.begin(), set->order.end(), 0u);
-  thread_local std::minstd_rand rng(std::random_device{}());
-  std::shuffle(set->order.begin(), set->order.end(), rng);
+  shuffleOrder(*set);
+  return set;
+}
+
+// The key list of keys=FIRST,COUNT: the decimal numbers FIRST .. FIRST+COUNT-1.
+std::shared_ptr<WaitSet> numericWaitSet(uint64_t first, uint64_t count) {
+  auto set = std::make_shared<WaitSet>();
+  set->keys.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) set->keys.push_back(std::to_string(first + i));
+  shuffleOrder(*set);
   return set;
 }
 
@@ -602,6 +696,9 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
   std::optional<int64_t> wait_ms;
   bool values = false;
   std::optional<ValueRange> range;
+  bool refs = false;
+  std::optional<std::pair<uint64_t, uint64_t>> numeric;  // keys=FIRST,COUNT
+  std::string_view numeric_text;
   for (std::string_view rest = query; !rest.empty();) {
     const auto amp = rest.find('&');
     const std::string_view item = rest.substr(0, amp);
@@ -611,6 +708,8 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
       if (!wait_ms) wait_ms = -1;
     } else if (item == "values=1") {
       values = true;
+    } else if (item == "refs=1") {
+      refs = true;
     } else if (item.substr(0, 6) == "range=") {
       const std::string_view text = item.substr(6);
       const auto comma = text.find(',');
@@ -625,6 +724,22 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
                               "' for POST /<scope>: expected range=OFFSET,LENGTH, two non-negative integers")};
       }
       range = ValueRange{static_cast<uint64_t>(*offset), static_cast<uint64_t>(*length)};
+    } else if (item.substr(0, 5) == "keys=") {
+      numeric_text = item.substr(5);
+      const auto comma = numeric_text.find(',');
+      std::optional<int64_t> first, count;
+      if (comma != std::string_view::npos) {
+        first = parseInt(numeric_text.substr(0, comma));
+        count = parseInt(numeric_text.substr(comma + 1));
+      }
+      if (!first || !count || *first < 0 || *count < 1 || static_cast<uint64_t>(*count) > kMaxNumericKeys ||
+          *first > (int64_t{1} << 53)) {
+        return {textError(req, http::status::bad_request,
+                          detail::concat("malformed keys '", numeric_text,
+                                         "' for POST /<scope>: expected keys=FIRST,COUNT, FIRST >= 0 and 1 <= COUNT <= ",
+                                         kMaxNumericKeys))};
+      }
+      numeric = std::make_pair(static_cast<uint64_t>(*first), static_cast<uint64_t>(*count));
     } else if (!item.empty()) {
       return {textError(req, http::status::bad_request,
                         "unknown query parameter '" + std::string(item) + "' for POST /<scope>")};
@@ -639,14 +754,30 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
                                                           std::to_string(range->length) +
                                                           " for POST /<scope> needs values=1")};
   }
+  if (refs && !values) return {textError(req, http::status::bad_request, "refs=1 for POST /<scope> needs values=1")};
+  // Whole values with references are the slice that holds all of each.
+  const bool sliced = range.has_value();
+  if (refs) range = range ? ValueRange{range->offset, range->length, true} : ValueRange{0, UINT64_MAX, true};
+  if (numeric && !req.body().empty()) {
+    return {textError(req, http::status::bad_request,
+                      detail::concat("POST /<scope>?keys=", numeric_text, " names its keys; the body must be empty, got ",
+                                     req.body().size(), " bytes"))};
+  }
   if (!set) {
-    if (values) set = state.cachedWaitSet(*scope, req.body());
+    const std::string_view text = numeric ? numeric_text : std::string_view(req.body());
+    if (values) set = state.cachedWaitSet(*scope, text, numeric.has_value());
     if (!set) {
-      std::string bad;
-      auto parsed = parseWaitSet(req.body(), bad);
-      if (!parsed) return {textError(req, http::status::bad_request, "malformed %-escape in key '" + bad + "'")};
+      std::shared_ptr<WaitSet> parsed;
+      if (numeric) {
+        parsed = numericWaitSet(numeric->first, numeric->second);
+      } else {
+        std::string bad;
+        parsed = parseWaitSet(req.body(), bad);
+        if (!parsed) return {textError(req, http::status::bad_request, "malformed %-escape in key '" + bad + "'")};
+      }
       if (values) {
-        parsed->text = req.body();
+        parsed->text = text;
+        parsed->numeric = numeric.has_value();
         state.rememberWaitSet(*scope, parsed);
       }
       set = std::move(parsed);
@@ -681,7 +812,8 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
     Response res = makeResponse(req, http::status::ok);
     res.set(kLongPollHeader, "1");
     res.set(kValuesHeader, "1");
-    if (range) res.set(kRangeHeader, "1");
+    if (sliced) res.set(kRangeHeader, "1");
+    if (refs) res.set(kRefsHeader, "1");
     res.content_length(body->size());
     Outcome answer{std::move(res)};
     answer.shared_body = std::move(body);

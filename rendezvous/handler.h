@@ -20,6 +20,17 @@
 //                                     every peer's value). Built once per (scope, key list, range, scope
 //                                     version); a key list keeps a few ranges' answers, the oldest dropped.
 //                                     A malformed range is 400 naming it.
+//   POST   /<scope>?wait_ms=N&values=1&keys=FIRST,COUNT[&range=...]
+//                                     the same with the keys named in the query instead of the body (which
+//                                     must be empty): the decimal numbers FIRST .. FIRST+COUNT-1, the ranks
+//                                     of a scope (extension: a rank of N sends ~20 bytes instead of a list
+//                                     of N keys, and the server never parses or compares that list).
+//                                     COUNT is at most kMaxNumericKeys; anything malformed is 400 naming it.
+//   POST   /<scope>?wait_ms=N&values=1&refs=1[&range=...][&keys=...]
+//                                     the same, but a value (or slice) equal to an earlier one in the answer
+//                                     is sent as that one's index (appendValueOrRef), marked X-Hvd-Refs
+//                                     (extension: the headers of N ranks on a few hosts are a few distinct
+//                                     values, so every rank receives ~N bytes instead of N headers).
 //   GET    /status                    JSON: scopes, keys, joined ranks, uptime, elastic round (extension)
 //   GET    /rank_and_size/<host>:<local_rank>[?round=N]
 //                                     elastic jobs (Horovod's protocol): the slot's place in the next
@@ -84,13 +95,23 @@ inline constexpr const char* kValuesHeader = "X-Hvd-Values";
 // server that answers values without it sent them whole.
 inline constexpr const char* kRangeHeader = "X-Hvd-Range";
 
+// The most keys one keys=FIRST,COUNT names (the list is built in memory: ~40 bytes a key).
+inline constexpr uint64_t kMaxNumericKeys = 1u << 20;
+
+// Response header of a multi-key fetch asked with &refs=1: the body is in appendValueOrRef's encoding.
+inline constexpr const char* kRefsHeader = "X-Hvd-Refs";
+
 // How many sliced answers one key list keeps (per rank ranges come and go; each is cheap to rebuild).
 inline constexpr size_t kRangeAnswersPerKeyList = 4;
 
 // The body of a multi-key fetch: each value as its length (unsigned LEB128, 1 byte below 128) and its
 // bytes. splitValues returns the values (views into body), or nullopt when body is not such a sequence.
 void appendValue(std::string& out, std::string_view value);
-std::optional<std::vector<std::string_view>> splitValues(std::string_view body);
+// With &refs=1 (ValueRange::repeats) a value is either LEB128(length << 1) and its bytes, or
+// LEB128(index << 1 | 1): the same bytes as the earlier value at that index (its first occurrence).
+void appendValueOrRef(std::string& out, std::string_view value, std::optional<uint32_t> ref);
+// refs: body is in appendValueOrRef's encoding (a reference to a later or absent value is malformed).
+std::optional<std::vector<std::string_view>> splitValues(std::string_view body, bool refs = false);
 
 struct WaitSet;
 
@@ -114,7 +135,8 @@ class KvState {
   // Multi-key fetch (values=1): the key list of an earlier request to this scope with exactly this body,
   // or nullptr. rememberWaitSet keeps a few per scope (only of a scope that exists; they go with it), so
   // the N identical requests of a rendezvous are parsed once and share one answer.
-  std::shared_ptr<const WaitSet> cachedWaitSet(const std::string& scope, std::string_view body) const;
+  // numeric: text is keys=FIRST,COUNT's "FIRST,COUNT" rather than a body.
+  std::shared_ptr<const WaitSet> cachedWaitSet(const std::string& scope, std::string_view text, bool numeric) const;
   void rememberWaitSet(const std::string& scope, std::shared_ptr<const WaitSet> set);
   // The answer to a multi-key fetch of set's keys (values, or their slices `range`, in the order of
   // set.keys, appendValue's encoding), built once per version of the scope (any change to one of its keys
@@ -223,7 +245,8 @@ struct WaitSet {
   std::vector<std::string> keys;  // as sent
   std::vector<uint32_t> order;    // a random permutation of key indices
   // Multi-key fetches (values=1) only, where one WaitSet serves every request with the same body:
-  std::string text;                         // that body
+  std::string text;                         // that body, or keys=FIRST,COUNT's "FIRST,COUNT"
+  bool numeric = false;                     // the keys came as keys=FIRST,COUNT
   mutable std::atomic<size_t> present{0};   // the keys before this index (in `order`) were all present
   mutable uint64_t body_version = 0;        // guarded by KvState's mutex: the answer and the scope version
   mutable std::shared_ptr<const std::string> body;  // it was built from

@@ -61,6 +61,7 @@ struct Reply {
   bool long_poll = false;  // the server marked a ?wait_ms= answer with kLongPollHeader
   bool values = false;     // the server marked a multi-key fetch's answer with kValuesHeader
   bool range = false;      // ... and with kRangeHeader: the values are the slices asked for
+  bool refs = false;       // ... and with kRefsHeader: in appendValueOrRef's encoding
   std::string round;       // kRoundHeader of a rank_and_size answer
 };
 
@@ -159,6 +160,7 @@ struct HttpStore::Impl {
     reply.long_poll = res.find(kLongPollHeader) != res.end();
     reply.values = res.find(kValuesHeader) != res.end();
     reply.range = res.find(kRangeHeader) != res.end();
+    reply.refs = res.find(kRefsHeader) != res.end();
     if (auto round = res.find(kRoundHeader); round != res.end()) reply.round = std::string(round->value());
     reply.body = std::move(res.body());
     if (!res.keep_alive()) {
@@ -266,6 +268,8 @@ struct HttpStore::Impl {
   std::atomic<bool> long_poll{true};  // cleared when the server turns out not to support ?wait_ms=
   std::atomic<bool> values{true};     // cleared when the server turns out not to support &values=1
   std::atomic<bool> ranges{true};     // cleared when the server turns out not to support &range=
+  std::atomic<bool> numeric_keys{true};  // ... and not keys=FIRST,COUNT
+  std::atomic<bool> refs{true};          // ... and not refs=1
 };
 
 HttpStore::HttpStore(StoreOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -428,28 +432,67 @@ ValueList HttpStore::fetch(const std::vector<std::string>& keys, std::chrono::mi
   if (range && !impl_->ranges) return sliceValues(fetch(keys, timeout, std::nullopt), *range);
   if (keys.empty()) return {};
   const std::string scope = keys.front().substr(0, keys.front().find('/'));
-  std::string body;
-  for (const auto& key : keys) {
+  // Keys that are the decimal numbers F, F+1, ... (the ranks of a scope) go as keys=F,COUNT in the query;
+  // any other list as the body, one %-escaped key per line.
+  std::optional<uint64_t> first_number;
+  bool numeric = keys.size() <= kMaxNumericKeys;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& key = keys[i];
     impl_->path(key);  // validates the key
     // One request covers one scope; keys of several scopes take the general path.
     if (key.compare(0, scope.size() + 1, scope + "/") != 0) {
       return range ? Store::waitAndGet(keys, timeout, *range) : Store::waitAndGet(keys, timeout);
     }
-    body += percentEncode(std::string_view(key).substr(scope.size() + 1));
-    body += '\n';
+    if (numeric) {
+      const std::string_view name = std::string_view(key).substr(scope.size() + 1);
+      uint64_t number = 0;
+      const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), number);
+      numeric = ec == std::errc() && end == name.data() + name.size() && (name.size() == 1 || name[0] != '0') &&
+                (i == 0 ? number <= (uint64_t{1} << 53) : number == *first_number + i);
+      if (i == 0) first_number = number;
+    }
   }
+  std::string body;
+  const auto keyListBody = [&] {
+    body.clear();
+    for (const auto& key : keys) {
+      body += percentEncode(std::string_view(key).substr(scope.size() + 1));
+      body += '\n';
+    }
+  };
+  numeric = numeric && impl_->numeric_keys;
+  bool refs = range && range->repeats && impl_->refs;
+  if (!numeric) keyListBody();
   const auto deadline = Clock::now() + timeout;
   std::vector<std::string> missing = keys;  // as the server last reported them
   while (impl_->values) {
     const auto remaining = until(deadline);
     if (remaining.count() == 0) break;
     // The server answers at the wait deadline at the latest; the grace lets that answer arrive.
-    Reply reply = impl_->request(http::verb::post, "/" + percentEncode(scope) + "?wait_ms=" +
-                                                       std::to_string(remaining.count()) + "&values=1" +
-                                                       (range ? detail::concat("&range=", range->offset, ",",
-                                                                               range->length)
-                                                              : std::string()),
-                                 body, deadline, true, kLongPollGrace);
+    Reply reply = impl_->request(
+        http::verb::post,
+        detail::concat("/", percentEncode(scope), "?wait_ms=", remaining.count(), "&values=1",
+                       numeric ? detail::concat("&keys=", *first_number, ",", keys.size()) : std::string(),
+                       range ? detail::concat("&range=", range->offset, ",", range->length) : std::string(),
+                       refs ? "&refs=1" : ""),
+        body, deadline, true, kLongPollGrace);
+    // Our servers name the first query parameter they do not know; one without keys=FIRST,COUNT gets
+    // the list in the body, one without refs=1 sends every value.
+    const auto refused = [&](std::string_view parameter) {
+      return reply.status == 400 &&
+             reply.body.find(detail::concat("unknown query parameter '", parameter)) != std::string::npos;
+    };
+    if (numeric && refused("keys=")) {
+      impl_->numeric_keys = false;
+      numeric = false;
+      keyListBody();
+      continue;
+    }
+    if (refs && refused("refs=")) {
+      impl_->refs = false;
+      refs = false;
+      continue;
+    }
     if (range && reply.status == 400) {
       // A server with the multi-key fetch but not its slices (it refuses the unknown parameter): fetch
       // whole values and slice them here.
@@ -457,7 +500,7 @@ ValueList HttpStore::fetch(const std::vector<std::string>& keys, std::chrono::mi
       return sliceValues(fetch(keys, until(deadline), std::nullopt), *range);
     }
     if (reply.long_poll && reply.values && reply.status == 200) {
-      auto values = splitValues(reply.body);
+      auto values = splitValues(reply.body, reply.refs);
       HVD_CHECK(values && values->size() == keys.size(), StoreError, "rendezvous server ", impl_->name,
                 " answered the fetch of ", keys.size(), " key(s) of scope '", scope, "' with ",
                 values ? detail::concat(values->size(), " value(s)") : std::string("a malformed body"), " (",

@@ -36,6 +36,7 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include "rendezvous/error.h"
@@ -480,15 +481,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void send(Response response) {
     response_ = std::move(response);
     const bool close = response_.need_eof();
-    stream_.expires_after(options().read_timeout);  // a client that does not read cannot hold us either
-    http::async_write(stream_, response_,
-                      [self = shared_from_this(), close](error_code ec, size_t) {
-                        if (ec || close) {
-                          self->doClose();
-                        } else {
-                          self->read();
-                        }
-                      });
+    serializer_.emplace(response_);
+    writeSome(*serializer_, close);
   }
 
   // A response whose body is shared with other responses (Outcome::shared_body); the header already
@@ -496,15 +490,28 @@ class Session : public std::enable_shared_from_this<Session> {
   void sendShared(Response response, std::shared_ptr<const std::string> body) {
     shared_response_.emplace(std::move(response.base()), std::move(body));
     const bool close = shared_response_->need_eof();
+    shared_serializer_.emplace(*shared_response_);
+    writeSome(*shared_serializer_, close);
+  }
+
+  // Writes the serialized response a piece at a time, each piece (what the socket takes) within
+  // read_timeout: a client that stops reading is cut off, one that reads slowly is not (thousands of
+  // ranks receiving large answers at once drain them at a fraction of the loopback's speed each).
+  template <class Serializer>
+  void writeSome(Serializer& serializer, bool close) {
     stream_.expires_after(options().read_timeout);
-    http::async_write(stream_, *shared_response_, [self = shared_from_this(), close](error_code ec, size_t) {
-      self->shared_response_.reset();
-      if (ec || close) {
-        self->doClose();
-      } else {
-        self->read();
-      }
-    });
+    http::async_write_some(stream_, serializer,
+                           [self = shared_from_this(), &serializer, close](error_code ec, size_t) {
+                             if (!ec && !serializer.is_done()) return self->writeSome(serializer, close);
+                             self->serializer_.reset();
+                             self->shared_serializer_.reset();
+                             self->shared_response_.reset();
+                             if (ec || close) {
+                               self->doClose();
+                             } else {
+                               self->read();
+                             }
+                           });
   }
 
   void doClose() {
@@ -526,6 +533,8 @@ class Session : public std::enable_shared_from_this<Session> {
   KvState::Clock::time_point request_read_;
   Response response_;
   std::optional<http::response<SharedStringBody>> shared_response_;
+  std::optional<http::response_serializer<http::string_body>> serializer_;
+  std::optional<http::response_serializer<SharedStringBody>> shared_serializer_;
   net::steady_timer read_timer_;
   bool read_timed_out_ = false;
   net::steady_timer wait_timer_;

@@ -55,10 +55,16 @@ class ValueList {
 };
 
 // A slice of a value: bytes [offset, offset + length), clipped to the value's end (empty past it).
+// repeats: many of the slices are expected to be equal (a field that the ranks of one host share); a
+// store may then send each distinct slice once and the others as references to it. The values returned
+// are the same either way.
 struct ValueRange {
   uint64_t offset = 0;
   uint64_t length = 0;
-  bool operator==(const ValueRange& o) const { return offset == o.offset && length == o.length; }
+  bool repeats = false;
+  bool operator==(const ValueRange& o) const {
+    return offset == o.offset && length == o.length && repeats == o.repeats;
+  }
 };
 
 // Each value of `values` cut to `range` (Store::waitAndGet's slicing on the client).

@@ -730,3 +730,102 @@ TEST_CASE("handler: elastic rounds answer rank_and_size as Horovod's driver, and
   CHECK_FALSE(roundOfScope("r.global"));
   CHECK_FALSE(roundOfScope("rx.global"));
 }
+
+TEST_CASE("handler: keys=FIRST,COUNT names the decimal keys FIRST.. in the query, as the same list in the body would",
+          "[handler][values][keys]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/g/3", "three") == 200);
+  CHECK(status(state, http::verb::put, "/g/4", "four") == 200);
+  Outcome listed = handle(request(http::verb::post, "/g?wait_ms=0&values=1", "3\n4\n"), state);
+  Outcome named = handle(request(http::verb::post, "/g?wait_ms=0&values=1&keys=3,2"), state);
+  REQUIRE(listed.shared_body);
+  REQUIRE(named.shared_body);
+  CHECK(*named.shared_body == *listed.shared_body);
+  CHECK(*named.shared_body == std::string("\x05" "three" "\x04" "four"));
+  // Requests naming the same keys share one parsed list and one answer.
+  Outcome again = handle(request(http::verb::post, "/g?wait_ms=0&values=1&keys=3,2"), state);
+  CHECK(again.shared_body == named.shared_body);
+  // With a range, and a missing key: 404 naming it, as with a body.
+  Outcome sliced = handle(request(http::verb::post, "/g?wait_ms=0&values=1&keys=3,2&range=1,2"), state);
+  REQUIRE(sliced.shared_body);
+  CHECK(*sliced.shared_body == std::string("\x02" "hr" "\x02" "ou"));
+  auto missing = answer(state, request(http::verb::post, "/g?wait_ms=0&values=1&keys=2,3"));
+  CHECK(missing.result_int() == 404);
+  CHECK(missing.body() == "2\n");
+  // A parked request wakes when the last key arrives.
+  Outcome parked = handle(request(http::verb::post, "/g?wait_ms=1000&values=1&keys=3,3"), state);
+  REQUIRE_FALSE(parked.response);
+  CHECK(parked.wait_key == "5");
+  CHECK(status(state, http::verb::put, "/g/5", "5") == 200);
+  Outcome woken = handle(request(http::verb::post, "/g?wait_ms=1000&values=1&keys=3,3"), state, true,
+                         parked.wait_progress, parked.wait_set);
+  REQUIRE(woken.shared_body);
+  CHECK(*woken.shared_body == std::string("\x05" "three" "\x04" "four" "\x01" "5"));
+}
+
+TEST_CASE("handler: a malformed keys= is 400 naming it", "[handler][values][keys]") {
+  KvState state({});
+  for (const std::string bad : {"", "1", "1,", ",2", "-1,2", "0,0", "0,-1", "a,2", "1,2,3", "0,1048577",
+                                "99999999999999999999,1"}) {
+    INFO("keys '" << bad << "'");
+    auto res = answer(state, request(http::verb::post, "/g?wait_ms=0&values=1&keys=" + bad));
+    CHECK(res.result_int() == 400);
+    CHECK_THAT(res.body(), Catch::Contains("malformed keys '" + bad + "'"));
+    CHECK(std::count(res.body().begin(), res.body().end(), '\n') <= 1);
+  }
+  // The keys are in the query or in the body, not both.
+  auto both = answer(state, request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,2", "0\n1\n"));
+  CHECK(both.result_int() == 400);
+  CHECK_THAT(both.body(), Catch::Contains("keys=0,2"));
+  CHECK_THAT(both.body(), Catch::Contains("the body must be empty, got 4 bytes"));
+}
+
+TEST_CASE("handler: refs=1 sends each distinct value once and repeats as references", "[handler][values][refs]") {
+  KvState state({});
+  CHECK(status(state, http::verb::put, "/g/0", "hostA:1") == 200);
+  CHECK(status(state, http::verb::put, "/g/1", "hostA:2") == 200);
+  CHECK(status(state, http::verb::put, "/g/2", "hostB:3") == 200);
+  CHECK(status(state, http::verb::put, "/g/3", "hostA:4") == 200);
+  Outcome hosts = handle(request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,4&range=0,5&refs=1"), state);
+  REQUIRE(hosts.response);
+  CHECK((*hosts.response)[kRefsHeader] == "1");
+  CHECK((*hosts.response)[kRangeHeader] == "1");
+  REQUIRE(hosts.shared_body);
+  // "hostA" literal (length 5 << 1), a reference to index 0 (0 << 1 | 1) for ranks 1 and 3, "hostB" literal.
+  CHECK(*hosts.shared_body == std::string("\x0a" "hostA" "\x01" "\x0a" "hostB" "\x01"));
+  auto split = splitValues(*hosts.shared_body, true);
+  REQUIRE(split);
+  CHECK(*split == std::vector<std::string_view>{"hostA", "hostA", "hostB", "hostA"});
+  // Without refs the same slices come whole, a different answer.
+  Outcome plain = handle(request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,4&range=0,5"), state);
+  REQUIRE(plain.shared_body);
+  CHECK(plain.response->find(kRefsHeader) == plain.response->end());
+  CHECK(*plain.shared_body == std::string("\x05" "hostA" "\x05" "hostA" "\x05" "hostB" "\x05" "hostA"));
+  // Whole values with refs: no range mark.
+  Outcome whole = handle(request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,4&refs=1"), state);
+  REQUIRE(whole.shared_body);
+  CHECK(whole.response->find(kRangeHeader) == whole.response->end());
+  auto all = splitValues(*whole.shared_body, true);
+  REQUIRE(all);
+  CHECK(*all == std::vector<std::string_view>{"hostA:1", "hostA:2", "hostB:3", "hostA:4"});
+  // refs needs values.
+  auto bare = answer(state, request(http::verb::post, "/g?wait_ms=0&refs=1", "0\n"));
+  CHECK(bare.result_int() == 400);
+  CHECK_THAT(bare.body(), Catch::Contains("refs=1 for POST /<scope> needs values=1"));
+}
+
+TEST_CASE("splitValues refuses malformed references", "[handler][values][refs]") {
+  CHECK_FALSE(splitValues(std::string("\x01"), true));              // a reference before any value
+  CHECK_FALSE(splitValues(std::string("\x02" "a" "\x03"), true));   // to index 1, itself
+  CHECK_FALSE(splitValues(std::string("\x04" "a"), true));          // a literal cut short
+  CHECK_FALSE(splitValues(std::string("\x80"), true));              // a length cut short
+  const std::string refs("\x02" "a" "\x01" "\x00" "\x01", 5);  // outlives the views into it
+  auto ok = splitValues(refs, true);
+  REQUIRE(ok);
+  CHECK(*ok == std::vector<std::string_view>{"a", "a", "", "a"});
+  // The plain encoding reads the same bytes differently: no references there.
+  const std::string literal("\x01" "a");
+  auto plain = splitValues(literal, false);
+  REQUIRE(plain);
+  CHECK(*plain == std::vector<std::string_view>{"a"});
+}

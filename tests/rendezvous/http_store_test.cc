@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -352,6 +353,111 @@ TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a serv
     CHECK(values[0] == "de");
     CHECK(values[1] == "3");
     CHECK_THROWS_AS(store.waitAndGet({"global/0", "global/2"}, 200ms, ValueRange{0, 1}), hvd::RendezvousTimeout);
+  }
+}
+
+// Our server with a log of the multi-key fetches it was sent (target and body), and, to play an older
+// version of it, a list of query parameters it refuses as unknown (the first one found, as ours did).
+class LoggingServer {
+ public:
+  explicit LoggingServer(std::vector<std::string> unknown = {}) : unknown_(std::move(unknown)) {}
+  uint16_t port() const { return server_.port(); }
+  std::vector<std::pair<std::string, std::string>> fetches() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return fetches_;
+  }
+
+ private:
+  Response answer(const Request& req, KvState& state) {
+    const std::string target(req.target());
+    if (req.method() == http::verb::post && target.find("values=1") != std::string::npos) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fetches_.emplace_back(target, req.body());
+    }
+    for (const auto& parameter : unknown_) {
+      const auto at = target.find("&" + parameter);
+      if (at == std::string::npos) continue;
+      Response res{http::status::bad_request, req.version()};
+      const auto end = target.find('&', at + 1);
+      res.body() = "unknown query parameter '" + target.substr(at + 1, end == std::string::npos ? end : end - at - 1) +
+                   "' for POST /<scope>\n";
+      res.prepare_payload();
+      return res;
+    }
+    Outcome outcome = handle(req, state, false);
+    Response res(*outcome.response);
+    if (outcome.shared_body) {
+      res.body() = *outcome.shared_body;
+      res.prepare_payload();
+    }
+    return res;
+  }
+
+  std::vector<std::string> unknown_;
+  std::mutex mutex_;
+  std::vector<std::pair<std::string, std::string>> fetches_;
+  OneShotServer server_{[this](const Request& req, KvState& state) { return answer(req, state); }};
+};
+
+TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats by reference",
+          "[httpstore][values][keys][refs]") {
+  const std::vector<std::string> keys = {"global/0", "global/1", "global/2", "global/3"};
+  const auto publish = [&](HttpStore& store) {
+    store.set("global/0", bytes("hostA|0"));
+    store.set("global/1", bytes("hostA|1"));
+    store.set("global/2", bytes("hostB|2"));
+    store.set("global/3", bytes("hostA|3"));
+  };
+  const auto check = [&](HttpStore& store) {
+    const ValueList hosts = store.waitAndGet(keys, 10s, ValueRange{0, 5, true});
+    REQUIRE(hosts.size() == 4);
+    CHECK(hosts[0] == "hostA");
+    CHECK(hosts[1] == "hostA");
+    CHECK(hosts[2] == "hostB");
+    CHECK(hosts[3] == "hostA");
+    const ValueList column = store.waitAndGet(keys, 10s, ValueRange{6, 1});
+    REQUIRE(column.size() == 4);
+    CHECK(std::string(column[0]) + std::string(column[1]) + std::string(column[2]) + std::string(column[3]) == "0123");
+    // Keys that are not a run of ranks go in the body.
+    const ValueList some = store.waitAndGet({"global/3", "global/1"}, 10s);
+    REQUIRE(some.size() == 2);
+    CHECK(some[0] == "hostA|3");
+    CHECK(some[1] == "hostA|1");
+  };
+  StoreOptions client;
+  client.host = "127.0.0.1";
+  SECTION("this server: keys=0,4 with an empty body, refs=1 for repeats only") {
+    LoggingServer server;
+    client.port = server.port();
+    HttpStore store(client);
+    publish(store);
+    check(store);
+    const auto fetches = server.fetches();
+    REQUIRE(fetches.size() == 3);
+    CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4&range=0,5&refs=1"));
+    CHECK(fetches[0].second.empty());
+    CHECK_THAT(fetches[1].first, Catch::Contains("&keys=0,4&range=6,1"));
+    CHECK_THAT(fetches[1].first, !Catch::Contains("refs"));
+    CHECK(fetches[1].second.empty());
+    CHECK_THAT(fetches[2].first, !Catch::Contains("keys="));
+    CHECK(fetches[2].second == "3\n1\n");
+  }
+  SECTION("a server without keys= nor refs=: the list in the body, values whole, once found out") {
+    LoggingServer server({"keys=", "refs="});
+    client.port = server.port();
+    HttpStore store(client);
+    publish(store);
+    check(store);
+    const auto fetches = server.fetches();
+    // keys= refused, refs= refused, then the list; later fetches go the old way at once.
+    REQUIRE(fetches.size() == 5);
+    CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4"));
+    CHECK_THAT(fetches[1].first, !Catch::Contains("keys="));
+    CHECK_THAT(fetches[1].first, Catch::Contains("&refs=1"));
+    CHECK(fetches[1].second == "0\n1\n2\n3\n");
+    CHECK_THAT(fetches[2].first, !Catch::Contains("refs="));
+    CHECK_THAT(fetches[3].first, !Catch::Contains("keys="));
+    CHECK(fetches[3].second == "0\n1\n2\n3\n");
   }
 }
 
