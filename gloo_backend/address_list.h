@@ -15,15 +15,37 @@
 //     network order, as in the sockaddr).
 //   - Anything else (a family other than IPv4/IPv6, mixed families or hosts, another size): kFull, each
 //     entry the address byte for byte.
-// In the compact shapes only the family's sockaddr (16 bytes for IPv4, 28 for IPv6) and the sequence
-// number travel; the rest of the sockaddr_storage is padding that getsockname() leaves as it found it
-// (uninitialized in Gloo's Address::fromSockName) and that Pair::connect never reads (it connects with
-// the family's length). The decoder writes zeros there. kFull keeps every byte.
+// In the compact shapes only the family's sockaddr (its fields: family, port, address, and for IPv6 the
+// flowinfo and scope id) and the sequence number travel; the rest of the sockaddr_storage is padding that
+// getsockname() leaves as it found it (uninitialized in Gloo's Address::fromSockName) and that
+// Pair::connect never reads (it connects with the family's length). The decoder writes zeros there.
+// kFull keeps every byte.
 //
-// Header (kAddressListHeaderBytes, integers little-endian): u8 magic 0xA7, u8 version 2, u8 shape,
-// u8 sockaddr length (compact shapes, else 0), u32 count (ranks in the scope), u32 own rank, u32 entry
-// bytes, i64 sequence number (kSequence: the first pair's; kPorts: every pair's), 28 sockaddr bytes
-// (compact shapes: the family's sockaddr, port zero for kPorts, zero-padded). Then count entries.
+// Header (kAddressListHeaderBytes = 44 bytes, integers little-endian), version 3. Its first
+// kAddressListPeerBytes = 20 bytes, the peer prefix, hold everything a peer needs to decode its entry when
+// the family is IPv4 or the shape is kFull, so connect() fetches only those 20 bytes of every rank's
+// header (N^2 x 21 bytes in all instead of N^2 x 53 with version 2's 52-byte header read whole):
+//    0 u8 magic 0xA7         1 u8 version 3     2 u8 shape     3 u8 family code (0: kFull, 4: IPv4, 6: IPv6)
+//    4 u32 count (ranks in the scope)
+//    8 i32 sequence number (kSequence: the first pair's; kPorts: every pair's; kFull: 0)
+//   12 u16 port, raw as in the sockaddr (network order): kSequence's; 0 for kPorts and kFull
+//   14 u16 entry bytes
+//   16 4 bytes: the IPv4 address (raw sin_addr) or the first 4 bytes of sin6_addr; 0 for kFull
+// then, beyond the prefix:
+//   20 12 bytes: the rest of sin6_addr   32 4 bytes: sin6_flowinfo   36 4 bytes: sin6_scope_id
+//      (raw as in the sockaddr; zero for IPv4 and kFull)
+//   40 u32 the publisher's own rank
+// The own rank is not in the prefix: a peer knows it, it is the rank of the key it read. The sequence number
+// travels as an i32 (4 bytes of the prefix saved); an address whose sequence number does not fit is encoded
+// kFull. The decoder rebuilds the canonical address from the family code: the
+// family's sockaddr (family, port, address; IPv6 also flowinfo and scope id), zeros in the rest of the
+// sockaddr_storage, the sequence number as an i64 at offset 128. An IPv4 sockaddr whose sin_zero is not
+// zero would not survive that, so it is encoded kFull too.
+//
+// Reading a header: AddressListHeader(bytes, publisher, where) takes the peer prefix, or the whole header
+// (then the own-rank field is checked against publisher), and refuses an IPv6 list given only the prefix;
+// AddressListHeader::needsFullHeader(prefix) says beforehand whether a prefix is of such a list.
+// AddressListHeader(header, where) takes the whole header and reads the publisher's rank from it.
 // Errors: a malformed value is a StoreError of one line naming `where` (the store key) and what is wrong.
 #pragma once
 
@@ -36,8 +58,11 @@
 namespace hvd::gloo_backend {
 
 inline constexpr uint8_t kAddressListMagic = 0xA7;
-inline constexpr uint8_t kAddressListVersion = 2;
-inline constexpr size_t kAddressListHeaderBytes = 52;
+inline constexpr uint8_t kAddressListVersion = 3;
+// The whole header, the same in every shape and family: entries start here.
+inline constexpr size_t kAddressListHeaderBytes = 44;
+// Its first bytes, all a peer reads of an IPv4 or kFull list (see above).
+inline constexpr size_t kAddressListPeerBytes = 20;
 // sizeof(gloo::transport::tcp::Address::Impl): sockaddr_storage + ssize_t.
 inline constexpr size_t kGlooAddressBytes = 136;
 
@@ -47,16 +72,27 @@ enum class AddressListShape : uint8_t { kFull = 0, kSequence = 1, kPorts = 2 };
 // ignored) in the smallest shape that holds them.
 std::vector<char> encodeAddressList(const std::vector<std::vector<char>>& by_rank, size_t own);
 
-// A parsed (validated) header: the first kAddressListHeaderBytes of a value. Copies what it needs.
+// A parsed (validated) header: the peer prefix or the whole header of a value. Copies what it needs.
 class AddressListHeader {
  public:
-  // Throws StoreError "malformed Gloo address list at <where>: <what>" for anything that is not a header
-  // of this layout (a value cut short included).
+  // bytes: the value's first kAddressListPeerBytes or more. publisher: the rank whose key it was read from
+  // (the prefix does not hold it; kSequence's decoding needs it). With kAddressListHeaderBytes or more the
+  // whole header is parsed and its own-rank field must equal publisher; with fewer only the prefix is, and an
+  // IPv6 list is refused (its address does not fit in the prefix: see needsFullHeader). Throws StoreError
+  // "malformed Gloo address list at <where>: <what>" for anything that is not a header of this layout (a
+  // value cut short, a publisher outside the scope or other than the own-rank field included).
+  AddressListHeader(std::string_view bytes, size_t publisher, std::string where);
+  // The whole header (kAddressListHeaderBytes or more); the publisher's rank is read from it.
   AddressListHeader(std::string_view header, std::string where);
+
+  // Whether the value whose prefix this is must be read with its whole header: its first bytes are of this
+  // layout and version and name IPv6. False for anything else (the constructor then parses the prefix alone
+  // or says what is wrong with it).
+  static bool needsFullHeader(std::string_view prefix);
 
   AddressListShape shape() const { return shape_; }
   size_t size() const { return count_; }         // ranks, the publisher's own included
-  size_t own() const { return own_; }            // the publisher's rank
+  size_t own() const { return own_; }            // the publisher's rank (given, or read from the whole header)
   size_t entryBytes() const { return entry_; }
   // Where rank r's entry lies in the value (r < size()).
   size_t entryOffset(size_t r) const { return kAddressListHeaderBytes + r * entry_; }
@@ -67,11 +103,14 @@ class AddressListHeader {
   const std::string& where() const { return where_; }
 
  private:
+  // publisher: given, or read from the whole header when absent.
+  void parse(std::string_view bytes, const size_t* publisher);
+
   std::string where_;
   AddressListShape shape_ = AddressListShape::kFull;
   size_t count_ = 0, own_ = 0, entry_ = 0;
   size_t sockaddr_length_ = 0;
-  char sockaddr_[28] = {};
+  char sockaddr_[28] = {};  // the family's sockaddr, port zero for kPorts
   int64_t sequence_ = 0;
 };
 

@@ -83,17 +83,22 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
     scoped->set(std::to_string(options.rank), encodeAddressList(pairs, me));
     pairs.clear();
     const auto waits = options.rendezvous_timeout.value_or(options.timeout);
-    // Every rank's header (one range, the same on every rank: the server builds that answer once) ...
-    const auto header_bytes = scoped->waitAndGet(keys, waits, rendezvous::ValueRange{0, kAddressListHeaderBytes});
+    // Every rank's header prefix (one range, the same on every rank: the server builds that answer once) ...
+    auto header_bytes = scoped->waitAndGet(keys, waits, rendezvous::ValueRange{0, kAddressListPeerBytes});
+    // ... or, when a peer's address is IPv6 (longer than the prefix holds), every whole header.
+    bool ipv6 = false;
+    for (size_t peer = 0; peer < n && !ipv6; ++peer) ipv6 = AddressListHeader::needsFullHeader(header_bytes[peer]);
+    if (ipv6) header_bytes = scoped->waitAndGet(keys, waits, rendezvous::ValueRange{0, kAddressListHeaderBytes});
     std::vector<AddressListHeader> headers;
     headers.reserve(n);
     std::vector<size_t> entry_sizes;  // distinct, of the peers: one in practice (every rank runs one Gloo)
     for (size_t peer = 0; peer < n; ++peer) {
-      headers.emplace_back(header_bytes[peer], detail::concat(scoped->describe(), " key ", peer));
+      // The publisher's rank is the key's; a whole header's own-rank field is checked against it.
+      headers.emplace_back(header_bytes[peer], peer, detail::concat(scoped->describe(), " key ", peer));
       const auto& header = headers.back();
-      HVD_CHECK(header.size() == n && header.own() == peer, StoreError, "Gloo address list at ", scoped->describe(),
-                " key ", peer, " was published by rank ", header.own(), " of ", header.size(), " for rank ", peer,
-                " of ", n, " (a peer of another job?)");
+      HVD_CHECK(header.size() == n, StoreError, "Gloo address list at ", scoped->describe(), " key ", peer,
+                " was published for a scope of ", header.size(), " ranks, read by rank ", me, " of ", n,
+                " (a peer of another job?)");
       if (peer != me && std::find(entry_sizes.begin(), entry_sizes.end(), header.entryBytes()) == entry_sizes.end()) {
         entry_sizes.push_back(header.entryBytes());
       }

@@ -1,15 +1,16 @@
 // One Gloo context (a full mesh of TCP pairs between the members of a scope) and the collectives the
 // runtime runs on it.
 //
-// Rendezvous keeps Horovod's keys and lifecycle (runtime_spec §3.2), so it runs through horovodrun's
-// server as well as ours: <scope>/<r> holds rank r's pair addresses, a barrier makes sure nobody finalizes
-// before every peer has connected, then DELETE <scope>/<r> (the server's scope finalize). Per rank that is
-// 1 PUT, 2 sliced multi-key fetches of every rank's key (its own included, so that every member asks for
-// the same list and the server parses it once): every list's fixed-size header (one range, the same on
-// every rank, so the server builds that answer once for all) and this rank's column (its own entry in every
-// list, at header + rank x entry), then 1 DELETE: about N x (header + entry) bytes per rank. The value is
-// the address list of address_list.h, not connectFullMesh's 136 bytes per peer: a member of this scope must
-// be a libhvd of the same layout version (Horovod's own Gloo workers cannot share a scope with ours).
+// Rendezvous keeps Horovod's keys and lifecycle (runtime_spec §3.2), so it runs through horovodrun's server
+// as well as ours: <scope>/<r> holds rank r's pair addresses, a barrier makes sure nobody finalizes before
+// every peer has connected, then DELETE <scope>/<r> (the server's scope finalize). Per rank that is 1 PUT, 2
+// sliced multi-key fetches (3 for IPv6) of every rank's key (its own included, so that every member asks for
+// the same list and the server parses it once): every list's 20-byte peer prefix (one range, the same on
+// every rank, so the server builds that answer once for all; a second fetch of the whole fixed-size headers
+// only when a peer's address is IPv6, which the prefix cannot hold) and this rank's column (its own entry in
+// every list, at header + rank x entry), then 1 DELETE: about N x (prefix + entry) bytes per rank. The value
+// is the address list of address_list.h, not connectFullMesh's 136 bytes per peer: a member of this scope
+// must be a libhvd of the same layout version (Horovod's own Gloo workers cannot share a scope with ours).
 // It replaces connectFullMesh itself, which costs more: that one publishes <scope>/rank_<r> host names that
 // every rank reads for all lower ranks, one blocking GET each (O(size^2) requests per job, for
 // Pair::setLocalRank, which the TCP transport never reads), and fetches the peers' values one GET at a

@@ -1,14 +1,19 @@
 // The compact Gloo address lists of gloo_backend/address_list.h: each shape round-trips to the addresses
-// Gloo's pairs have (real ones from Debian's Gloo included), the fallback keeps every byte, and malformed
-// values are one-line StoreErrors naming the key.
+// Gloo's pairs have (real ones from Debian's Gloo included), read from the whole value, from the whole
+// header and an entry, and (IPv4, kFull) from the 20-byte peer prefix and an entry as connect reads them;
+// the fallback keeps every byte, and malformed values are one-line StoreErrors naming the key. And
+// Communicator::connect itself: the ranges it fetches (the prefix; the whole headers only for IPv6).
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
 #include <algorithm>
-#include <functional>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include <gloo/transport/context.h>
@@ -16,7 +21,10 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "gloo_backend/address_list.h"
+#include "gloo_backend/communicator.h"
+#include "gloo_backend/device.h"
 #include "rendezvous/error.h"
+#include "rendezvous/memory_store.h"
 
 using namespace hvd::gloo_backend;
 
@@ -60,12 +68,23 @@ std::vector<std::vector<char>> withOwn(std::vector<std::vector<char>> peers, siz
   return peers;
 }
 
-// What a peer reads with the two sliced fetches: the header, then its own entry at its absolute rank.
+// What a peer reads with the two sliced fetches: the whole header, then its own entry at its absolute rank.
 std::vector<char> sliced(const std::vector<char>& value, size_t r, const std::string& where = "global/3") {
   const AddressListHeader header(std::string_view(value.data(), kAddressListHeaderBytes), where);
   const size_t at = header.entryOffset(r);
   CHECK(at == kAddressListHeaderBytes + r * header.entryBytes());
   return header.address(r, std::string_view(value.data() + at, header.entryBytes()));
+}
+
+// The same from the peer prefix alone, as connect reads an IPv4 or kFull list: the publisher's rank is the
+// key's.
+std::vector<char> prefixSliced(const std::vector<char>& value, size_t publisher, size_t r,
+                               const std::string& where = "global/3") {
+  const std::string_view prefix(value.data(), kAddressListPeerBytes);
+  CHECK_FALSE(AddressListHeader::needsFullHeader(prefix));
+  const AddressListHeader header(prefix, publisher, where);
+  CHECK(header.own() == publisher);
+  return header.address(r, std::string_view(value.data() + header.entryOffset(r), header.entryBytes()));
 }
 
 // Every shape: the same header size, rank r's entry at header + r * entry, read alone or from the whole.
@@ -88,6 +107,13 @@ void checkSlices(const std::vector<std::vector<char>>& by_rank, size_t own, Addr
     const auto expected = exact ? by_rank[r] : canonical(by_rank[r]);
     CHECK(list.at(r) == expected);
     CHECK(sliced(blob, r) == expected);
+    // With the publisher's rank from the key: the whole header, and for IPv4 and kFull the prefix alone.
+    const AddressListHeader whole(std::string_view(blob.data(), kAddressListHeaderBytes), own, "global/3");
+    CHECK(whole.address(r, std::string_view(blob.data() + whole.entryOffset(r), entry)) == expected);
+    const bool ipv6 = shape != AddressListShape::kFull &&
+                      reinterpret_cast<const sockaddr*>(by_rank[r].data())->sa_family == AF_INET6;
+    CHECK(AddressListHeader::needsFullHeader(std::string_view(blob.data(), kAddressListPeerBytes)) == ipv6);
+    if (!ipv6) CHECK(prefixSliced(blob, own, r) == expected);
   }
 }
 
@@ -215,41 +241,254 @@ TEST_CASE("address lists: malformed values are one-line StoreErrors naming the k
     }
   };
   const auto fails = [&](std::vector<char> v, const std::string& what) { check([&] { parse(v, where); }, what); };
-  fails({}, "0 bytes, shorter than the 52-byte header");
+  fails({}, "0 bytes, shorter than the 44-byte header");
   // connectFullMesh's layout (136 bytes per peer, from a Horovod worker or an older libhvd).
   fails(std::vector<char>(2 * kGlooAddressBytes, 2), "not the magic");
   auto version = good;
   version[1] = 1;  // the layout before the header had a fixed size
-  fails(version, "version 1, this build reads version 2");
+  fails(version, "version 1, this build reads version 3");
   auto shape = good;
   shape[2] = 7;
   fails(shape, "unknown shape 7");
   auto cut = good;
   cut.pop_back();
-  fails(cut, "where 3 entries of 2 take 58");
+  fails(cut, "where 3 entries of 2 take 50");
   auto longer = good;
   longer.push_back(0);
-  fails(longer, "where 3 entries of 2 take 58");
+  fails(longer, "where 3 entries of 2 take 50");
   auto header_cut = good;
   header_cut.resize(30);
-  fails(header_cut, "30 bytes, shorter than the 52-byte header");
+  fails(header_cut, "30 bytes, shorter than the 44-byte header");
   auto own = good;
-  own[8] = 3;
+  own[40] = 3;
   fails(own, "own rank 3 in a scope of 3");
   auto entry = good;
-  entry[12] = 5;
+  entry[14] = 5;
   fails(entry, "entries of 5 bytes where shape 2 has 2");
-  auto length = good;
-  length[3] = 20;
-  fails(length, "sockaddr of 20 bytes with family 2");
   auto family = good;
-  family[24] = 77;
-  fails(family, "with family 77");
+  family[3] = 20;
+  fails(family, "family code 20, not 4 (IPv4) or 6 (IPv6)");
   auto full = encodeAddressList(withOwn({std::vector<char>(20, 'a')}, 1), 1);
-  full[12] = full[13] = full[14] = full[15] = 0;
+  REQUIRE(parse(full).shape() == AddressListShape::kFull);
+  auto full_family = full;
+  full_family[3] = 4;
+  fails(full_family, "family code 4 in a full list");
+  full[14] = full[15] = 0;
   fails(full, "entries of 0 bytes in a full list");
+  // Read with the publisher's rank from the key: the prefix cut short, a whole header of another rank, a
+  // prefix of a smaller scope.
+  const auto read = [&](size_t bytes, size_t publisher, const std::string& what) {
+    check([&] { AddressListHeader(std::string_view(good.data(), bytes), publisher, where); }, what);
+  };
+  read(kAddressListPeerBytes - 1, 0, "19 bytes, shorter than the 20-byte peer prefix");
+  read(kAddressListHeaderBytes, 1, "published by rank 0, read from rank 1's key (a peer of another job?)");
+  read(kAddressListPeerBytes, 3, "read from rank 3's key, published for a scope of 3 (a peer of another job?)");
+  read(kAddressListHeaderBytes, 3, "published by rank 0, read from rank 3's key");
   // A slice cut short (the value ended inside rank 2's entry).
   const AddressListHeader header(std::string_view(good.data(), kAddressListHeaderBytes), where);
   check([&] { header.address(2, std::string_view(good.data() + header.entryOffset(2), 1)); },
         "the entry of rank 2 is 1 bytes, not 2 (the value is cut short)");
+}
+
+TEST_CASE("address lists: the 20-byte peer prefix decodes IPv4 and full lists as the whole header does",
+          "[gloo][address_list]") {
+  const size_t n = 6, own = 2;
+  std::vector<std::vector<char>> sequence, ports;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    sequence.push_back(address(AF_INET, 40000, 11 + static_cast<int64_t>(i), 'q'));
+    ports.push_back(address(AF_INET, static_cast<uint16_t>(50000 + 3 * i), -1, 'q'));
+  }
+  auto mixed = ports;
+  mixed[3][4] = 77;  // another host: kFull
+  for (const auto& [peers, shape] : {std::pair{sequence, AddressListShape::kSequence},
+                                     std::pair{ports, AddressListShape::kPorts},
+                                     std::pair{mixed, AddressListShape::kFull}}) {
+    const auto by_rank = withOwn(peers, own);
+    const auto blob = encodeAddressList(by_rank, own);
+    INFO("shape " << static_cast<int>(shape));
+    REQUIRE(parse(blob).shape() == shape);
+    const std::string_view prefix(blob.data(), kAddressListPeerBytes);
+    CHECK_FALSE(AddressListHeader::needsFullHeader(prefix));
+    const AddressListHeader from_prefix(prefix, own, "global/2");
+    const AddressListHeader from_whole(std::string_view(blob.data(), kAddressListHeaderBytes), "global/2");
+    CHECK(from_prefix.shape() == shape);
+    CHECK(from_prefix.size() == n);
+    CHECK(from_prefix.own() == own);
+    CHECK(from_prefix.entryBytes() == from_whole.entryBytes());
+    for (size_t r = 0; r < n; ++r) {
+      if (r == own) continue;
+      const std::string_view entry(blob.data() + from_whole.entryOffset(r), from_whole.entryBytes());
+      const auto expected = shape == AddressListShape::kFull ? by_rank[r] : canonical(by_rank[r]);
+      CHECK(from_whole.address(r, entry) == expected);
+      CHECK(from_prefix.address(r, entry) == expected);
+    }
+  }
+}
+
+TEST_CASE("address lists: an IPv6 list needs the whole header", "[gloo][address_list]") {
+  for (const int64_t seq : {int64_t(-1), int64_t(5)}) {
+    std::vector<std::vector<char>> peers;
+    for (int i = 0; i < 3; ++i) {
+      auto a = address(AF_INET6, static_cast<uint16_t>(seq == -1 ? 41000 + i : 41000), seq == -1 ? -1 : seq + i);
+      sockaddr_in6 sin6;
+      std::memcpy(&sin6, a.data(), sizeof sin6);
+      sin6.sin6_flowinfo = htonl(0x12345);
+      sin6.sin6_scope_id = 3;
+      for (int b = 0; b < 16; ++b) sin6.sin6_addr.s6_addr[b] = static_cast<uint8_t>(0x20 + b);  // every byte
+      std::memcpy(a.data(), &sin6, sizeof sin6);
+      peers.push_back(a);
+    }
+    const auto by_rank = withOwn(peers, 1);
+    const auto blob = encodeAddressList(by_rank, 1);
+    INFO("sequence " << seq);
+    REQUIRE(parse(blob).shape() == (seq == -1 ? AddressListShape::kPorts : AddressListShape::kSequence));
+    const std::string_view prefix(blob.data(), kAddressListPeerBytes);
+    CHECK(AddressListHeader::needsFullHeader(prefix));
+    try {
+      AddressListHeader(prefix, 1, "global/1");
+      FAIL("an IPv6 list was parsed from its prefix");
+    } catch (const hvd::StoreError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("malformed Gloo address list at global/1: an IPv6 list read from its "
+                                           "first 20 bytes: its address needs the whole 44-byte header"));
+    }
+    const AddressListHeader header(std::string_view(blob.data(), kAddressListHeaderBytes), 1, "global/1");
+    for (const size_t r : {size_t(0), size_t(2), size_t(3)}) {
+      const auto got = header.address(r, std::string_view(blob.data() + header.entryOffset(r), header.entryBytes()));
+      CHECK(got == canonical(by_rank[r]));
+    }
+  }
+}
+
+TEST_CASE("address lists: sequence numbers outside i32 are kept whole", "[gloo][address_list]") {
+  const int64_t big = int64_t(INT32_MAX) + 1, small = int64_t(INT32_MIN) - 1;
+  SECTION("consecutive from past i32: kFull") {
+    checkSlices(withOwn({address(AF_INET, 40000, big), address(AF_INET, 40000, big + 1)}, 0), 0,
+                AddressListShape::kFull, kGlooAddressBytes, true);
+  }
+  SECTION("one port per pair, below i32: kFull") {
+    checkSlices(withOwn({address(AF_INET, 40000, small), address(AF_INET, 40001, small)}, 2), 2,
+                AddressListShape::kFull, kGlooAddressBytes, true);
+  }
+  SECTION("the first in i32, the next past it: kSequence, decoded in 64 bits") {
+    checkSlices(withOwn({address(AF_INET, 40000, INT32_MAX), address(AF_INET, 40000, big)}, 1), 1,
+                AddressListShape::kSequence, 0, false);
+  }
+  SECTION("-1, the unset number, and i32's ends stay compact") {
+    for (const int64_t seq : {int64_t(-1), int64_t(INT32_MIN), int64_t(INT32_MAX)}) {
+      checkSlices(withOwn({address(AF_INET, 40000, seq), address(AF_INET, 40001, seq)}, 0), 0,
+                  AddressListShape::kPorts, 2, false);
+    }
+  }
+}
+
+TEST_CASE("address lists: an IPv4 sockaddr with a non-zero sin_zero is kept whole", "[gloo][address_list]") {
+  auto a = address(AF_INET, 40000, -1), b = address(AF_INET, 40001, -1);
+  b[offsetof(sockaddr_in, sin_zero) + 3] = 1;
+  checkSlices(withOwn({a, b}, 0), 0, AddressListShape::kFull, kGlooAddressBytes, true);
+}
+
+TEST_CASE("address lists: a version-2 value is refused naming both versions", "[gloo][address_list]") {
+  // A version-2 ports list of rank 0 of 3, as the previous layout wrote it: magic, version, shape,
+  // sockaddr length, count, own rank, entry bytes, i64 sequence number, 28 sockaddr bytes, 2-byte entries.
+  std::vector<char> v2(52 + 3 * 2, 0);
+  v2[0] = static_cast<char>(0xA7);
+  v2[1] = 2;
+  v2[2] = static_cast<char>(AddressListShape::kPorts);
+  v2[3] = sizeof(sockaddr_in);
+  v2[4] = 3;
+  v2[12] = 2;
+  std::memset(v2.data() + 16, 0xFF, 8);
+  const auto sin = address(AF_INET, 0, -1);
+  std::memcpy(v2.data() + 24, sin.data(), sizeof(sockaddr_in));
+  v2[52 + 2] = 1;
+  v2[52 + 4] = 2;
+  CHECK_FALSE(AddressListHeader::needsFullHeader(std::string_view(v2.data(), kAddressListPeerBytes)));
+  const std::string message = "malformed Gloo address list at global/0: version 2, this build reads version 3";
+  CHECK_THROWS_WITH(parse(v2, "global/0"), message);
+  CHECK_THROWS_WITH(AddressListHeader(std::string_view(v2.data(), kAddressListPeerBytes), 0, "global/0"), message);
+  CHECK_THROWS_WITH(AddressListHeader(std::string_view(v2.data(), kAddressListHeaderBytes), 0, "global/0"), message);
+  CHECK_THROWS_AS(parse(v2, "global/0"), hvd::StoreError);
+}
+
+namespace {
+
+// A MemoryStore that records the range of every sliced multi-key fetch.
+class RecordingStore final : public hvd::rendezvous::Store {
+ public:
+  void set(const std::string& key, const hvd::rendezvous::Bytes& value) override { store_.set(key, value); }
+  std::optional<hvd::rendezvous::Bytes> tryGet(const std::string& key) override { return store_.tryGet(key); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    store_.wait(keys, timeout);
+  }
+  using Store::wait;
+  int64_t add(const std::string& key, int64_t delta) override { return store_.add(key, delta); }
+  void deleteKey(const std::string& key) override { store_.deleteKey(key); }
+  std::string describe() const override { return "recording store"; }
+  using Store::waitAndGet;
+  hvd::rendezvous::ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                                        hvd::rendezvous::ValueRange range) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ranges_.push_back(range);
+    }
+    return Store::waitAndGet(keys, timeout, range);
+  }
+  size_t count(hvd::rendezvous::ValueRange range) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<size_t>(std::count(ranges_.begin(), ranges_.end(), range));
+  }
+  size_t fetches() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ranges_.size();
+  }
+
+ private:
+  hvd::rendezvous::MemoryStore store_;
+  std::mutex mutex_;
+  std::vector<hvd::rendezvous::ValueRange> ranges_;
+};
+
+}  // namespace
+
+TEST_CASE("address lists: connect fetches every peer prefix, and every whole header only for IPv6",
+          "[gloo][address_list]") {
+  for (const std::string host : {"127.0.0.1", "::1"}) {
+    INFO("host " << host);
+    const bool ipv6 = host == "::1";
+    constexpr int n = 3;
+    auto store = std::make_shared<RecordingStore>();
+    std::vector<std::string> errors(n);
+    std::vector<float> sums(n, 0);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r) {
+      ranks.emplace_back([&, r] {
+        try {
+          hvd::gloo_backend::DeviceOptions device_options;
+          device_options.hostname = host;
+          auto device = Device::create(device_options);
+          CommunicatorOptions options;
+          options.rank = r;
+          options.size = n;
+          options.timeout = std::chrono::seconds(20);
+          auto communicator = Communicator::connect(store, device, options);
+          float value = static_cast<float>(r + 1);
+          communicator->allreduce(&value, 1, DataType::kFloat32, ReduceOp::kSum);
+          sums[r] = value;
+          communicator->close();
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(errors[r] == "");  // shows the message when not
+      CHECK(sums[r] == 6.0f);
+    }
+    CHECK(store->count({0, kAddressListPeerBytes}) == n);
+    CHECK(store->count({0, kAddressListHeaderBytes}) == (ipv6 ? n : 0));
+    for (size_t r = 0; r < n; ++r) CHECK(store->count({kAddressListHeaderBytes + 2 * r, 2}) == 1);  // kPorts
+    CHECK(store->fetches() == (ipv6 ? 3 * n : 2 * n));
+  }
 }
