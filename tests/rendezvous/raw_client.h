@@ -12,6 +12,8 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace hvd::rendezvous::testing {
 
@@ -103,6 +105,20 @@ class RawClient {
       if (n == 0) return true;
       if (n < 0) return errno == ECONNRESET;
     }
+  }
+
+  // Reads whatever arrives, at most `piece` bytes at a time with `pause` between reads, until the peer
+  // closes, the read timeout passes, or `bytes` have arrived; returns what arrived.
+  std::string readSlowly(size_t bytes, size_t piece, std::chrono::milliseconds pause) {
+    std::string data;
+    std::vector<char> buf(piece);
+    while (data.size() < bytes) {
+      ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      data.append(buf.data(), static_cast<size_t>(n));
+      std::this_thread::sleep_for(pause);
+    }
+    return data;
   }
 
   // Closes with a TCP reset instead of an orderly FIN.

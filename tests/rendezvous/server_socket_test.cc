@@ -186,6 +186,37 @@ TEST_CASE("sockets: half-sent requests and slow clients are cut off at the read 
   CHECK(idle.readResponse().empty());
 }
 
+TEST_CASE("sockets: a slow reader of a large answer gets all of it; one that stops reading is cut off",
+          "[server][limits]") {
+  ServerOptions options;
+  options.read_timeout = 300ms;
+  ServerThread server(options);
+  // More than the socket buffers of both ends hold, so the answer's write outlasts the timeout many times.
+  const std::string value(32 << 20, 'v');
+  CHECK(statusOf(roundTrip(server.port(), horovodRequest("PUT", "/s/big", value))) == 200);
+  const std::string request = "GET /s/big HTTP/1.1\r\n\r\n";
+
+  RawClient stalled(server.port(), 5s);
+  REQUIRE(stalled.send(request));
+  RawClient slow(server.port(), 5s);
+  REQUIRE(slow.send(request));
+  const auto start = Clock::now();
+  // 64 KiB every 3 ms: about 1.5 s for the answer, each piece well within the 300 ms.
+  const std::string got = slow.readSlowly(value.size() + 1000, 64 << 10, 3ms);
+  CHECK(Clock::now() - start > 900ms);
+  CHECK(statusOf(got) == 200);
+  CHECK(got.size() > value.size());
+  const bool whole = bodyOf(got) == value;  // not CHECK(a == b): Catch would print 32 MiB on a failure
+  CHECK(whole);
+
+  // The stalled client's answer stopped at what the buffers held: the server gave up on it.
+  const std::string partial = stalled.readSlowly(value.size() + 1000, 1 << 20, 0ms);
+  CHECK(statusOf(partial) == 200);
+  CHECK(partial.size() < value.size());
+  // Other clients are unaffected.
+  CHECK(statusOf(roundTrip(server.port(), horovodRequest("GET", "/s/missing"))) == 404);
+}
+
 TEST_CASE("sockets: abrupt disconnects do not disturb the server", "[server]") {
   ServerThread server;
   for (int i = 0; i < 20; ++i) {
