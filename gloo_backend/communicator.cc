@@ -83,8 +83,9 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
     scoped->set(std::to_string(options.rank), encodeAddressList(pairs, me));
     pairs.clear();
     const auto waits = options.rendezvous_timeout.value_or(options.timeout);
-    // Every rank's header prefix (one range, the same on every rank: the server builds that answer once) ...
-    auto header_bytes = scoped->waitAndGet(keys, waits, rendezvous::ValueRange{0, kAddressListPeerBytes});
+    // Every rank's header prefix (one range, the same on every rank: the server builds that answer once;
+    // the prefixes of the ranks of one host are equal, so each host's comes once, the rest as references) ...
+    auto header_bytes = scoped->waitAndGet(keys, waits, rendezvous::ValueRange{0, kAddressListPeerBytes, true});
     // ... or, when a peer's address is IPv6 (longer than the prefix holds), every whole header.
     bool ipv6 = false;
     for (size_t peer = 0; peer < n && !ipv6; ++peer) ipv6 = AddressListHeader::needsFullHeader(header_bytes[peer]);

@@ -167,9 +167,10 @@ void appendValue(std::string& out, std::string_view value) {
   out.append(value);
 }
 
-void appendValueOrRef(std::string& out, std::string_view value, std::optional<uint32_t> ref) {
-  if (ref) {
-    appendLeb128(out, (uint64_t{*ref} << 1) | 1);
+void appendValueOrRef(std::string& out, std::string_view value, std::optional<uint32_t> back) {
+  if (back) {
+    HVD_INTERNAL_ASSERT(*back >= 1, "a value cannot refer to itself");
+    appendLeb128(out, (uint64_t{*back - 1} << 1) | 1);
   } else {
     appendLeb128(out, uint64_t{value.size()} << 1);
     out.append(value);
@@ -183,8 +184,9 @@ std::optional<std::vector<std::string_view>> splitValues(std::string_view body, 
     auto n = readLeb128(body, at);
     if (!n) return std::nullopt;
     if (refs && (*n & 1)) {
-      if ((*n >> 1) >= out.size()) return std::nullopt;  // only an earlier value can be referred to
-      out.push_back(out[*n >> 1]);
+      const uint64_t back = (*n >> 1) + 1;
+      if (back > out.size()) return std::nullopt;  // only an earlier value can be referred to
+      out.push_back(out[out.size() - back]);
       continue;
     }
     if (refs) *n >>= 1;
@@ -294,21 +296,21 @@ namespace {
 // A multi-key answer in appendValue's encoding, sized exactly and filled in place: a column answer is N
 // slices of a few bytes each, where a call to append() per slice would cost more than the bytes.
 template <typename Slice>
-std::string encodePacked(const std::vector<const std::string*>& values, const Slice& slice) {
+std::string encodePacked(const std::vector<std::string_view>& values, const Slice& slice) {
   const auto lengthBytes = [](uint64_t n) {
     size_t k = 1;
     while (n >>= 7) ++k;
     return k;
   };
   size_t bytes = 0;
-  for (const std::string* value : values) {
-    const size_t size = slice(*value).size();
+  for (const std::string_view value : values) {
+    const size_t size = slice(value).size();
     bytes += lengthBytes(size) + size;
   }
   std::string body(bytes, '\0');
   char* out = body.data();
-  for (const std::string* value : values) {
-    const std::string_view part = slice(*value);
+  for (const std::string_view value : values) {
+    const std::string_view part = slice(value);
     uint64_t n = part.size();
     do {
       const auto low = static_cast<unsigned char>(n & 0x7f);
@@ -327,16 +329,54 @@ std::string encodePacked(const std::vector<const std::string*>& values, const Sl
   return body;
 }
 
-// The same in appendValueOrRef's encoding: each distinct slice once, the others as the index of its
-// first occurrence.
+// The answers for `count` slices of `length` bytes at first, first + length, ... (appendValue's encoding,
+// each value's slice clipped to its end), built in one pass over the values: the slices of one value lie
+// side by side, so a value costs one or two cache misses for all of them instead of one per answer.
+std::vector<std::string> encodePackedWindow(const std::vector<std::string_view>& values, uint64_t first,
+                                            uint64_t length, size_t count) {
+  const auto clipped = [&](size_t value_size, size_t i) -> size_t {
+    const uint64_t offset = first + i * length;
+    return offset >= value_size ? 0 : static_cast<size_t>(std::min<uint64_t>(length, value_size - offset));
+  };
+  std::vector<size_t> bytes(count, 0);
+  for (const std::string_view value : values) {
+    for (size_t i = 0; i < count; ++i) {
+      const size_t size = clipped(value.size(), i);
+      bytes[i] += size + (size < 128 ? 1 : 2);  // length <= kBatchedSliceBytes: one LEB128 byte
+    }
+  }
+  std::vector<std::string> answers(count);
+  std::vector<char*> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    answers[i].assign(bytes[i], '\0');
+    out[i] = answers[i].data();
+  }
+  for (const std::string_view value : values) {
+    const char* data = value.data();
+    for (size_t i = 0; i < count; ++i) {
+      const size_t size = clipped(value.size(), i);
+      *out[i]++ = static_cast<char>(size);
+      for (size_t b = 0; b < size; ++b) *out[i]++ = data[first + i * length + b];
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    HVD_INTERNAL_ASSERT(out[i] == answers[i].data() + answers[i].size(), "windowed answer ", i, " of ",
+                        answers[i].size(), " bytes filled to ", out[i] - answers[i].data());
+  }
+  return answers;
+}
+
+// The same in appendValueOrRef's encoding: each distinct slice once, the others as the distance back to
+// its nearest occurrence (1 for consecutive ranks of one host: one byte).
 template <typename Slice>
-std::string encodeWithRefs(const std::vector<const std::string*>& values, const Slice& slice) {
+std::string encodeWithRefs(const std::vector<std::string_view>& values, const Slice& slice) {
   std::string body;
-  std::unordered_map<std::string_view, uint32_t> first;
-  first.reserve(values.size());
+  std::unordered_map<std::string_view, uint32_t> last;  // where each distinct slice was last seen
+  last.reserve(values.size());
   for (uint32_t i = 0; i < values.size(); ++i) {
-    const auto [at, added] = first.emplace(slice(*values[i]), i);
-    appendValueOrRef(body, at->first, added ? std::nullopt : std::optional<uint32_t>(at->second));
+    const auto [at, added] = last.emplace(slice(values[i]), i);
+    appendValueOrRef(body, at->first, added ? std::nullopt : std::optional<uint32_t>(i - at->second));
+    at->second = i;
   }
   return body;
 }
@@ -370,17 +410,48 @@ std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope,
         missing = i;
         return nullptr;
       }
-      set.resolved.push_back(&it->second);
+      set.resolved.emplace_back(it->second);
     }
     set.resolved_version = version;
   }
-  const auto slice = [&](const std::string& value) {
-    if (!range) return std::string_view(value);
+  const auto slice = [&](std::string_view value) {
+    if (!range) return value;
     if (range->offset >= value.size()) return std::string_view();
-    return std::string_view(value).substr(range->offset, std::min<uint64_t>(range->length, value.size() - range->offset));
+    return value.substr(range->offset, std::min<uint64_t>(range->length, value.size() - range->offset));
   };
-  std::string body = range && range->repeats ? encodeWithRefs(set.resolved, slice) : encodePacked(set.resolved, slice);
-  auto shared = std::make_shared<const std::string>(std::move(body));
+  std::shared_ptr<const std::string> shared;
+  if (range && !range->repeats && range->length > 0 && range->length <= kBatchedSliceBytes) {
+    // A rank's column: the columns of its neighbours (slices of the same length whose offsets are equal
+    // modulo it, kSliceWindow of them) are built in the same pass and wait in set.batched until their
+    // ranks ask, once each (a value's slices for all of them share a cache line or two, and with N
+    // values of N slices each, building columns one at a time is N^2 cache misses).
+    if (set.batched_version != version) {
+      set.batched.clear();
+      set.batched_version = version;
+    }
+    if (auto it = set.batched.find(range->offset); it != set.batched.end() && it->second.first == range->length) {
+      shared = std::move(it->second.second);
+      set.batched.erase(it);
+    } else {
+      const uint64_t first = range->offset - ((range->offset / range->length) % kSliceWindow) * range->length;
+      auto answers = encodePackedWindow(set.resolved, first, range->length, kSliceWindow);
+      // Kept for later requests only where they lie inside the first value: the batch stays bounded by
+      // the data itself, whatever ranges clients ask for.
+      const size_t extent = set.resolved.empty() ? 0 : set.resolved.front().size();
+      for (size_t i = 0; i < kSliceWindow; ++i) {
+        const uint64_t offset = first + i * range->length;
+        auto body = std::make_shared<const std::string>(std::move(answers[i]));
+        if (offset == range->offset) {
+          shared = std::move(body);
+        } else if (offset + range->length <= extent) {
+          set.batched.emplace(offset, std::make_pair(range->length, std::move(body)));
+        }
+      }
+    }
+  } else {
+    shared = std::make_shared<const std::string>(range && range->repeats ? encodeWithRefs(set.resolved, slice)
+                                                                         : encodePacked(set.resolved, slice));
+  }
   if (!range) {
     set.body = shared;
     set.body_version = version;

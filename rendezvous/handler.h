@@ -28,7 +28,7 @@
 //                                     COUNT is at most kMaxNumericKeys; anything malformed is 400 naming it.
 //   POST   /<scope>?wait_ms=N&values=1&refs=1[&range=...][&keys=...]
 //                                     the same, but a value (or slice) equal to an earlier one in the answer
-//                                     is sent as that one's index (appendValueOrRef), marked X-Hvd-Refs
+//                                     is sent as how far back it is (appendValueOrRef), marked X-Hvd-Refs
 //                                     (extension: the headers of N ranks on a few hosts are a few distinct
 //                                     values, so every rank receives ~N bytes instead of N headers).
 //   GET    /status                    JSON: scopes, keys, joined ranks, uptime, elastic round (extension)
@@ -67,6 +67,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "rendezvous/store.h"
@@ -101,6 +102,11 @@ inline constexpr uint64_t kMaxNumericKeys = 1u << 20;
 // Response header of a multi-key fetch asked with &refs=1: the body is in appendValueOrRef's encoding.
 inline constexpr const char* kRefsHeader = "X-Hvd-Refs";
 
+// Slices of at most kBatchedSliceBytes (a rank's column of every peer's address list) are answered in
+// windows of kSliceWindow neighbouring slices, built in one pass (KvState::valuesBody).
+inline constexpr uint64_t kBatchedSliceBytes = 8;
+inline constexpr size_t kSliceWindow = 64;
+
 // How many sliced answers one key list keeps (per rank ranges come and go; each is cheap to rebuild).
 inline constexpr size_t kRangeAnswersPerKeyList = 4;
 
@@ -108,8 +114,8 @@ inline constexpr size_t kRangeAnswersPerKeyList = 4;
 // bytes. splitValues returns the values (views into body), or nullopt when body is not such a sequence.
 void appendValue(std::string& out, std::string_view value);
 // With &refs=1 (ValueRange::repeats) a value is either LEB128(length << 1) and its bytes, or
-// LEB128(index << 1 | 1): the same bytes as the earlier value at that index (its first occurrence).
-void appendValueOrRef(std::string& out, std::string_view value, std::optional<uint32_t> ref);
+// LEB128((back - 1) << 1 | 1): the same bytes as the value `back` places earlier (back >= 1).
+void appendValueOrRef(std::string& out, std::string_view value, std::optional<uint32_t> back);
 // refs: body is in appendValueOrRef's encoding (a reference to a later or absent value is malformed).
 std::optional<std::vector<std::string_view>> splitValues(std::string_view body, bool refs = false);
 
@@ -259,7 +265,12 @@ struct WaitSet {
   // Guarded by KvState's mutex: the values of keys at scope version `resolved_version` (map nodes are
   // stable until the scope changes), so that N answers of N slices do not look up N keys each.
   mutable uint64_t resolved_version = 0;
-  mutable std::vector<const std::string*> resolved;
+  mutable std::vector<std::string_view> resolved;
+  // Guarded by KvState's mutex: answers of small slices built alongside one that was asked for, by
+  // offset (with their length), until asked for themselves (then removed); of scope version
+  // batched_version only.
+  mutable uint64_t batched_version = 0;
+  mutable std::unordered_map<uint64_t, std::pair<uint64_t, std::shared_ptr<const std::string>>> batched;
 };
 
 // What the server should do with a request: answer now, or park it until scope/key is stored (long

@@ -1,18 +1,22 @@
 // Rendezvous scale simulation: N simulated workers making exactly the requests of Communicator::connect
 // (gloo_backend) against a real hvd-rendezvous process, with the address lists this machine's Gloo
-// produces (Debian's libgloo-dev listens once per pair: shape kPorts of address_list.h, a 52-byte header
-// and a 2-byte entry per rank). Each worker:
-//   PUT    /<scope>/<r>                                      its address list (real encoder layout)
-//   POST   /<scope>?wait_ms=..&values=1&range=0,52           every rank's header (one answer shared by all)
-//   POST   /<scope>?wait_ms=..&values=1&range=52+2r,2        its column: its entry in every list
+// produces (Debian's libgloo-dev listens once per pair: shape kPorts of address_list.h, a 44-byte header
+// whose first 20 bytes are what peers read, and a 2-byte entry per rank). The ranks sit K to a host
+// (--ranks-per-host, default 8 as on a node of 8 GPUs): the ranks of one host publish the same host
+// address, so their header prefixes are equal. Each worker:
+//   PUT    /<scope>/<r>                                             its address list (real encoder layout)
+//   POST   /<scope>?wait_ms=..&values=1&keys=0,N&range=0,20&refs=1  every rank's header prefix, each host's
+//                                                                   once (one answer shared by all)
+//   POST   /<scope>?wait_ms=..&values=1&keys=0,N&range=44+2r,2      its column: its entry in every list
 //   (Gloo's barrier over the new pairs: every worker has fetched)
 //   DELETE /<scope>/<r>
-// It checks the framing of every answer (N values of the expected sizes) and, for a sample of workers, the
-// decoded headers and every entry of its column against what the peers published.
+// It checks the size of every answer (exactly what the encodings give) and, for a sample of workers, the
+// decoded headers (host addresses) and every entry of its column against what the peers published.
 // Reports time to completion (from the release of the workers to the last DELETE answered) and the
 // server's peak RSS (VmHWM), medians over rounds.
 //
 //   rendezvous_scale [--quick] [--n N[,N...]] [--rounds R] [--daemon PATH] [--per-process W]
+//                    [--ranks-per-host K]
 //
 // Workers are not threads (thousands of threads on a few cores measure the clients, not the server): the
 // N workers are split over client processes of at most W (default 4096) each, every process driving its
@@ -35,10 +39,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <regex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "gloo_backend/address_list.h"
@@ -99,11 +105,17 @@ long peakRssKiB(pid_t pid) {
 // The port of publisher r's pair to peer i (never 0).
 uint16_t portOf(int r, int i) { return static_cast<uint16_t>(32768 + (static_cast<int64_t>(r) * 7919 + i) % 28000); }
 
-std::vector<char> gloAddress(uint16_t port) {
+int g_ranks_per_host = 8;  // --ranks-per-host
+
+// The IPv4 address of rank r's host: 127.0.0.1 for the first host, 127.0.0.2 for the next, and so on
+// (addresses only: the simulation never connects to them).
+uint32_t hostAddress(int r) { return INADDR_LOOPBACK + static_cast<uint32_t>(r / g_ranks_per_host); }
+
+std::vector<char> gloAddress(uint32_t host, uint16_t port) {
   std::vector<char> a(gb::kGlooAddressBytes, 0);
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
-  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sin.sin_addr.s_addr = htonl(host);
   sin.sin_port = htons(port);
   std::memcpy(a.data(), &sin, sizeof sin);
   const int64_t seq = -1;  // Debian's Gloo leaves it unset
@@ -111,41 +123,67 @@ std::vector<char> gloAddress(uint16_t port) {
   return a;
 }
 
-// Rank r's value, as the runtime's encoder builds it from its pairs' addresses.
-std::vector<char> encodeReal(int n, int r) {
+// Rank r's value, as the runtime's encoder builds it from its pairs' addresses (on host `host`).
+std::vector<char> encodeReal(int n, int r, uint32_t host) {
   std::vector<std::vector<char>> by_rank(n);
   for (int i = 0; i < n; ++i) {
-    if (i != r) by_rank[i] = gloAddress(portOf(r, i));
+    if (i != r) by_rank[i] = gloAddress(host, portOf(r, i));
   }
   return gb::encodeAddressList(by_rank, static_cast<size_t>(r));
 }
+std::vector<char> encodeReal(int n, int r) { return encodeReal(n, r, hostAddress(r)); }
+
+// Where two header encodings first differ, found in [from, kAddressListHeaderBytes).
+size_t firstDifference(const std::vector<char>& a, const std::vector<char>& b) {
+  for (size_t i = 0; i < gb::kAddressListHeaderBytes; ++i) {
+    if (a[i] != b[i]) return i;
+  }
+  die("two encodings that should differ have the same header");
+}
 
 // The same, without materializing N addresses per rank: a template from the real encoder with rank r's
-// own-rank field and ports patched in. Checked byte for byte against encodeReal for a sample of ranks.
+// own-rank field, host address and ports patched in. Checked byte for byte against encodeReal for a
+// sample of ranks.
 struct Values {
   std::vector<char> base;  // rank 0's
-  size_t own_at = 0;       // where the own-rank field lies (found by diffing two real encodings)
-  Values(int n) : base(encodeReal(n, 0)) {
+  size_t own_at = 0;       // where the own-rank field lies (found by diffing real encodings)
+  size_t host_at = 0;      // where the IPv4 address lies (likewise)
+  size_t headers_bytes = 0;  // the answer to the headers' fetch (every peer prefix, refs=1)
+  Values(int n) : base(encodeReal(n, 0, INADDR_LOOPBACK)) {
     if (n < 2) die("N must be at least 2");
-    const auto one = encodeReal(n, 1);
-    own_at = gb::kAddressListHeaderBytes;
-    for (size_t i = 0; i < gb::kAddressListHeaderBytes; ++i) {
-      if (base[i] != one[i]) {
-        own_at = i;
-        break;
-      }
-    }
-    const gb::AddressListHeader header(std::string_view(base.data(), gb::kAddressListHeaderBytes), "rank 0's list");
-    if (header.shape() != gb::AddressListShape::kPorts || header.entryBytes() != 2 || own_at + 4 > gb::kAddressListHeaderBytes) {
-      die("the encoder did not produce the ports shape with 2-byte entries");
+    own_at = firstDifference(base, encodeReal(n, 1, INADDR_LOOPBACK));
+    host_at = firstDifference(base, encodeReal(n, 0, 0x0a010203));  // 10.1.2.3: every byte differs
+    const gb::AddressListHeader parsed(std::string_view(base.data(), gb::kAddressListHeaderBytes), "rank 0's list");
+    if (parsed.shape() != gb::AddressListShape::kPorts || parsed.entryBytes() != 2 ||
+        own_at + 4 > gb::kAddressListHeaderBytes || host_at + 4 > gb::kAddressListPeerBytes) {
+      die("the encoder did not produce the ports shape with 2-byte entries and the IPv4 address in the peer prefix");
     }
     for (int r : {0, 1, n / 2, n - 1}) {
       if (make(n, r) != encodeReal(n, r)) die("a patched address list differs from the encoder's, rank " + std::to_string(r));
     }
+    // The prefixes of the ranks of one host are equal: each host's comes once, the others as references.
+    std::unordered_map<std::string, uint32_t> last;
+    std::string answer;
+    for (uint32_t r = 0; r < static_cast<uint32_t>(n); ++r) {
+      const std::string prefix = header(static_cast<int>(r)).substr(0, gb::kAddressListPeerBytes);
+      const auto [at, added] = last.emplace(prefix, r);
+      hvd::rendezvous::appendValueOrRef(answer, prefix, added ? std::nullopt : std::optional<uint32_t>(r - at->second));
+      at->second = r;
+    }
+    headers_bytes = answer.size();
+  }
+  // Rank r's header (the first kAddressListHeaderBytes of its value).
+  std::string header(int r) const {
+    std::string h(base.data(), gb::kAddressListHeaderBytes);
+    for (int b = 0; b < 4; ++b) h[own_at + b] = static_cast<char>(static_cast<uint32_t>(r) >> (8 * b));
+    const uint32_t host = htonl(hostAddress(r));
+    std::memcpy(h.data() + host_at, &host, 4);
+    return h;
   }
   std::vector<char> make(int n, int r) const {
     std::vector<char> v = base;
-    for (int b = 0; b < 4; ++b) v[own_at + b] = static_cast<char>(static_cast<uint32_t>(r) >> (8 * b));
+    const std::string h = header(r);
+    std::memcpy(v.data(), h.data(), h.size());
     for (int i = 0; i < n; ++i) {
       char* at = v.data() + gb::kAddressListHeaderBytes + 2 * i;
       if (i == r) {
@@ -180,9 +218,8 @@ struct Client {
   int n, lo, hi, round, epfd, ctrl_in, ctrl_out;
   uint16_t port;
   const Values* values;
-  std::string keys;  // the multi-key fetch's body: every rank, one per line
   std::vector<Conn> conns;
-  int fetched = 0, finished = 0;
+  int fetched = 0, finished = 0, reconnects = 0;
 
   std::string scope() const { return "sim" + std::to_string(round); }
 
@@ -213,8 +250,11 @@ struct Client {
   }
   void fetch(Conn& c) {
     const size_t h = gb::kAddressListHeaderBytes;
-    const std::string range = c.step == 1 ? "0," + std::to_string(h) : std::to_string(h + 2 * c.rank) + ",2";
-    request(c, "POST", "/" + scope() + "?wait_ms=" + std::to_string(kWaitMs) + "&values=1&range=" + range, keys);
+    const std::string range = c.step == 1 ? "0," + std::to_string(gb::kAddressListPeerBytes) + "&refs=1"
+                                          : std::to_string(h + 2 * c.rank) + ",2";
+    request(c, "POST",
+            "/" + scope() + "?wait_ms=" + std::to_string(kWaitMs) + "&values=1&keys=0," + std::to_string(n) + "&range=" + range,
+            {});
   }
   void next(Conn& c) {
     if (c.step == 0) {
@@ -230,28 +270,27 @@ struct Client {
   }
   void check(const Conn& c) {
     const std::string who = "worker " + std::to_string(c.rank);
-    const size_t h = gb::kAddressListHeaderBytes;
-    const size_t each = c.step == 1 ? h : 2;
-    // Every value has one length byte (below 128) and `each` bytes.
-    if (c.body_size != static_cast<size_t>(n) * (1 + each)) {
+    // Headers: headers_bytes (refs=1); columns: every value one length byte and 2 bytes.
+    const size_t expected = c.step == 1 ? values->headers_bytes : static_cast<size_t>(n) * 3;
+    if (c.body_size != expected) {
       die(who + ": fetch " + std::to_string(c.step) + " answered " + std::to_string(c.body_size) + " bytes, expected " +
-          std::to_string(n * (1 + each)));
+          std::to_string(expected));
     }
     if (!c.keep) return;
-    const auto split = hvd::rendezvous::splitValues(c.body);
+    const auto split = hvd::rendezvous::splitValues(c.body, c.step == 1);
     if (!split || split->size() != static_cast<size_t>(n)) die(who + ": malformed answer");
     for (int p = 0; p < n; ++p) {
+      if (p == c.rank) continue;
       const std::string_view v = (*split)[p];
-      if (c.step == 1) {
-        const gb::AddressListHeader header(v, "key " + std::to_string(p));
-        if (header.own() != static_cast<size_t>(p) || header.size() != static_cast<size_t>(n) || header.entryBytes() != 2) {
-          die(who + ": header of key " + std::to_string(p) + " is not rank " + std::to_string(p) + "'s");
-        }
-      } else if (p != c.rank) {
-        std::string bytes(values->base.data(), h);  // rank p's header: rank 0's with p's own-rank field
-        for (int b = 0; b < 4; ++b) bytes[values->own_at + b] = static_cast<char>(static_cast<uint32_t>(p) >> (8 * b));
-        const gb::AddressListHeader header(bytes, "key " + std::to_string(p));
-        const auto address = header.address(static_cast<size_t>(c.rank), v);
+      const std::string where = "key " + std::to_string(p);
+      // Step 1: the prefix as fetched; step 2: the entry against rank p's header as published.
+      const gb::AddressListHeader header(c.step == 1 ? v : std::string_view(values->header(p)), static_cast<size_t>(p), where);
+      if (header.size() != static_cast<size_t>(n) || header.entryBytes() != 2) die(who + ": header of " + where + " is wrong");
+      const auto address = header.address(static_cast<size_t>(c.rank), c.step == 1 ? std::string_view("\0\0", 2) : v);
+      uint32_t host;
+      std::memcpy(&host, address.data() + 4, 4);
+      if (ntohl(host) != hostAddress(p)) die(who + ": wrong host address from " + where);
+      if (c.step == 2) {
         uint16_t port;
         std::memcpy(&port, address.data() + 2, 2);
         if (ntohs(port) != portOf(p, c.rank)) die(who + ": wrong port from rank " + std::to_string(p));
@@ -288,6 +327,19 @@ struct Client {
     while (true) {
       const ssize_t got = ::recv(c.fd, scratch.data(), scratch.size(), 0);
       if (got < 0 && errno == EAGAIN) return;
+      if (got <= 0 && (c.step == 3 || (c.step == 4 && c.head.empty() && !c.in_body))) {
+        // The server closes keep-alive connections idle for its read timeout (10 s): a worker at the
+        // barrier of a large job may wait longer, and its DELETE may cross the close. It reconnects for
+        // the DELETE (idempotent), as HttpStore does.
+        ::close(c.fd);
+        c.fd = -1;
+        ++reconnects;
+        if (c.step == 4) {
+          connect(c);
+          next(c);
+        }
+        return;
+      }
       if (got <= 0) die("worker " + std::to_string(c.rank) + ": connection lost at step " + std::to_string(c.step));
       const char* p = scratch.data();
       size_t left = static_cast<size_t>(got);
@@ -322,8 +374,24 @@ struct Client {
       }
     }
   }
+  void connect(Conn& c) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    c.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (c.fd < 0) die(std::string("socket: ") + std::strerror(errno));
+    if (::connect(c.fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) die(std::string("connect: ") + std::strerror(errno));
+    int one = 1;
+    ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::fcntl(c.fd, F_SETFL, ::fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<uint32_t>(c.rank - lo);
+    c.want_out = false;
+    ::epoll_ctl(epfd, EPOLL_CTL_ADD, c.fd, &ev);
+  }
   void run() {
-    for (int i = 0; i < n; ++i) keys += std::to_string(i) + "\n";
     epfd = ::epoll_create1(0);
     epoll_event ctrl{};
     ctrl.events = EPOLLIN;
@@ -332,24 +400,11 @@ struct Client {
     char go;
     if (::read(ctrl_in, &go, 1) != 1) die("control pipe");
     conns.resize(static_cast<size_t>(hi - lo));
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     for (int r = lo; r < hi; ++r) {
       Conn& c = conns[r - lo];
       c.rank = r;
       c.keep = r % 509 == 0 || r == n - 1;
-      c.fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      if (c.fd < 0) die(std::string("socket: ") + std::strerror(errno));
-      if (::connect(c.fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) die(std::string("connect: ") + std::strerror(errno));
-      int one = 1;
-      ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      ::fcntl(c.fd, F_SETFL, ::fcntl(c.fd, F_GETFL) | O_NONBLOCK);
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u32 = static_cast<uint32_t>(r - lo);
-      ::epoll_ctl(epfd, EPOLL_CTL_ADD, c.fd, &ev);
+      connect(c);
       next(c);
     }
     std::vector<char> scratch(1 << 20);
@@ -363,6 +418,7 @@ struct Client {
           if (::read(ctrl_in, &d, 1) != 1) die("control pipe closed");
           for (auto& c : conns) {
             c.step = 4;
+            if (c.fd < 0) connect(c);
             next(c);
           }
           continue;
@@ -400,7 +456,7 @@ RoundResult runRound(uint16_t port, int n, int round, int per_process, const Val
         ::close(c.from);
       }
       g_daemon = -1;  // a client process leaves the daemon to the bench process
-      Client client{n, lo, std::min(n, lo + per_process), round, -1, down[0], up[1], port, &values, {}, {}, 0, 0};
+      Client client{n, lo, std::min(n, lo + per_process), round, -1, down[0], up[1], port, &values, {}, 0, 0};
       client.run();
     }
     ::close(down[0]);
@@ -470,9 +526,16 @@ int main(int argc, char** argv) {
       per_process = std::stoi(argv[++i]);
     } else if (a == "--daemon" && has_value) {
       daemon = argv[++i];
+    } else if (a == "--ranks-per-host" && has_value) {
+      g_ranks_per_host = std::stoi(argv[++i]);
+      if (g_ranks_per_host < 1) {
+        std::fprintf(stderr, "rendezvous_scale: --ranks-per-host must be at least 1, got %d\n", g_ranks_per_host);
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
-                   "usage: rendezvous_scale [--quick] [--n N[,N...]] [--rounds R] [--daemon PATH] [--per-process W]\n");
+                   "usage: rendezvous_scale [--quick] [--n N[,N...]] [--rounds R] [--daemon PATH] [--per-process W] "
+                   "[--ranks-per-host K]\n");
       return 2;
     }
   }
@@ -510,12 +573,13 @@ int main(int argc, char** argv) {
     g_daemon = -1;
     std::sort(times.begin(), times.end());
     const size_t h = gb::kAddressListHeaderBytes;
-    const double answered = double(n) * n * ((1 + h) + (1 + 2));
-    std::printf("rendezvous_scale: N=%d: median %.3f s (min %.3f, max %.3f) over %d round(s); server peak RSS %.1f MiB; "
-                "value %zu bytes (ports shape: %zu-byte header, 2 bytes per rank); answers %zu bytes per worker, "
-                "%.1f MiB sent in all; %d client process(es)\n",
-                n, times[times.size() / 2], times.front(), times.back(), rounds, rss / 1024.0, values.base.size(), h,
-                static_cast<size_t>(n * ((1 + h) + 3)), answered / (1 << 20), (n + per_process - 1) / per_process);
+    const size_t per_worker = values.headers_bytes + static_cast<size_t>(n) * 3;
+    std::printf("rendezvous_scale: N=%d (%d per host): median %.3f s (min %.3f, max %.3f) over %d round(s); server peak "
+                "RSS %.1f MiB; value %zu bytes (ports shape: %zu-byte header, 2 bytes per rank); answers %zu bytes per "
+                "worker (headers %zu, column %d), %.1f MiB sent in all; %d client process(es)\n",
+                n, g_ranks_per_host, times[times.size() / 2], times.front(), times.back(), rounds, rss / 1024.0,
+                values.base.size(), h, per_worker, values.headers_bytes, n * 3, double(n) * per_worker / (1 << 20),
+                (n + per_process - 1) / per_process);
     std::fflush(stdout);
   }
   return 0;

@@ -791,8 +791,9 @@ TEST_CASE("handler: refs=1 sends each distinct value once and repeats as referen
   CHECK((*hosts.response)[kRefsHeader] == "1");
   CHECK((*hosts.response)[kRangeHeader] == "1");
   REQUIRE(hosts.shared_body);
-  // "hostA" literal (length 5 << 1), a reference to index 0 (0 << 1 | 1) for ranks 1 and 3, "hostB" literal.
-  CHECK(*hosts.shared_body == std::string("\x0a" "hostA" "\x01" "\x0a" "hostB" "\x01"));
+  // "hostA" literal (length 5 << 1); rank 1: one back ((1 - 1) << 1 | 1); "hostB" literal; rank 3: two
+  // back, to rank 1's ((2 - 1) << 1 | 1).
+  CHECK(*hosts.shared_body == std::string("\x0a" "hostA" "\x01" "\x0a" "hostB" "\x03"));
   auto split = splitValues(*hosts.shared_body, true);
   REQUIRE(split);
   CHECK(*split == std::vector<std::string_view>{"hostA", "hostA", "hostB", "hostA"});
@@ -816,10 +817,10 @@ TEST_CASE("handler: refs=1 sends each distinct value once and repeats as referen
 
 TEST_CASE("splitValues refuses malformed references", "[handler][values][refs]") {
   CHECK_FALSE(splitValues(std::string("\x01"), true));              // a reference before any value
-  CHECK_FALSE(splitValues(std::string("\x02" "a" "\x03"), true));   // to index 1, itself
+  CHECK_FALSE(splitValues(std::string("\x02" "a" "\x03"), true));   // two back from the second value
   CHECK_FALSE(splitValues(std::string("\x04" "a"), true));          // a literal cut short
   CHECK_FALSE(splitValues(std::string("\x80"), true));              // a length cut short
-  const std::string refs("\x02" "a" "\x01" "\x00" "\x01", 5);  // outlives the views into it
+  const std::string refs("\x02" "a" "\x01" "\x00" "\x05", 5);  // outlives the views into it
   auto ok = splitValues(refs, true);
   REQUIRE(ok);
   CHECK(*ok == std::vector<std::string_view>{"a", "a", "", "a"});
