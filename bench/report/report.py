@@ -190,8 +190,8 @@ def evaluate_targets(data):
                         "rendezvous.load_rps.hvd", 50000, True, "req/s", ["rendezvous"]),
         absolute_target(data, "rendezvous-scale", 4, "rendezvous scale: 1024 simulated workers (full mesh) "
                         "in <= 5 s", "rendezvous.scale.1024.seconds", 5.0, False, "s", ["rendezvous"]),
-        absolute_target(data, "rendezvous-scale-4096", None, "rendezvous scale: 4096 simulated workers (PUT, one "
-                        "multi-key fetch, DELETE) in <= 3 s", "rendezvous.scale.4096.seconds", 3.0, False, "s",
+        absolute_target(data, "rendezvous-scale-4096", None, "rendezvous scale: 4096 simulated workers (PUT, two "
+                        "sliced multi-key fetches, DELETE; ports shape, 8 to a host) in <= 3 s", "rendezvous.scale.4096.seconds", 3.0, False, "s",
                         ["rendezvous"]),
         absolute_target(data, "rendezvous-scale-4096-rss", None, "rendezvous scale: server peak RSS with 4096 "
                         "simulated workers <= 256 MiB", "rendezvous.scale.4096.rss", 256.0, False, "MiB",

@@ -264,6 +264,26 @@ TEST_CASE("HttpStore::waitAndGet falls back to one GET per key against Horovod's
   CHECK(server.requests() < 100);
 }
 
+// Our handler's answer without waiting (wait_ms is not honoured: the client asks again until its
+// deadline), a shared body copied in.
+Response answerNow(const Request& req, KvState& state) {
+  Outcome outcome = handle(req, state, false);
+  Response res(*outcome.response);
+  if (outcome.shared_body) {
+    res.body() = *outcome.shared_body;
+    res.prepare_payload();
+  }
+  return res;
+}
+
+// Our server's answer to a query parameter it does not know (`parameter`: "name=value").
+Response unknownParameter(const Request& req, const std::string& parameter) {
+  Response res{http::status::bad_request, req.version()};
+  res.body() = "unknown query parameter '" + parameter + "' for POST /<scope>\n";
+  res.prepare_payload();
+  return res;
+}
+
 // Our server as it was before sliced fetches: a request with &range= is refused as an unknown parameter.
 class NoRangeServer {
  public:
@@ -277,20 +297,10 @@ class NoRangeServer {
     const auto at = target.find("&range=");
     if (at != std::string::npos) {
       ++ranged_;
-      Response res{http::status::bad_request, req.version()};
-      res.body() = "unknown query parameter '" + target.substr(at + 1) + "' for POST /<scope>\n";
-      res.prepare_payload();
-      return res;
+      return unknownParameter(req, target.substr(at + 1));
     }
     if (target.find("values=1") != std::string::npos) ++fetches_;
-    // Answers at once (wait_ms is not honoured here): the client asks again until its deadline.
-    Outcome outcome = handle(req, state, false);
-    Response res(*outcome.response);
-    if (outcome.shared_body) {
-      res.body() = *outcome.shared_body;
-      res.prepare_payload();
-    }
-    return res;
+    return answerNow(req, state);
   }
 
   std::atomic<int> ranged_{0};
@@ -377,20 +387,10 @@ class LoggingServer {
     for (const auto& parameter : unknown_) {
       const auto at = target.find("&" + parameter);
       if (at == std::string::npos) continue;
-      Response res{http::status::bad_request, req.version()};
       const auto end = target.find('&', at + 1);
-      res.body() = "unknown query parameter '" + target.substr(at + 1, end == std::string::npos ? end : end - at - 1) +
-                   "' for POST /<scope>\n";
-      res.prepare_payload();
-      return res;
+      return unknownParameter(req, target.substr(at + 1, end == std::string::npos ? end : end - at - 1));
     }
-    Outcome outcome = handle(req, state, false);
-    Response res(*outcome.response);
-    if (outcome.shared_body) {
-      res.body() = *outcome.shared_body;
-      res.prepare_payload();
-    }
-    return res;
+    return answerNow(req, state);
   }
 
   std::vector<std::string> unknown_;
