@@ -1025,8 +1025,27 @@ Outcome handleReport(const Request& req, KvState& state, std::string_view target
 
 }  // namespace
 
+namespace {
+Outcome handleRequest(const Request& req, std::string* body, KvState& state, const PeerInfo& peer, bool allow_wait,
+                      size_t wait_progress, std::shared_ptr<const WaitSet> wait_set);
+}  // namespace
+
 Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool allow_wait,
                size_t wait_progress, std::shared_ptr<const WaitSet> wait_set) {
+  return handleRequest(req, nullptr, state, peer, allow_wait, wait_progress, std::move(wait_set));
+}
+
+Outcome handleTakingBody(Request& req, KvState& state, const PeerInfo& peer, bool allow_wait,
+                         size_t wait_progress, std::shared_ptr<const WaitSet> wait_set) {
+  return handleRequest(req, &req.body(), state, peer, allow_wait, wait_progress, std::move(wait_set));
+}
+
+namespace {
+
+// handle(); `body` (the request's own body, or nullptr) may be moved from: a PUT's value is then stored
+// without a copy.
+Outcome handleRequest(const Request& req, std::string* body, KvState& state, const PeerInfo& peer, bool allow_wait,
+                      size_t wait_progress, std::shared_ptr<const WaitSet> wait_set) {
   const ServerOptions& options = state.options();
   const std::string_view target(req.target().data(), req.target().size());
   const http::verb method = req.method();
@@ -1122,7 +1141,7 @@ Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool al
                                 ", which is over (the job is at round " + std::to_string(*current) + ")")};
         }
       }
-      state.put(t.scope, t.key, req.body());  // one copy: the request stays the caller's
+      state.put(t.scope, t.key, body ? std::move(*body) : req.body());
       return {makeResponse(req, http::status::ok)};
     }
     case http::verb::get: {
@@ -1175,5 +1194,7 @@ Outcome handle(const Request& req, KvState& state, const PeerInfo& peer, bool al
       detail::throwInternal(__FILE__, __LINE__, "method", detail::concat("unhandled method ", req.method_string()));
   }
 }
+
+}  // namespace
 
 }  // namespace hvd::rendezvous

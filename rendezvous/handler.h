@@ -301,6 +301,10 @@ struct Outcome {
 // into a plain GET (used when its time is up).
 Outcome handle(const Request& request, KvState& state, const PeerInfo& peer, bool allow_wait = true,
                size_t wait_progress = 0, std::shared_ptr<const WaitSet> wait_set = nullptr);
+// The same, but a PUT's body is moved into the store instead of copied (the server's sessions, which
+// read a new request after answering): request.body() may be empty afterwards.
+Outcome handleTakingBody(Request& request, KvState& state, const PeerInfo& peer, bool allow_wait = true,
+                         size_t wait_progress = 0, std::shared_ptr<const WaitSet> wait_set = nullptr);
 // The same for a connection the server knows nothing about (PeerInfo{}: not trusted).
 inline Outcome handle(const Request& request, KvState& state, bool allow_wait = true,
                       size_t wait_progress = 0, std::shared_ptr<const WaitSet> wait_set = nullptr) {

@@ -404,7 +404,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     Outcome outcome;
     try {
-      outcome = handle(request_, server_->state, peer_, allow_wait, wait_progress_, wait_set_);
+      outcome = handleTakingBody(request_, server_->state, peer_, allow_wait, wait_progress_, wait_set_);
     } catch (const std::exception& e) {
       // A bug in the handler must cost one request, never the server every worker depends on.
       send(errorResponse(http::status::internal_server_error, std::string("internal error: ") + e.what(),

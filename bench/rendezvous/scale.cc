@@ -345,12 +345,16 @@ struct Client {
       size_t left = static_cast<size_t>(got);
       while (left > 0) {
         if (!c.in_body) {
+          // The head is a few hundred bytes: look for its end in the next KiB only, not in the whole chunk
+          // (which would copy every answer's body once more).
           const size_t before = c.head.size();
-          c.head.append(p, left);
+          const size_t look = std::min(left, size_t{1024});
+          c.head.append(p, look);
           const auto end = c.head.find("\r\n\r\n", before >= 3 ? before - 3 : 0);
           if (end == std::string::npos) {
-            left = 0;
-            break;
+            p += look;
+            left -= look;
+            continue;
           }
           const size_t used = end + 4 - before;
           p += used;
