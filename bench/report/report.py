@@ -718,9 +718,11 @@ def rendezvous_md(data):
           table(["measure", "hvd-rendezvous (ours)", "torch TCPStore"], load), ""]
     ns = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("rendezvous.scale.")})
     if ns:
-        L += ["Scale: `bench/rendezvous/rendezvous_scale`, N simulated workers doing what Communicator::connect does "
-              "(each PUTs its compact address list, fetches every rank's in one multi-key fetch, DELETEs) against "
-              "the hvd-rendezvous daemon:", "",
+        L += ["Scale: `bench/rendezvous/rendezvous_scale`, N simulated workers, 8 to a host, doing what "
+              "Communicator::connect does (each PUTs its address list in the ports shape Debian's Gloo produces, "
+              "fetches every rank's 20-byte header prefix (one answer for all, equal prefixes by reference) and "
+              "its own column (built 64 ranks at a time), DELETEs) against a fresh hvd-rendezvous daemon per "
+              "size, its clients in epoll processes on the same cores:", "",
               table(["workers", "seconds", "server peak RSS MiB"],
                     [[n, cell(get(data, f"rendezvous.scale.{n}.seconds")), cell(get(data, f"rendezvous.scale.{n}.rss"))]
                      for n in ns]), ""]
@@ -737,7 +739,8 @@ def extrapolation(data, ns):
     k = math.log(t2 / t1) / math.log(n2 / n1)
     t10k = t2 * (10000 / n2) ** k
     return [f"Extrapolation to 10,000 workers from the two largest runs: time grows as N^{k:.2f}, "
-            f"so about {fmt(t10k)} s (every worker receives N address lists: N² bytes in all).", ""]
+            f"so about {fmt(t10k)} s (every worker receives a header prefix per host and a column entry per "
+            f"rank: N² × (4 + 21/8) bytes in all).", ""]
 
 
 def ssh_md(data):
