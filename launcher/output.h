@@ -79,4 +79,8 @@ class OutputForwarder {
 // Writes all of `data` to `fd`, retrying on EINTR and waiting on EAGAIN. Returns false on any other error.
 bool writeAll(int fd, std::string_view data);
 
+// The last line of `text`, trailing newlines (and carriage returns) ignored: a remote tool's output
+// reduced to one line for an error message.
+std::string lastLine(std::string_view text);
+
 }  // namespace hvd::launcher

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "launcher/cli.h"
+#include "launcher/output.h"
 #include "launcher/ssh/launcher.h"
 #include "launcher/ssh/proxy.h"
 #include "launcher/ssh/proxy_host.h"
@@ -134,14 +135,6 @@ struct Pending {
   int fd = -1;
   std::string received;
 };
-
-// One line of `text`'s end, for error messages.
-std::string lastLine(const std::string& text) {
-  std::string t = text;
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-  const auto nl = t.rfind('\n');
-  return nl == std::string::npos ? t : t.substr(nl + 1);
-}
 
 std::string describeStatus(int status) {
   if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));

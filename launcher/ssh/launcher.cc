@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 
+#include "launcher/output.h"
 #include "launcher/ssh/config.h"
 #include "launcher/ssh/proxy_host.h"
 #include "launcher/ssh/proxy_protocol.h"
@@ -102,12 +103,6 @@ class Collect : public ChannelHandler {
   ChannelEnd end;
   bool done = false;
 };
-
-std::string lastLine(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  const auto nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
-}
 
 
 class SshWorker;

@@ -90,3 +90,12 @@ TEST_CASE("output files get the same tagged lines; an unusable directory is name
   o.directory = "/proc/hvd-not-writable";
   CHECK_THROWS_WITH(OutputForwarder(o), Catch::Contains("cannot create directory \"/proc/hvd-not-writable\""));
 }
+
+TEST_CASE("lastLine: the last line of a tool's output, trailing newlines ignored", "[output]") {
+  CHECK(lastLine("") == "");
+  CHECK(lastLine("one") == "one");
+  CHECK(lastLine("first\nsecond\n") == "second");
+  CHECK(lastLine("first\r\nsecond\r\n\r\n") == "second");
+  CHECK(lastLine("\n\n") == "");
+  CHECK(lastLine("a\n\nb") == "b");
+}
