@@ -73,7 +73,9 @@ std::vector<char> encodeAddressList(const std::vector<std::vector<char>>& by_ran
   HVD_INTERNAL_ASSERT(own < n && n <= UINT32_MAX, "own rank ", own, " of a scope of ", n);
   const size_t first = own == 0 ? 1 : 0;  // the first peer
   const std::vector<char>* base = first < n ? &by_rank[first] : nullptr;
-  const uint8_t code = base && fitsI32(sequenceOf(*base)) ? familyCode(*base) : kNoFamily;
+  // The family first: only an address of Gloo's size has a sequence number to read.
+  const uint8_t code = base && familyCode(*base) != kNoFamily && fitsI32(sequenceOf(*base)) ? familyCode(*base)
+                                                                                             : kNoFamily;
   const size_t length = code == kNoFamily ? 0 : sockaddrLength(code);
   bool sequence = length > 0 && sequenceOf(*base) != -1, ports = length > 0;
   for (size_t r = 0, p = 0; r < n && (sequence || ports); ++r) {

@@ -413,6 +413,11 @@ std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope,
       set.resolved.emplace_back(it->second);
     }
     set.resolved_version = version;
+    set.longest = set.total_bytes = 0;
+    for (const std::string_view value : set.resolved) {
+      set.longest = std::max<uint64_t>(set.longest, value.size());
+      set.total_bytes += value.size();
+    }
   }
   const auto slice = [&](std::string_view value) {
     if (!range) return value;
@@ -420,31 +425,39 @@ std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope,
     return value.substr(range->offset, std::min<uint64_t>(range->length, value.size() - range->offset));
   };
   std::shared_ptr<const std::string> shared;
-  if (range && !range->repeats && range->length > 0 && range->length <= kBatchedSliceBytes) {
+  if (range && !range->repeats && range->length > 0 && range->length <= kBatchedSliceBytes &&
+      range->offset < set.longest) {
     // A rank's column: the columns of its neighbours (slices of the same length whose offsets are equal
-    // modulo it, kSliceWindow of them) are built in the same pass and wait in set.batched until their
-    // ranks ask, once each (a value's slices for all of them share a cache line or two, and with N
-    // values of N slices each, building columns one at a time is N^2 cache misses).
+    // modulo it, up to kSliceWindow of them, those that start inside the longest value) are built in the
+    // same pass and wait in set.batched until their ranks ask, once each (a value's slices for all of
+    // them share a cache line or two, and with N values of N slices each, building columns one at a time
+    // is N^2 cache misses). What waits is at most twice the values' bytes: a job's N columns of N
+    // 3-byte entries are 1.5 times its N lists of 2-byte entries, and requests for other ranges cannot
+    // make the server hold more.
     if (set.batched_version != version) {
       set.batched.clear();
+      set.batched_bytes = 0;
       set.batched_version = version;
     }
     if (auto it = set.batched.find(range->offset); it != set.batched.end() && it->second.first == range->length) {
       shared = std::move(it->second.second);
+      set.batched_bytes -= shared->size();
       set.batched.erase(it);
     } else {
-      const uint64_t first = range->offset - ((range->offset / range->length) % kSliceWindow) * range->length;
-      auto answers = encodePackedWindow(set.resolved, first, range->length, kSliceWindow);
-      // Kept for later requests only where they lie inside the first value: the batch stays bounded by
-      // the data itself, whatever ranges clients ask for.
-      const size_t extent = set.resolved.empty() ? 0 : set.resolved.front().size();
-      for (size_t i = 0; i < kSliceWindow; ++i) {
-        const uint64_t offset = first + i * range->length;
+      const uint64_t length = range->length;
+      const uint64_t first = range->offset - ((range->offset / length) % kSliceWindow) * length;
+      const size_t count =
+          static_cast<size_t>(std::min<uint64_t>(kSliceWindow, (set.longest - first + length - 1) / length));
+      auto answers = encodePackedWindow(set.resolved, first, length, count);
+      const uint64_t budget = 2 * set.total_bytes;
+      for (size_t i = 0; i < count; ++i) {
+        const uint64_t offset = first + i * length;
         auto body = std::make_shared<const std::string>(std::move(answers[i]));
         if (offset == range->offset) {
           shared = std::move(body);
-        } else if (offset + range->length <= extent) {
-          set.batched.emplace(offset, std::make_pair(range->length, std::move(body)));
+        } else if (set.batched_bytes + body->size() <= budget && !set.batched.count(offset)) {
+          set.batched_bytes += body->size();
+          set.batched.emplace(offset, std::make_pair(length, std::move(body)));
         }
       }
     }
@@ -584,6 +597,7 @@ void KvState::beginRound(ElasticRound round) {
     ever_joined_.clear();
     const std::string key = roundKey(round.number);
     scopes_[kElasticScope].data[key] = std::to_string(round.number);
+    changed(scopes_[kElasticScope]);  // answers built from the old data must not be reused
     round_changes_[round.number] = round.changes;
     round_ = std::move(round);
     if (!waiters_.empty()) wake = takeWaiters(fullKey(kElasticScope, key));
@@ -829,6 +843,17 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
   // Whole values with references are the slice that holds all of each.
   const bool sliced = range.has_value();
   if (refs) range = range ? ValueRange{range->offset, range->length, true} : ValueRange{0, UINT64_MAX, true};
+  if (numeric && !values) {
+    return {textError(req, http::status::bad_request,
+                      detail::concat("keys=", numeric_text, " for POST /<scope> needs values=1"))};
+  }
+  if (numeric && numeric->second > state.options().max_connections) {
+    // Each rank of a scope waits on its own connection, so a longer range is not a scope's ranks; the
+    // cap keeps a small request from building a large key list.
+    return {textError(req, http::status::bad_request,
+                      detail::concat("keys=", numeric_text, " names more keys than this server's connection limit (",
+                                     state.options().max_connections, ")"))};
+  }
   if (numeric && !req.body().empty()) {
     return {textError(req, http::status::bad_request,
                       detail::concat("POST /<scope>?keys=", numeric_text, " names its keys; the body must be empty, got ",

@@ -271,6 +271,8 @@ struct WaitSet {
   // batched_version only.
   mutable uint64_t batched_version = 0;
   mutable std::unordered_map<uint64_t, std::pair<uint64_t, std::shared_ptr<const std::string>>> batched;
+  mutable uint64_t batched_bytes = 0;        // of the answers in batched
+  mutable uint64_t longest = 0, total_bytes = 0;  // of the resolved values
 };
 
 // What the server should do with a request: answer now, or park it until scope/key is stored (long

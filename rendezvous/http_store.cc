@@ -477,20 +477,23 @@ ValueList HttpStore::fetch(const std::vector<std::string>& keys, std::chrono::mi
                        refs ? "&refs=1" : ""),
         body, deadline, true, kLongPollGrace);
     // Our servers name the first query parameter they do not know; one without keys=FIRST,COUNT gets
-    // the list in the body, one without refs=1 sends every value.
+    // the list in the body, one without refs=1 sends every value. A 400 about no parameter (a server
+    // with other limits) turns both off, so that the next try is the plain fetch; one about another
+    // parameter (range=) is handled below.
     const auto refused = [&](std::string_view parameter) {
-      return reply.status == 400 &&
-             reply.body.find(detail::concat("unknown query parameter '", parameter)) != std::string::npos;
+      return reply.body.find(detail::concat("unknown query parameter '", parameter)) != std::string::npos;
     };
-    if (numeric && refused("keys=")) {
-      impl_->numeric_keys = false;
-      numeric = false;
-      keyListBody();
-      continue;
-    }
-    if (refs && refused("refs=")) {
-      impl_->refs = false;
-      refs = false;
+    if (reply.status == 400 && (numeric || refs) && (refused("keys=") || refused("refs=") || !refused(""))) {
+      const bool keys_refused = refused("keys="), refs_refused = refused("refs=");
+      if (numeric && (keys_refused || !refs_refused)) {
+        impl_->numeric_keys = false;
+        numeric = false;
+        keyListBody();
+      }
+      if (refs && (refs_refused || !keys_refused)) {
+        impl_->refs = false;
+        refs = false;
+      }
       continue;
     }
     if (range && reply.status == 400) {

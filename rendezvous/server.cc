@@ -482,6 +482,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_ = std::move(response);
     const bool close = response_.need_eof();
     serializer_.emplace(response_);
+    write_deadline_ = std::chrono::steady_clock::now() + std::max(options().read_timeout, options().max_wait);
     writeSome(*serializer_, close);
   }
 
@@ -491,15 +492,18 @@ class Session : public std::enable_shared_from_this<Session> {
     shared_response_.emplace(std::move(response.base()), std::move(body));
     const bool close = shared_response_->need_eof();
     shared_serializer_.emplace(*shared_response_);
+    write_deadline_ = std::chrono::steady_clock::now() + std::max(options().read_timeout, options().max_wait);
     writeSome(*shared_serializer_, close);
   }
 
   // Writes the serialized response a piece at a time, each piece (what the socket takes) within
   // read_timeout: a client that stops reading is cut off, one that reads slowly is not (thousands of
-  // ranks receiving large answers at once drain them at a fraction of the loopback's speed each).
+  // ranks receiving large answers at once drain them at a fraction of the loopback's speed each). The
+  // whole answer must go within the longer of read_timeout and max_wait (write_deadline_), so a client
+  // that reads a byte now and then cannot hold its answer forever.
   template <class Serializer>
   void writeSome(Serializer& serializer, bool close) {
-    stream_.expires_after(options().read_timeout);
+    stream_.expires_at(std::min(std::chrono::steady_clock::now() + options().read_timeout, write_deadline_));
     http::async_write_some(stream_, serializer,
                            [self = shared_from_this(), &serializer, close](error_code ec, size_t) {
                              if (!ec && !serializer.is_done()) return self->writeSome(serializer, close);
@@ -535,6 +539,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::response<SharedStringBody>> shared_response_;
   std::optional<http::response_serializer<http::string_body>> serializer_;
   std::optional<http::response_serializer<SharedStringBody>> shared_serializer_;
+  std::chrono::steady_clock::time_point write_deadline_;
   net::steady_timer read_timer_;
   bool read_timed_out_ = false;
   net::steady_timer wait_timer_;

@@ -773,6 +773,17 @@ TEST_CASE("handler: a malformed keys= is 400 naming it", "[handler][values][keys
     CHECK_THAT(res.body(), Catch::Contains("malformed keys '" + bad + "'"));
     CHECK(std::count(res.body().begin(), res.body().end(), '\n') <= 1);
   }
+  // keys= is for the multi-key fetch only, and names at most as many keys as the server takes connections.
+  auto bare = answer(state, request(http::verb::post, "/g?wait_ms=0&keys=0,2"));
+  CHECK(bare.result_int() == 400);
+  CHECK_THAT(bare.body(), Catch::Contains("keys=0,2 for POST /<scope> needs values=1"));
+  ServerOptions small;
+  small.max_connections = 100;
+  KvState limited(small);
+  auto many = answer(limited, request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,101"));
+  CHECK(many.result_int() == 400);
+  CHECK_THAT(many.body(), Catch::Contains("keys=0,101 names more keys than this server's connection limit (100)"));
+  CHECK(answer(limited, request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,100")).result_int() == 404);
   // The keys are in the query or in the body, not both.
   auto both = answer(state, request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,2", "0\n1\n"));
   CHECK(both.result_int() == 400);
@@ -829,4 +840,34 @@ TEST_CASE("splitValues refuses malformed references", "[handler][values][refs]")
   auto plain = splitValues(literal, false);
   REQUIRE(plain);
   CHECK(*plain == std::vector<std::string_view>{"a"});
+}
+
+TEST_CASE("handler: columns built alongside another are right for their own range, and rebuilt after a change",
+          "[handler][values][range]") {
+  KvState state({});
+  // Three lists of 10 two-byte entries after a 4-byte header: rank r's column is range=4+2r,2.
+  const auto list = [](char tag) {
+    std::string v = "head";
+    for (int r = 0; r < 10; ++r) v += std::string{tag, static_cast<char>('0' + r)};
+    return v;
+  };
+  for (int k = 0; k < 3; ++k) CHECK(status(state, http::verb::put, "/g/" + std::to_string(k), list("abc"[k])) == 200);
+  const auto column = [&](int offset, int length) {
+    Outcome o = handle(request(http::verb::post, "/g?wait_ms=0&values=1&keys=0,3&range=" + std::to_string(offset) +
+                                                     "," + std::to_string(length)),
+                       state);
+    REQUIRE(o.shared_body);
+    return *o.shared_body;
+  };
+  CHECK(column(4 + 2 * 3, 2) == std::string("\x02" "a3" "\x02" "b3" "\x02" "c3"));  // builds its neighbours too
+  CHECK(column(4 + 2 * 7, 2) == std::string("\x02" "a7" "\x02" "b7" "\x02" "c7"));  // one of them
+  // The same offset with another length is another answer.
+  CHECK(column(4 + 2 * 5, 1) == std::string("\x01" "a" "\x01" "b" "\x01" "c"));
+  CHECK(column(4 + 2 * 5, 2) == std::string("\x02" "a5" "\x02" "b5" "\x02" "c5"));
+  // A changed list: the columns built before it are not used again.
+  CHECK(status(state, http::verb::put, "/g/1", list('x')) == 200);
+  CHECK(column(4 + 2 * 8, 2) == std::string("\x02" "a8" "\x02" "x8" "\x02" "c8"));
+  CHECK(column(4 + 2 * 9, 2) == std::string("\x02" "a9" "\x02" "x9" "\x02" "c9"));
+  // Past the end of every list: empty slices.
+  CHECK(column(1000, 2) == std::string(3, '\0'));
 }

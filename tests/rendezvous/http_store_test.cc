@@ -370,7 +370,8 @@ TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a serv
 // version of it, a list of query parameters it refuses as unknown (the first one found, as ours did).
 class LoggingServer {
  public:
-  explicit LoggingServer(std::vector<std::string> unknown = {}) : unknown_(std::move(unknown)) {}
+  explicit LoggingServer(std::vector<std::string> unknown = {}, bool limit_keys = false)
+      : unknown_(std::move(unknown)), limit_keys_(limit_keys) {}
   uint16_t port() const { return server_.port(); }
   std::vector<std::pair<std::string, std::string>> fetches() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -384,6 +385,12 @@ class LoggingServer {
       std::lock_guard<std::mutex> lock(mutex_);
       fetches_.emplace_back(target, req.body());
     }
+    if (limit_keys_ && target.find("&keys=") != std::string::npos) {  // a server with a lower limit
+      Response res{http::status::bad_request, req.version()};
+      res.body() = "keys=... names more keys than this server's connection limit (2)\n";
+      res.prepare_payload();
+      return res;
+    }
     for (const auto& parameter : unknown_) {
       const auto at = target.find("&" + parameter);
       if (at == std::string::npos) continue;
@@ -394,6 +401,7 @@ class LoggingServer {
   }
 
   std::vector<std::string> unknown_;
+  bool limit_keys_ = false;
   std::mutex mutex_;
   std::vector<std::pair<std::string, std::string>> fetches_;
   OneShotServer server_{[this](const Request& req, KvState& state) { return answer(req, state); }};
@@ -458,6 +466,20 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
     CHECK_THAT(fetches[2].first, !Catch::Contains("refs="));
     CHECK_THAT(fetches[3].first, !Catch::Contains("keys="));
     CHECK(fetches[3].second == "0\n1\n2\n3\n");
+  }
+  SECTION("a server that refuses keys= for another reason: the plain fetch, once found out") {
+    LoggingServer server({}, true);
+    client.port = server.port();
+    HttpStore store(client);
+    publish(store);
+    check(store);
+    const auto fetches = server.fetches();
+    REQUIRE(fetches.size() == 4);  // one refused, then the three fetches with the list, refs off
+    CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4"));
+    for (size_t i = 1; i < fetches.size(); ++i) {
+      CHECK_THAT(fetches[i].first, !Catch::Contains("keys="));
+      CHECK_THAT(fetches[i].first, !Catch::Contains("refs="));
+    }
   }
 }
 

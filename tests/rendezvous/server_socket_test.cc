@@ -189,21 +189,21 @@ TEST_CASE("sockets: half-sent requests and slow clients are cut off at the read 
 TEST_CASE("sockets: a slow reader of a large answer gets all of it; one that stops reading is cut off",
           "[server][limits]") {
   ServerOptions options;
-  options.read_timeout = 300ms;
+  options.read_timeout = 1s;
   ServerThread server(options);
-  // More than the socket buffers of both ends hold, so the answer's write outlasts the timeout many times.
+  // More than the socket buffers of both ends hold, so the answer's write outlasts the timeout.
   const std::string value(32 << 20, 'v');
   CHECK(statusOf(roundTrip(server.port(), horovodRequest("PUT", "/s/big", value))) == 200);
   const std::string request = "GET /s/big HTTP/1.1\r\n\r\n";
 
-  RawClient stalled(server.port(), 5s);
+  RawClient stalled(server.port(), 10s);
   REQUIRE(stalled.send(request));
-  RawClient slow(server.port(), 5s);
+  RawClient slow(server.port(), 10s);
   REQUIRE(slow.send(request));
   const auto start = Clock::now();
-  // 64 KiB every 3 ms: about 1.5 s for the answer, each piece well within the 300 ms.
-  const std::string got = slow.readSlowly(value.size() + 1000, 64 << 10, 3ms);
-  CHECK(Clock::now() - start > 900ms);
+  // 64 KiB every 6 ms: about 3 s for the answer, each piece well within the 1 s.
+  const std::string got = slow.readSlowly(value.size() + 1000, 64 << 10, 6ms);
+  CHECK(Clock::now() - start > 2s);
   CHECK(statusOf(got) == 200);
   CHECK(got.size() > value.size());
   const bool whole = bodyOf(got) == value;  // not CHECK(a == b): Catch would print 32 MiB on a failure
@@ -215,6 +215,22 @@ TEST_CASE("sockets: a slow reader of a large answer gets all of it; one that sto
   CHECK(partial.size() < value.size());
   // Other clients are unaffected.
   CHECK(statusOf(roundTrip(server.port(), horovodRequest("GET", "/s/missing"))) == 404);
+}
+
+TEST_CASE("sockets: an answer must be written within max_wait in all, however steadily the client reads",
+          "[server][limits]") {
+  ServerOptions options;
+  options.read_timeout = 1s;
+  options.max_wait = 1500ms;
+  ServerThread server(options);
+  const std::string value(32 << 20, 'v');
+  CHECK(statusOf(roundTrip(server.port(), horovodRequest("PUT", "/s/big", value))) == 200);
+  RawClient slow(server.port(), 10s);
+  REQUIRE(slow.send("GET /s/big HTTP/1.1\r\n\r\n"));
+  // The same pace as above (about 3 s for all of it): cut off at 1.5 s.
+  const std::string got = slow.readSlowly(value.size() + 1000, 64 << 10, 6ms);
+  CHECK(statusOf(got) == 200);
+  CHECK(got.size() < value.size());
 }
 
 TEST_CASE("sockets: abrupt disconnects do not disturb the server", "[server]") {
