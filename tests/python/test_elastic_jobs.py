@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -262,18 +263,37 @@ def worker_pids(marker, slot_index):
 
 
 def run_until(cmd, env, cwd, on_line, timeout=180):
-    """Runs cmd, calling on_line(line) for each line of its stdout as it comes; returns a Job."""
+    """Runs cmd, calling on_line(line) for each line of its stdout as it comes; returns a Job. A job still
+    running after `timeout` seconds is killed (hvdrun's SIGTERM tears its workers down) and the test fails
+    with everything it printed."""
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd) as proc:
-        out = []
+        out, err = [], []
+        timed_out = threading.Event()
+
+        def stop():
+            timed_out.set()
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+        timer = threading.Timer(timeout, stop)
+        errors = threading.Thread(target=lambda: err.extend(proc.stderr))  # stderr must not fill its pipe
+        timer.start()
+        errors.start()
         try:
             for line in proc.stdout:
                 out.append(line)
                 on_line(line)
-            stderr = proc.stderr.read()
-            proc.wait(timeout=timeout)
+            proc.wait()
+            errors.join()
         finally:
+            timer.cancel()
             proc.kill()
-    return Job(subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), stderr))
+    job = Job(subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "".join(err)))
+    assert not timed_out.is_set(), f"hvdrun still ran after {timeout} s: {job}"
+    return job
 
 
 def test_example_goes_on_after_a_worker_is_sigkilled(tmp_path):
