@@ -142,12 +142,25 @@ std::optional<int> rankOfKey(std::string_view key) {
 
 namespace {
 
-void appendLeb128(std::string& out, uint64_t n) {
+// Unsigned LEB128: 7 bits a byte, low first, the high bit set on all but the last.
+size_t leb128Bytes(uint64_t n) {
+  size_t k = 1;
+  while (n >>= 7) ++k;
+  return k;
+}
+
+char* putLeb128(char* out, uint64_t n) {
   do {
     const auto low = static_cast<unsigned char>(n & 0x7f);
     n >>= 7;
-    out += static_cast<char>(n ? (low | 0x80) : low);
+    *out++ = static_cast<char>(n ? (low | 0x80) : low);
   } while (n);
+  return out;
+}
+
+void appendLeb128(std::string& out, uint64_t n) {
+  char bytes[10];
+  out.append(bytes, putLeb128(bytes, n));
 }
 
 std::optional<uint64_t> readLeb128(std::string_view body, size_t& at) {
@@ -295,28 +308,17 @@ namespace {
 
 // A multi-key answer in appendValue's encoding, sized exactly and filled in place: a column answer is N
 // slices of a few bytes each, where a call to append() per slice would cost more than the bytes.
-template <typename Slice>
-std::string encodePacked(const std::vector<std::string_view>& values, const Slice& slice) {
-  const auto lengthBytes = [](uint64_t n) {
-    size_t k = 1;
-    while (n >>= 7) ++k;
-    return k;
-  };
+std::string encodePacked(const std::vector<std::string_view>& values, ValueRange range) {
   size_t bytes = 0;
   for (const std::string_view value : values) {
-    const size_t size = slice(value).size();
-    bytes += lengthBytes(size) + size;
+    const size_t size = range.of(value).size();
+    bytes += leb128Bytes(size) + size;
   }
   std::string body(bytes, '\0');
   char* out = body.data();
   for (const std::string_view value : values) {
-    const std::string_view part = slice(value);
-    uint64_t n = part.size();
-    do {
-      const auto low = static_cast<unsigned char>(n & 0x7f);
-      n >>= 7;
-      *out++ = static_cast<char>(n ? (low | 0x80) : low);
-    } while (n);
+    const std::string_view part = range.of(value);
+    out = putLeb128(out, part.size());
     if (part.size() <= 8) {
       for (const char c : part) *out++ = c;
     } else {
@@ -334,16 +336,11 @@ std::string encodePacked(const std::vector<std::string_view>& values, const Slic
 // side by side, so a value costs one or two cache misses for all of them instead of one per answer.
 std::vector<std::string> encodePackedWindow(const std::vector<std::string_view>& values, uint64_t first,
                                             uint64_t length, size_t count) {
-  const auto clipped = [&](size_t value_size, size_t i) -> size_t {
-    const uint64_t offset = first + i * length;
-    return offset >= value_size ? 0 : static_cast<size_t>(std::min<uint64_t>(length, value_size - offset));
-  };
+  static_assert(kBatchedSliceBytes < 128, "a slice's length must be one LEB128 byte");
+  const auto slice = [&](std::string_view value, size_t i) { return ValueRange{first + i * length, length}.of(value); };
   std::vector<size_t> bytes(count, 0);
   for (const std::string_view value : values) {
-    for (size_t i = 0; i < count; ++i) {
-      const size_t size = clipped(value.size(), i);
-      bytes[i] += size + (size < 128 ? 1 : 2);  // length <= kBatchedSliceBytes: one LEB128 byte
-    }
+    for (size_t i = 0; i < count; ++i) bytes[i] += 1 + slice(value, i).size();
   }
   std::vector<std::string> answers(count);
   std::vector<char*> out(count);
@@ -352,11 +349,10 @@ std::vector<std::string> encodePackedWindow(const std::vector<std::string_view>&
     out[i] = answers[i].data();
   }
   for (const std::string_view value : values) {
-    const char* data = value.data();
     for (size_t i = 0; i < count; ++i) {
-      const size_t size = clipped(value.size(), i);
-      *out[i]++ = static_cast<char>(size);
-      for (size_t b = 0; b < size; ++b) *out[i]++ = data[first + i * length + b];
+      const std::string_view part = slice(value, i);
+      *out[i]++ = static_cast<char>(part.size());
+      for (const char c : part) *out[i]++ = c;
     }
   }
   for (size_t i = 0; i < count; ++i) {
@@ -368,13 +364,12 @@ std::vector<std::string> encodePackedWindow(const std::vector<std::string_view>&
 
 // The same in appendValueOrRef's encoding: each distinct slice once, the others as the distance back to
 // its nearest occurrence (1 for consecutive ranks of one host: one byte).
-template <typename Slice>
-std::string encodeWithRefs(const std::vector<std::string_view>& values, const Slice& slice) {
+std::string encodeWithRefs(const std::vector<std::string_view>& values, ValueRange range) {
   std::string body;
   std::unordered_map<std::string_view, uint32_t> last;  // where each distinct slice was last seen
   last.reserve(values.size());
   for (uint32_t i = 0; i < values.size(); ++i) {
-    const auto [at, added] = last.emplace(slice(values[i]), i);
+    const auto [at, added] = last.emplace(range.of(values[i]), i);
     appendValueOrRef(body, at->first, added ? std::nullopt : std::optional<uint32_t>(i - at->second));
     at->second = i;
   }
@@ -419,11 +414,6 @@ std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope,
       set.total_bytes += value.size();
     }
   }
-  const auto slice = [&](std::string_view value) {
-    if (!range) return value;
-    if (range->offset >= value.size()) return std::string_view();
-    return value.substr(range->offset, std::min<uint64_t>(range->length, value.size() - range->offset));
-  };
   std::shared_ptr<const std::string> shared;
   if (range && !range->repeats && range->length > 0 && range->length <= kBatchedSliceBytes &&
       range->offset < set.longest) {
@@ -462,8 +452,9 @@ std::shared_ptr<const std::string> KvState::valuesBody(const std::string& scope,
       }
     }
   } else {
-    shared = std::make_shared<const std::string>(range && range->repeats ? encodeWithRefs(set.resolved, slice)
-                                                                         : encodePacked(set.resolved, slice));
+    const ValueRange whole{0, UINT64_MAX};
+    shared = std::make_shared<const std::string>(range && range->repeats ? encodeWithRefs(set.resolved, *range)
+                                                                         : encodePacked(set.resolved, range.value_or(whole)));
   }
   if (!range) {
     set.body = shared;
@@ -736,6 +727,13 @@ std::optional<Response> parseErrorResponse(const boost::system::error_code& ec, 
 
 namespace {
 
+// "A,B" as two integers (each nullopt when not one, both when there is no comma).
+std::pair<std::optional<int64_t>, std::optional<int64_t>> parseIntPair(std::string_view text) {
+  const auto comma = text.find(',');
+  if (comma == std::string_view::npos) return {};
+  return {parseInt(text.substr(0, comma)), parseInt(text.substr(comma + 1))};
+}
+
 // Every request of a key list checks its keys in the same random order, so that N requests waiting for
 // the same list do not all wake on the same first key.
 void shuffleOrder(WaitSet& set) {
@@ -784,6 +782,7 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
   bool refs = false;
   std::optional<std::pair<uint64_t, uint64_t>> numeric;  // keys=FIRST,COUNT
   std::string_view numeric_text;
+  std::string_view needs_values;  // the first parameter that only a multi-key fetch (values=1) takes
   for (std::string_view rest = query; !rest.empty();) {
     const auto amp = rest.find('&');
     const std::string_view item = rest.substr(0, amp);
@@ -795,28 +794,20 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
       values = true;
     } else if (item == "refs=1") {
       refs = true;
+      if (needs_values.empty()) needs_values = item;
     } else if (item.substr(0, 6) == "range=") {
       const std::string_view text = item.substr(6);
-      const auto comma = text.find(',');
-      std::optional<int64_t> offset, length;
-      if (comma != std::string_view::npos) {
-        offset = parseInt(text.substr(0, comma));
-        length = parseInt(text.substr(comma + 1));
-      }
+      const auto [offset, length] = parseIntPair(text);
       if (!offset || !length || *offset < 0 || *length < 0) {
         return {textError(req, http::status::bad_request,
                           "malformed range '" + std::string(text) +
                               "' for POST /<scope>: expected range=OFFSET,LENGTH, two non-negative integers")};
       }
       range = ValueRange{static_cast<uint64_t>(*offset), static_cast<uint64_t>(*length)};
+      if (needs_values.empty()) needs_values = item;
     } else if (item.substr(0, 5) == "keys=") {
       numeric_text = item.substr(5);
-      const auto comma = numeric_text.find(',');
-      std::optional<int64_t> first, count;
-      if (comma != std::string_view::npos) {
-        first = parseInt(numeric_text.substr(0, comma));
-        count = parseInt(numeric_text.substr(comma + 1));
-      }
+      const auto [first, count] = parseIntPair(numeric_text);
       if (!first || !count || *first < 0 || *count < 1 || static_cast<uint64_t>(*count) > kMaxNumericKeys ||
           *first > (int64_t{1} << 53)) {
         return {textError(req, http::status::bad_request,
@@ -825,6 +816,7 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
                                          kMaxNumericKeys))};
       }
       numeric = std::make_pair(static_cast<uint64_t>(*first), static_cast<uint64_t>(*count));
+      if (needs_values.empty()) needs_values = item;
     } else if (!item.empty()) {
       return {textError(req, http::status::bad_request,
                         "unknown query parameter '" + std::string(item) + "' for POST /<scope>")};
@@ -834,19 +826,13 @@ Outcome handleMultiWait(const Request& req, KvState& state, std::string_view pat
     return {textError(req, http::status::bad_request,
                       "POST /<scope> needs ?wait_ms=<milliseconds>, got '?" + std::string(query) + "'")};
   }
-  if (range && !values) {
-    return {textError(req, http::status::bad_request, "range=" + std::to_string(range->offset) + "," +
-                                                          std::to_string(range->length) +
-                                                          " for POST /<scope> needs values=1")};
+  if (!needs_values.empty() && !values) {
+    return {textError(req, http::status::bad_request,
+                      detail::concat(needs_values, " for POST /<scope> needs values=1"))};
   }
-  if (refs && !values) return {textError(req, http::status::bad_request, "refs=1 for POST /<scope> needs values=1")};
   // Whole values with references are the slice that holds all of each.
   const bool sliced = range.has_value();
   if (refs) range = range ? ValueRange{range->offset, range->length, true} : ValueRange{0, UINT64_MAX, true};
-  if (numeric && !values) {
-    return {textError(req, http::status::bad_request,
-                      detail::concat("keys=", numeric_text, " for POST /<scope> needs values=1"))};
-  }
   if (numeric && numeric->second > state.options().max_connections) {
     // Each rank of a scope waits on its own connection, so a longer range is not a scope's ranks; the
     // cap keeps a small request from building a large key list.

@@ -482,8 +482,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_ = std::move(response);
     const bool close = response_.need_eof();
     serializer_.emplace(response_);
-    write_deadline_ = std::chrono::steady_clock::now() + std::max(options().read_timeout, options().max_wait);
-    writeSome(*serializer_, close);
+    beginWrite(*serializer_, close);
   }
 
   // A response whose body is shared with other responses (Outcome::shared_body); the header already
@@ -492,8 +491,13 @@ class Session : public std::enable_shared_from_this<Session> {
     shared_response_.emplace(std::move(response.base()), std::move(body));
     const bool close = shared_response_->need_eof();
     shared_serializer_.emplace(*shared_response_);
+    beginWrite(*shared_serializer_, close);
+  }
+
+  template <class Serializer>
+  void beginWrite(Serializer& serializer, bool close) {
     write_deadline_ = std::chrono::steady_clock::now() + std::max(options().read_timeout, options().max_wait);
-    writeSome(*shared_serializer_, close);
+    writeSome(serializer, close);
   }
 
   // Writes the serialized response a piece at a time, each piece (what the socket takes) within

@@ -33,14 +33,7 @@ ValueList Store::waitAndGet(const std::vector<std::string>& keys, std::chrono::m
 
 ValueList sliceValues(const ValueList& values, ValueRange range) {
   ValueList out;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const std::string_view value = values[i];
-    if (range.offset >= value.size()) {
-      out.append({});
-    } else {
-      out.append(value.substr(range.offset, std::min<uint64_t>(range.length, value.size() - range.offset)));
-    }
-  }
+  for (size_t i = 0; i < values.size(); ++i) out.append(range.of(values[i]));
   return out;
 }
 

@@ -15,6 +15,7 @@
 // failures throw StoreError naming the store (server address, directory) and the key.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -65,10 +66,14 @@ struct ValueRange {
   bool operator==(const ValueRange& o) const {
     return offset == o.offset && length == o.length && repeats == o.repeats;
   }
+  // This slice of `value`.
+  std::string_view of(std::string_view value) const {
+    if (offset >= value.size()) return {};
+    return value.substr(offset, std::min<uint64_t>(length, value.size() - offset));
+  }
 };
 
 // Each value of `values` cut to `range` (Store::waitAndGet's slicing on the client).
-class ValueList;
 ValueList sliceValues(const ValueList& values, ValueRange range);
 
 class Store {

@@ -113,6 +113,20 @@ class HorovodLikeServer {
   OneShotServer server_{[this](const Request& req, KvState& state) { return answer(req, state); }};
 };
 
+// Client options for a test server on 127.0.0.1.
+StoreOptions clientOf(uint16_t port) {
+  StoreOptions client;
+  client.host = "127.0.0.1";
+  client.port = port;
+  return client;
+}
+
+// The two values the compatibility tests slice.
+void setTwoValues(HttpStore& store) {
+  store.set("global/0", bytes("0123"));
+  store.set("global/1", bytes("abcdef"));
+}
+
 }  // namespace
 
 TEST_CASE("HttpStore retries with backoff until the server is up", "[httpstore]") {
@@ -124,9 +138,7 @@ TEST_CASE("HttpStore retries with backoff until the server is up", "[httpstore]"
     options.port = port;
     server = std::make_unique<ServerThread>(options);
   });
-  StoreOptions client;
-  client.host = "127.0.0.1";
-  client.port = port;
+  StoreOptions client = clientOf(port);
   client.request_deadline = 20s;
   HttpStore store(client);
   const auto start = Clock::now();
@@ -137,9 +149,7 @@ TEST_CASE("HttpStore retries with backoff until the server is up", "[httpstore]"
 }
 
 TEST_CASE("HttpStore names the server when it never comes up", "[httpstore]") {
-  StoreOptions client;
-  client.host = "127.0.0.1";
-  client.port = freePort();
+  StoreOptions client = clientOf(freePort());
   client.request_deadline = 300ms;
   HttpStore store(client);
   const std::string where = "http://127.0.0.1:" + std::to_string(client.port);
@@ -191,9 +201,7 @@ TEST_CASE("HttpStore rejects keys without a scope", "[httpstore]") {
 
 TEST_CASE("HttpStore falls back to polling against a server without long poll", "[httpstore][compat]") {
   HorovodLikeServer server;
-  StoreOptions client;
-  client.host = "127.0.0.1";
-  client.port = server.port();
+  const StoreOptions client = clientOf(server.port());
   HttpStore store(client);
   store.set("global/0", bytes("addr0"));
   CHECK(store.get("global/0", 5s) == bytes("addr0"));
@@ -241,9 +249,7 @@ TEST_CASE("HttpStore::waitAndGet fetches every value, in the order asked, in one
 
 TEST_CASE("HttpStore::waitAndGet falls back to one GET per key against Horovod's server", "[httpstore][compat][values]") {
   HorovodLikeServer server;
-  StoreOptions client;
-  client.host = "127.0.0.1";
-  client.port = server.port();
+  const StoreOptions client = clientOf(server.port());
   HttpStore store(client);
   store.set("global/0", bytes("addr0"));
   std::thread late([&] {
@@ -331,12 +337,8 @@ TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a serv
           "[httpstore][compat][values][range]") {
   SECTION("our server before the extension: refuses the range, sends whole values") {
     NoRangeServer server;
-    StoreOptions client;
-    client.host = "127.0.0.1";
-    client.port = server.port();
-    HttpStore store(client);
-    store.set("global/0", bytes("0123"));
-    store.set("global/1", bytes("abcdef"));
+    HttpStore store(clientOf(server.port()));
+    setTwoValues(store);
     const ValueList values = store.waitAndGet({"global/0", "global/1"}, 10s, ValueRange{2, 3});
     REQUIRE(values.size() == 2);
     CHECK(values[0] == "23");
@@ -352,12 +354,8 @@ TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a serv
   }
   SECTION("Horovod's server: one GET per key, sliced here") {
     HorovodLikeServer server;
-    StoreOptions client;
-    client.host = "127.0.0.1";
-    client.port = server.port();
-    HttpStore store(client);
-    store.set("global/0", bytes("0123"));
-    store.set("global/1", bytes("abcdef"));
+    HttpStore store(clientOf(server.port()));
+    setTwoValues(store);
     const ValueList values = store.waitAndGet({"global/1", "global/0"}, 10s, ValueRange{3, 2});
     REQUIRE(values.size() == 2);
     CHECK(values[0] == "de");
@@ -432,12 +430,9 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
     CHECK(some[0] == "hostA|3");
     CHECK(some[1] == "hostA|1");
   };
-  StoreOptions client;
-  client.host = "127.0.0.1";
   SECTION("this server: keys=0,4 with an empty body, refs=1 for repeats only") {
     LoggingServer server;
-    client.port = server.port();
-    HttpStore store(client);
+    HttpStore store(clientOf(server.port()));
     publish(store);
     check(store);
     const auto fetches = server.fetches();
@@ -452,8 +447,7 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
   }
   SECTION("a server without keys= nor refs=: the list in the body, values whole, once found out") {
     LoggingServer server({"keys=", "refs="});
-    client.port = server.port();
-    HttpStore store(client);
+    HttpStore store(clientOf(server.port()));
     publish(store);
     check(store);
     const auto fetches = server.fetches();
@@ -469,8 +463,7 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
   }
   SECTION("a server that refuses keys= for another reason: the plain fetch, once found out") {
     LoggingServer server({}, true);
-    client.port = server.port();
-    HttpStore store(client);
+    HttpStore store(clientOf(server.port()));
     publish(store);
     check(store);
     const auto fetches = server.fetches();
