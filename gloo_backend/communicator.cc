@@ -25,10 +25,6 @@
 
 namespace hvd::gloo_backend {
 
-Communicator::Communicator(CommunicatorOptions options, std::shared_ptr<Device> device,
-                           std::shared_ptr<gloo::Context> context)
-    : options_(std::move(options)), device_(std::move(device)), context_(std::move(context)) {}
-
 namespace {
 
 // Gloo reports every transport failure as gloo::IoException; only the text tells a peer whose connection
@@ -56,6 +52,48 @@ class MeshContext final : public gloo::Context {
 };
 
 }  // namespace
+
+// The buffers of one operation, attached to the abort signal while the operation runs. Declared after
+// the Gloo options that own the buffers, so it detaches them before they are destroyed.
+class Communicator::Watched {
+ public:
+  explicit Watched(const std::shared_ptr<AbortSignal>& signal) : signal_(signal.get()) {}
+  ~Watched() {
+    for (auto& t : targets_) signal_->detach(&t);
+  }
+  Watched(const Watched&) = delete;
+  Watched& operator=(const Watched&) = delete;
+
+  std::unique_ptr<gloo::transport::UnboundBuffer> add(std::unique_ptr<gloo::transport::UnboundBuffer> buffer) {
+    watch(buffer.get());
+    return buffer;
+  }
+  void watch(gloo::transport::UnboundBuffer* buffer) {
+    if (!signal_) return;
+    targets_.emplace_back(buffer);
+    signal_->attach(&targets_.back());
+  }
+
+ private:
+  struct Target final : AbortSignal::Target {
+    explicit Target(gloo::transport::UnboundBuffer* b) : buffer(b) {}
+    void wake() noexcept override {
+      buffer->abortWaitSend();
+      buffer->abortWaitRecv();
+    }
+    gloo::transport::UnboundBuffer* buffer;
+  };
+  AbortSignal* signal_;
+  std::list<Target> targets_;  // stable addresses
+};
+
+Communicator::Communicator(CommunicatorOptions options, std::shared_ptr<Device> device,
+                           std::shared_ptr<gloo::Context> context)
+    : options_(std::move(options)), device_(std::move(device)), context_(std::move(context)) {}
+
+std::unique_ptr<gloo::transport::UnboundBuffer> Communicator::buffer(Watched& watched, const void* ptr, size_t bytes) {
+  return watched.add(context_->createUnboundBuffer(const_cast<void*>(ptr), bytes));
+}
 
 std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::Store> store,
                                                     std::shared_ptr<Device> device,
@@ -147,11 +185,26 @@ void Communicator::guarded(const char* what, F&& body) {
             " is unusable after an earlier failure (", what, ")");
   try {
     body();
+    // Waits the signal woke return as if done: an operation that overlapped it has failed.
+    if (const auto error = options_.abort ? options_.abort->error() : nullptr) std::rethrow_exception(error);
   } catch (const std::exception& e) {
     failed_ = true;
+    // Raised while the operation ran: that is why it failed (Gloo's own error then only echoes it), unless
+    // Gloo's own wait expired first (a stopped peer: the abort that followed is the others' reaction).
+    std::string why = e.what();
+    bool lost = peerLost(e);
+    const bool timed_out = why.find("Timed out waiting") != std::string::npos;
+    if (const auto error = options_.abort && !timed_out ? options_.abort->error() : nullptr) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& raised) {
+        why = raised.what();
+        lost = dynamic_cast<const PeerLostError*>(&raised) != nullptr;
+      }
+    }
     const std::string message = detail::concat("Gloo ", what, " on scope '", options_.scope, "' failed on rank ",
-                                               options_.rank, " of ", options_.size, ": ", e.what());
-    if (peerLost(e)) throw PeerLostError(message);
+                                               options_.rank, " of ", options_.size, ": ", why);
+    if (lost) throw PeerLostError(message);
     throw BackendError(message);
   }
 }
@@ -160,14 +213,12 @@ namespace {
 
 // Gloo's allreduce templates take the element type only for its size; the reduction itself is ours.
 template <typename T>
-void runAllreduce(const std::shared_ptr<gloo::Context>& context, void* data, size_t count, DataType type,
+void runAllreduce(gloo::AllreduceOptions& opts, std::unique_ptr<gloo::transport::UnboundBuffer> data, DataType type,
                   ReduceOp op, uint32_t tag, std::chrono::milliseconds timeout) {
-  gloo::AllreduceOptions opts(context);
-  opts.setOutput(static_cast<T*>(data), count);
+  opts.setOutput<T>(std::move(data));
   opts.setTag(tag);
   opts.setTimeout(timeout);
-  opts.setAlgorithm(count * sizeof(T) <= kSmallAllreduceBytes ? gloo::AllreduceOptions::Algorithm::BCUBE
-                                                               : gloo::AllreduceOptions::Algorithm::RING);
+  opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
   opts.setReduceFunction([type, op](void* out, const void* a, const void* b, size_t n) {
     reduce(type, op, out, a, b, n);
   });
@@ -248,12 +299,22 @@ void Communicator::allreduce(void* data, size_t count, DataType type, ReduceOp o
   if (count == 0 || size() == 1) return;
   guarded("allreduce", [&] {
     if (allreduceSmall(data, count, type, op)) return;
+    if (count * elementSize(type) > kSmallAllreduceBytes) {
+      // Ours rather than Gloo's ring, whose receive scratch buffer no abort can reach (abort_signal.h).
+      const auto n = static_cast<size_t>(size());
+      std::vector<size_t> counts(n, count / n);
+      for (size_t p = 0; p < count % n; ++p) ++counts[p];
+      return ring(data, counts, type, op, true);
+    }
     const uint32_t tag = nextTag();
+    gloo::AllreduceOptions opts(context_);
+    Watched watched(options_.abort);
+    auto buf = buffer(watched, data, count * elementSize(type));
     switch (elementSize(type)) {
-      case 1: return runAllreduce<uint8_t>(context_, data, count, type, op, tag, options_.timeout);
-      case 2: return runAllreduce<uint16_t>(context_, data, count, type, op, tag, options_.timeout);
-      case 4: return runAllreduce<uint32_t>(context_, data, count, type, op, tag, options_.timeout);
-      case 8: return runAllreduce<uint64_t>(context_, data, count, type, op, tag, options_.timeout);
+      case 1: return runAllreduce<uint8_t>(opts, std::move(buf), type, op, tag, options_.timeout);
+      case 2: return runAllreduce<uint16_t>(opts, std::move(buf), type, op, tag, options_.timeout);
+      case 4: return runAllreduce<uint32_t>(opts, std::move(buf), type, op, tag, options_.timeout);
+      case 8: return runAllreduce<uint64_t>(opts, std::move(buf), type, op, tag, options_.timeout);
     }
   });
 }
@@ -264,7 +325,8 @@ void Communicator::broadcast(void* data, size_t bytes, int root) {
   if (bytes == 0 || size() == 1) return;
   guarded("broadcast", [&] {
     gloo::BroadcastOptions opts(context_);
-    opts.setOutput(static_cast<uint8_t*>(data), bytes);
+    Watched watched(options_.abort);
+    opts.setOutput<uint8_t>(buffer(watched, data, bytes));
     opts.setRoot(root);
     opts.setTag(nextTag());
     opts.setTimeout(options_.timeout);
@@ -283,9 +345,11 @@ void Communicator::allgatherv(const void* in, void* out, const std::vector<size_
   if (std::accumulate(bytesPerRank.begin(), bytesPerRank.end(), size_t{0}) == 0) return;
   guarded("allgatherv", [&] {
     gloo::AllgathervOptions opts(context_);
+    Watched watched(options_.abort);
     // Gloo wants a non-null input even for zero bytes; it copies it into its slot of out.
-    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in ? in : out)), mine);
-    opts.setOutput(static_cast<uint8_t*>(out), bytesPerRank);
+    const size_t total = std::accumulate(bytesPerRank.begin(), bytesPerRank.end(), size_t{0});
+    opts.setInput<uint8_t>(buffer(watched, in ? in : out, mine));
+    opts.setOutput<uint8_t>(buffer(watched, out, total), bytesPerRank);
     opts.setTag(nextTag());
     opts.setTimeout(options_.timeout);
     gloo::allgatherv(opts);
@@ -308,8 +372,10 @@ void Communicator::alltoallv(const void* in, const std::vector<size_t>& sendByte
     std::vector<int64_t> recv(recvBytes.begin(), recvBytes.end());
     // Gloo rejects null pointers even for empty buffers.
     static uint8_t empty;
-    opts.setInput(in ? static_cast<uint8_t*>(const_cast<void*>(in)) : &empty, send);
-    opts.setOutput(out ? static_cast<uint8_t*>(out) : &empty, recv);
+    const auto sum = [](const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); };
+    Watched watched(options_.abort);
+    opts.setInput<uint8_t>(buffer(watched, in ? in : &empty, sum(sendBytes)), send);
+    opts.setOutput<uint8_t>(buffer(watched, out ? out : &empty, sum(recvBytes)), recv);
     opts.setTag(nextTag());
     opts.setTimeout(options_.timeout);
     gloo::alltoallv(opts);
@@ -319,6 +385,7 @@ void Communicator::alltoallv(const void* in, const std::vector<size_t>& sendByte
 namespace {
 // Gloo's own collectives use slot prefixes 0x01-0x08 (gloo/types.h).
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+constexpr uint8_t kAllgatherSlotPrefix = 0x42;
 }  // namespace
 
 void Communicator::reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) {
@@ -326,46 +393,83 @@ void Communicator::reduceScatter(void* data, const std::vector<size_t>& counts, 
   HVD_INTERNAL_ASSERT(counts.size() == static_cast<size_t>(n), "reduceScatter counts for ", counts.size(),
                       " ranks, scope size ", n);
   if (n == 1) return;
+  if (*std::max_element(counts.begin(), counts.end()) == 0) return;
+  guarded("reducescatter", [&] { ring(data, counts, type, op, false); });
+}
+
+void Communicator::ring(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op, bool gather) {
+  const int n = size();
   const size_t esize = elementSize(type);
   std::vector<size_t> offsets(n, 0);
   for (int p = 1; p < n; ++p) offsets[p] = offsets[p - 1] + counts[p - 1];
   const size_t total = offsets[n - 1] + counts[n - 1];
   const size_t largest = *std::max_element(counts.begin(), counts.end());
-  if (largest == 0) return;
-  guarded("reducescatter", [&] {
-    if (inbox_.size() < largest * esize) inbox_.resize(largest * esize);
-    auto* bytes = static_cast<std::byte*>(data);
-    auto out = context_->createUnboundBuffer(bytes, total * esize);
-    auto in = context_->createUnboundBuffer(inbox_.data(), largest * esize);
-    const int me = rank(), right = (me + 1) % n, left = (me + n - 1) % n;
-    // One slot for every step: a pair delivers in order, and each step's receive is posted only after
-    // the previous one completed.
-    const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, nextTag());
-    // Step s: send block me-s-1 (holding s+1 contributions) right, receive block me-s-2 from the left and
-    // add ours. After n-1 steps block me holds all n. A block is never written after it was sent.
-    for (int s = 0; s < n - 1; ++s) {
-      const int send_block = (me - s - 1 + 2 * n) % n;
-      const int recv_block = (me - s - 2 + 2 * n) % n;
-      const size_t send_bytes = counts[send_block] * esize, recv_bytes = counts[recv_block] * esize;
-      if (recv_bytes) in->recv(left, slot, 0, recv_bytes);
-      if (send_bytes) out->send(right, slot, offsets[send_block] * esize, send_bytes);
-      if (recv_bytes) {
-        in->waitRecv(options_.timeout);
-        std::byte* block = bytes + offsets[recv_block] * esize;
-        reduce(type, op, block, block, inbox_.data(), counts[recv_block]);
-      }
-      if (send_bytes) out->waitSend(options_.timeout);
+  if (inbox_.size() < largest * esize) inbox_.resize(largest * esize);
+  auto* bytes = static_cast<std::byte*>(data);
+  auto out = context_->createUnboundBuffer(bytes, total * esize);
+  auto in = context_->createUnboundBuffer(inbox_.data(), largest * esize);
+  Watched watched(options_.abort);
+  watched.watch(out.get());
+  watched.watch(in.get());
+  const int me = rank(), right = (me + 1) % n, left = (me + n - 1) % n;
+  // One slot for every step of a phase: a pair delivers in order, and each step's receive is posted only
+  // after the previous one completed.
+  const uint32_t tag = nextTag();
+  const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+  // Reduce-scatter, step s: send block me-s-1 (holding s+1 contributions) right, receive block me-s-2 from
+  // the left and add ours. After n-1 steps block me holds all n. A block is never written after it was sent.
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_block = (me - s - 1 + 2 * n) % n;
+    const int recv_block = (me - s - 2 + 2 * n) % n;
+    const size_t send_bytes = counts[send_block] * esize, recv_bytes = counts[recv_block] * esize;
+    if (recv_bytes) in->recv(left, slot, 0, recv_bytes);
+    if (send_bytes) out->send(right, slot, offsets[send_block] * esize, send_bytes);
+    if (recv_bytes) {
+      in->waitRecv(options_.timeout);
+      std::byte* block = bytes + offsets[recv_block] * esize;
+      reduce(type, op, block, block, inbox_.data(), counts[recv_block]);
     }
-  });
+    if (send_bytes) out->waitSend(options_.timeout);
+  }
+  if (!gather) return;
+  // Allgather, step s: send block me-s (complete: ours after step 0, then the one just received) right and
+  // receive block me-s-1 from the left straight into place. Every rank ends with the same bytes.
+  const auto gather_slot = gloo::Slot::build(kAllgatherSlotPrefix, tag);
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_block = (me - s + n) % n;
+    const int recv_block = (me - s - 1 + n) % n;
+    const size_t send_bytes = counts[send_block] * esize, recv_bytes = counts[recv_block] * esize;
+    if (recv_bytes) out->recv(left, gather_slot, offsets[recv_block] * esize, recv_bytes);
+    if (send_bytes) out->send(right, gather_slot, offsets[send_block] * esize, send_bytes);
+    if (recv_bytes) out->waitRecv(options_.timeout);
+    if (send_bytes) out->waitSend(options_.timeout);
+  }
 }
+
+namespace {
+constexpr uint8_t kBarrierSlotPrefix = 0x41;
+}  // namespace
 
 void Communicator::barrier() {
   if (size() == 1) return;
+  // Dissemination barrier (log2(n) rounds: send a byte to rank + 2^k, receive one from rank - 2^k) on
+  // buffers of ours, which the abort signal can fail; Gloo's own barrier keeps its buffer to itself. Each
+  // round talks to a different pair in each direction, so one slot serves every round.
   guarded("barrier", [&] {
-    gloo::BarrierOptions opts(context_);
-    opts.setTag(nextTag());
-    opts.setTimeout(options_.timeout);
-    gloo::barrier(opts);
+    const int n = size(), me = rank();
+    char token = 0, inbox = 0;
+    auto out = context_->createUnboundBuffer(&token, 1);
+    auto in = context_->createUnboundBuffer(&inbox, 1);
+    Watched watched(options_.abort);
+    watched.watch(out.get());
+    watched.watch(in.get());
+    const auto slot = gloo::Slot::build(kBarrierSlotPrefix, nextTag());
+    for (int k = 1; k < n; k <<= 1) {
+      in->recv((me - k + n) % n, slot);
+      out->send((me + k) % n, slot);
+      in->waitRecv(options_.timeout);
+      out->waitSend(options_.timeout);
+    }
   });
 }
 

@@ -26,10 +26,12 @@
 // it leaves -- and only then destroys the pairs. EOF seen on an idle pair is harmless (stored, never
 // thrown).
 //
-// Threading: a Communicator is used by one thread at a time (the runtime's background thread).
+// Threading: a Communicator is used by one thread at a time (the runtime's background thread), except that
+// the AbortSignal of its options may be raised from any thread (abort_signal.h).
 // Errors: Gloo failures are rethrown naming the scope, the operation and this rank: hvd::PeerLostError
 // where a peer's connection closed or was reset (the peer died or its host went away), hvd::BackendError
-// for the rest (timeouts included); the context is unusable afterwards.
+// for the rest (timeouts included); an operation failed by the AbortSignal rethrows the signal's error
+// (with the same context); the context is unusable afterwards.
 #pragma once
 
 #include <chrono>
@@ -40,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "gloo_backend/abort_signal.h"
 #include "gloo_backend/device.h"
 #include "gloo_backend/types.h"
 #include "rendezvous/store.h"
@@ -47,6 +50,9 @@
 namespace gloo {
 class Algorithm;
 class Context;
+namespace transport {
+class UnboundBuffer;
+}  // namespace transport
 }  // namespace gloo
 
 namespace hvd::gloo_backend {
@@ -60,6 +66,9 @@ struct CommunicatorOptions {
   // The store waits of connect() for the peers' addresses, where they may come later than a collective's
   // timeout allows (elastic jobs: HOROVOD_ELASTIC_TIMEOUT); unset: timeout.
   std::optional<std::chrono::milliseconds> rendezvous_timeout;
+  // Raised by another thread when the job lost a peer: fails the operation in flight and every later one
+  // (abort_signal.h). Null: operations end only by completing, by Gloo's own errors or by the timeout.
+  std::shared_ptr<AbortSignal> abort;
 };
 
 // Message sizes (bytes) up to which allreduce uses the latency-optimised algorithms; see allreduce().
@@ -87,8 +96,9 @@ class Communicator {
   // Algorithm by size: on 2 ranks, up to kLegacyRingBytes of float32/float64/int32/int64, Gloo's legacy
   // AllreduceRing on a fixed staging buffer (pre-registered buffers: data goes straight into the peer's
   // registered inbox, with no ready-to-send/receive notifications; instances are cached per element
-  // count, type and op). Other small ones: Gloo's bcube (log2(size) rounds). Above the limit: the ring
-  // (bandwidth optimal: each rank sends 2(n-1)/n of the data).
+  // count, type and op). Other small ones: Gloo's bcube (log2(size) rounds). Above the limit: our ring,
+  // a reduce-scatter then an allgather of the same blocks (bandwidth optimal: each rank sends 2(n-1)/n of
+  // the data), on buffers the abort signal reaches (Gloo's own ring keeps a scratch buffer it cannot).
   //
   // Why only 2 ranks, and why a warm-up: Gloo's tcp::Pair sets SO_SNDBUF to the size of the first
   // legacy-buffer message it sends on a pair (and never again), which also turns off the kernel's
@@ -139,10 +149,17 @@ class Communicator {
   uint32_t nextTag() { return tag_++; }
   template <typename F>
   void guarded(const char* what, F&& body);
+  // An unbound buffer over [ptr, ptr + bytes), attached to options_.abort through watched for as long as
+  // watched lives (abort_signal.h); every operation gives Gloo its buffers through this or Watched::watch.
+  class Watched;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer(Watched& watched, const void* ptr, size_t bytes);
 
   // The legacy small-message path (see allreduce()). Instances are created and evicted in the same
   // order on every rank (every rank runs the same operations), so their Gloo slots agree.
   bool allreduceSmall(void* data, size_t count, DataType type, ReduceOp op);
+  // The ring over blocks of counts[p] elements (consecutive in rank order): reduce-scatter, then with
+  // gather an allgather of the reduced blocks (an allreduce). Runs inside guarded().
+  void ring(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op, bool gather);
   struct SmallAlgorithm {
     size_t count;
     DataType type;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <unordered_map>
 
+#include "gloo_backend/abort_signal.h"
 #include "gloo_backend/communicator.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/memory_store.h"
@@ -30,6 +31,7 @@
 #include "runtime/gpu.h"
 #include "runtime/hierarchical.h"
 #include "runtime/log.h"
+#include "runtime/loss_watcher.h"
 #include "runtime/reporter.h"
 #include "runtime/shm/transport.h"
 #include "runtime/timeline.h"
@@ -114,6 +116,11 @@ class Runtime::Impl {
   std::shared_ptr<Work> push(Request r, bool static_set = false);  // requires mutex_
 
   void connectControlPlane();
+  // Starts watcher_ over the control connections (runtime/loss_watcher.h); size > 1.
+  void watchForLostPeers();
+  // A worker whose collective the abort signal failed: the coordinator's reason, from the abort list it
+  // sent before closing its connection (when it came), replaces the watcher's.
+  void takeCoordinatorsReason();
   void wake();
   void run();
   // Runs until shutdown; throws on a lost peer or a failed collective. Sets abort_ when the job is
@@ -182,6 +189,10 @@ class Runtime::Impl {
   std::unique_ptr<Channel> coordinator_channel_;           // workers
   std::vector<std::unique_ptr<Channel>> worker_channels_;  // coordinator, index = rank (0 empty)
   std::unique_ptr<Coordinator> coordinator_;               // rank 0 only
+  // Fails the Gloo operations in flight when watcher_ sees a control connection close (abort_signal.h):
+  // shared by every Communicator of this runtime.
+  std::shared_ptr<gloo_backend::AbortSignal> abort_signal_ = std::make_shared<gloo_backend::AbortSignal>();
+  std::unique_ptr<LossWatcher> watcher_;  // from init until the background loop ends
   // Elastic jobs, rank 0: the rendezvous server, asked every kRoundCheckInterval whether the driver began a
   // round without a member of this one (a host that went silent never closes its connections).
   std::shared_ptr<rendezvous::HttpStore> round_server_;
@@ -302,6 +313,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     o.size = size;
     o.timeout = options_.gloo_timeout;
     o.rendezvous_timeout = options_.rendezvousTimeout();
+    o.abort = abort_signal_;
     log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", rank, ", size=", size));
     return std::shared_ptr<Communicator>(Communicator::connect(store_, gloo_device_, o));
   };
@@ -357,8 +369,10 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     HVD_CHECK(wake_fd_ >= 0, NetworkError, "eventfd failed: ", errnoText(errno));
     connectControlPlane();
+    watchForLostPeers();
     phase("control plane");
   } catch (...) {
+    watcher_.reset();
     // Init failed part-way (a peer never came, a timeout): close without the orderly barrier, which
     // would only wait for the same missing peers once more.
     for (const auto& c : {global_, local_, cross_}) {
@@ -475,6 +489,43 @@ void Runtime::Impl::connectControlPlane() {
   hello.nonce = nonce;
   hello.rank = options_.rank;
   coordinator_channel_->send(encode(hello));
+}
+
+void Runtime::Impl::watchForLostPeers() {
+  std::vector<std::pair<int, std::string>> fds;
+  if (coordinator_channel_) fds.emplace_back(coordinator_channel_->fd(), "the coordinator (rank 0)");
+  for (size_t r = 1; r < worker_channels_.size(); ++r) {
+    if (worker_channels_[r]) fds.emplace_back(worker_channels_[r]->fd(), detail::concat("rank ", r));
+  }
+  if (fds.empty()) return;
+  const bool worker = coordinator_channel_ != nullptr;
+  watcher_ = std::make_unique<LossWatcher>(std::move(fds), [signal = abort_signal_, worker](const std::string& what) {
+    // A worker: the coordinator stopped the job (it tells why in its abort list, read afterwards) or is gone.
+    // The coordinator: a worker's process died or its host went away.
+    const std::string why =
+        worker ? detail::concat(what, " closed its control connection: the job is stopping (a peer was lost, or "
+                                      "the coordinator failed)")
+               : detail::concat(what, " closed its control connection to the coordinator: its process died or its "
+                                      "host went away");
+    signal->abort(std::make_exception_ptr(PeerLostError(why)));
+  });
+}
+
+void Runtime::Impl::takeCoordinatorsReason() {
+  if (!coordinator_channel_ || !abort_signal_->error()) return;
+  std::vector<std::vector<char>> messages;
+  coordinator_channel_->receive(messages);  // non-blocking: whatever came before the connection closed
+  for (const auto& m : messages) {
+    try {
+      const ResponseList list = decodeResponseList(m);
+      if (!list.abort) continue;
+      reason_ = list.shutdown_reason;
+      peer_lost_ = list.peer_lost;
+      return;
+    } catch (const std::exception&) {
+      return;  // a cut-off message: keep the watcher's reason
+    }
+  }
 }
 
 Runtime::Impl::~Impl() {
@@ -669,9 +720,12 @@ void Runtime::Impl::run() {
   try {
     loop();
   } catch (const std::exception& e) {
+    // Stopped first: it must not run once the teardown below closes the connections it watches.
+    watcher_.reset();
     reason_ = e.what();
     abort_ = true;
     peer_lost_ = dynamic_cast<const PeerLostError*>(&e) != nullptr;
+    if (peer_lost_) takeCoordinatorsReason();
     log(LogLevel::kError, detail::concat("background loop stopped: ", reason_));
     if (coordinator_ && !abort_sent_) {
       // The workers learn why at once (they may be idle, waiting for the next list), and whether it was a
@@ -684,6 +738,9 @@ void Runtime::Impl::run() {
       broadcastToWorkers(abort);
     }
   }
+  // After a normal end of the loop, before the orderly close: a peer leaving its last barrier first closes
+  // its connections, and that is no loss.
+  watcher_.reset();
   {
     std::lock_guard lock(mutex_);
     stopped_ = true;
@@ -1033,6 +1090,7 @@ void Runtime::Impl::executeProcessSet(const Response& s) {
       o.rank = static_cast<int>(me - info.ranks.begin());
       o.size = static_cast<int>(info.ranks.size());
       o.timeout = options_.gloo_timeout;
+      o.abort = abort_signal_;
       log(LogLevel::kDebug, detail::concat(o.scope, " rendezvous started for rank=", o.rank, ", size=", o.size));
       set_comms_[id] = std::make_shared<GlooTransport>(Communicator::connect(store_, gloo_device_, o));
     }

@@ -5,9 +5,14 @@
 //           survivors print the error their pending handle failed with and exit 0
 //   kill_mid  every rank allreduces 64 MiB in a loop; at step 3 rank 1 submits, waits 2 ms (the others are
 //           then inside the collective) and SIGKILLs itself; the survivors print their error as for die
-//   peer_lost  every rank allreduces 16 MiB in a loop; at step 3 rank 1 submits, waits 2 ms and SIGKILLs
-//           itself, while the survivors also submit "never" (which rank 1 never submits, so it stays queued);
-//           prints "rank R peer_lost step K big S1 queued S2 resubmit S3 shutdown T s: <error text>" with the
+//   peer_lost [kill|stopped|hung]  every rank allreduces 16 MiB in a loop; at step 3 rank 1 submits, waits
+//           2 ms and SIGKILLs itself (kill), or SIGSTOPs itself and is SIGKILLed by rank 0 500 ms later
+//           (stopped: 64 MiB steps, every socket's buffers capped at 64 KiB, the stop 10 ms after the submit,
+//           so that the survivors' sends to it fill its sockets first; rank 0 prints "rank 0 killed rank 1
+//           at E"), or SIGSTOPs itself for good (hung: the survivors time out; rank 0 SIGKILLs it after its
+//           shutdown); the survivors also submit "never" (which rank 1 never submits, so it stays queued);
+//           prints "rank R failed at E" when its wait returned (E: seconds since the epoch) and
+//           "rank R peer_lost step K big S1 queued S2 resubmit S3 shutdown T s: <error text>" with the
 //           statuses of the in-flight allreduce, the queued one and a submission after the failure, and how
 //           long hvd_shutdown() took
 //   stop    (2 ranks) allreduces of 1 MiB for 4 s, checked each step, while rank 0 stops rank 1 with
@@ -43,6 +48,7 @@
 // it, and an ignored disposition would be inherited across exec).
 #include <dirent.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -76,6 +82,29 @@ bool blocksSigpipe(const std::string& tid) {
 
 int allreduceOnce(const char* name, float* v, size_t n) {
   const int h = hvd_allreduce_async(name, v, v, n, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+  return h < 0 ? h : hvd_wait(h);
+}
+
+// Caps the send and receive buffers of every TCP socket of this process (Gloo's pairs among them) at
+// `bytes`, which also turns the kernel's autotuning of them off: a peer that stops reading then fills
+// them after a few segments, and a sender's writes stay queued in Gloo.
+void capSocketBuffers(int bytes) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return;
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (fd <= 2 || ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  }
+  ::closedir(dir);
+}
+
+// Every rank's pid: pids[rank] set by each rank, zeros elsewhere, summed.
+int allreducePids(std::vector<int64_t>& pids) {
+  const int h = hvd_allreduce_async("pids", pids.data(), pids.data(), pids.size(), HVD_INT64, HVD_SUM, 1.0, 1.0);
   return h < 0 ? h : hvd_wait(h);
 }
 
@@ -372,19 +401,37 @@ int main(int argc, char** argv) {
     }
   }
   if (std::strcmp(scenario, "peer_lost") == 0) {
-    std::vector<float> big(4u << 20, 1.0f);
+    // How rank 1 goes: "kill" (it SIGKILLs itself), "stopped" (it SIGSTOPs itself, so it stops reading its
+    // sockets and the survivors' sends to it fill them; rank 0 SIGKILLs it 500 ms later), "hung" (it
+    // SIGSTOPs itself and stays stopped: the survivors time out; rank 0 SIGKILLs it after shutdown).
+    const std::string how = argc > 2 ? argv[2] : "kill";
+    std::vector<int64_t> pids(hvd_size(), 0);
+    pids[rank] = ::getpid();
+    if (allreducePids(pids) != HVD_SUCCESS) return 3;
+    if (how == "stopped") capSocketBuffers(64 << 10);
+    const auto epoch = [] {
+      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    };
+    // "stopped": 64 MiB, so that rank 1 stops well inside the ring, which the capped buffers slow down.
+    std::vector<float> big(how == "stopped" ? 16u << 20 : 4u << 20, 1.0f);
     float never[4] = {0};
     for (int step = 0;; ++step) {
       const int h = hvd_allreduce_async("big", big.data(), big.data(), big.size(), HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
       int queued = -1;
       if (step == 3) {
         if (rank == 1) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-          ::raise(SIGKILL);
+          std::this_thread::sleep_for(std::chrono::milliseconds(how == "stopped" ? 10 : 2));
+          ::raise(how == "kill" ? SIGKILL : SIGSTOP);
         }
         queued = hvd_allreduce_async("never", never, never, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+        if (rank == 0 && how == "stopped") {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          ::kill(static_cast<pid_t>(pids[1]), SIGKILL);
+          std::printf("rank 0 killed rank 1 at %.3f\n", epoch());
+        }
       }
       const int status = h < 0 ? h : hvd_wait(h);
+      if (status != HVD_SUCCESS) std::printf("rank %d failed at %.3f\n", rank, epoch());
       if (status == HVD_SUCCESS) {
         if (queued >= 0) {
           std::printf("rank %d: step %d succeeded after rank 1 was killed\n", rank, step);
@@ -394,12 +441,15 @@ int main(int argc, char** argv) {
       }
       const std::string text = hvd_error_text();
       const int queued_status = queued < 0 ? queued : hvd_wait(queued);
+      // Refused at once, or (when submitted while the background thread was still stopping) failed.
       const int resubmit = hvd_allreduce_async("after", never, never, 4, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      const int resubmit_status = resubmit < 0 ? resubmit : hvd_wait(resubmit);
       const auto start = std::chrono::steady_clock::now();
       hvd_shutdown();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::printf("rank %d peer_lost step %d big %d queued %d resubmit %d shutdown %.3f s: %s\n", rank, step, status,
-                  queued_status, resubmit < 0 ? resubmit : 0, s, text.c_str());
+                  queued_status, resubmit_status, s, text.c_str());
+      if (rank == 0 && how == "hung") ::kill(static_cast<pid_t>(pids[1]), SIGKILL);
       return 0;
     }
   }
@@ -407,8 +457,7 @@ int main(int argc, char** argv) {
     // Every rank's pid, so that rank 0 can stop rank 1.
     std::vector<int64_t> pids(hvd_size(), 0);
     pids[rank] = ::getpid();
-    int h = hvd_allreduce_async("pids", pids.data(), pids.data(), pids.size(), HVD_INT64, HVD_SUM, 1.0, 1.0);
-    if (h < 0 || hvd_wait(h) != HVD_SUCCESS) return 3;
+    if (allreducePids(pids) != HVD_SUCCESS) return 3;
     std::thread stopper;
     if (rank == 0) {
       stopper = std::thread([victim = static_cast<pid_t>(pids[1])] {
@@ -425,7 +474,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i + 1 < data.size(); ++i) data[i] = static_cast<float>(rank + (i + steps) % 5);
       // The last element: 1 from rank 0 once it has run 4 s, telling every rank to stop after this step.
       data.back() = rank == 0 && std::chrono::steady_clock::now() - start > std::chrono::seconds(4) ? 1.0f : 0.0f;
-      h = hvd_allreduce_async("step", data.data(), data.data(), data.size(), HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      const int h = hvd_allreduce_async("step", data.data(), data.data(), data.size(), HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
       const int status = h < 0 ? h : hvd_wait(h);
       if (status != HVD_SUCCESS) {
         std::printf("rank %d: step %d failed with status %d: %s\n", rank, steps, status, hvd_error_text());
