@@ -146,12 +146,7 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     for key, value in worker_env.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ValueError(f"env must map str to str, got {key!r}: {value!r}")
-    path = [_PACKAGE_PARENT]
-    if _uses_compat(worker_env):
-        path.insert(0, _COMPAT_DIR)
-    if worker_env.get("PYTHONPATH"):
-        path.append(worker_env["PYTHONPATH"])
-    worker_env["PYTHONPATH"] = os.pathsep.join(path)
+    _prepend_package_path(worker_env)
 
     hvdrun = _find_hvdrun()
     python = executable or sys.executable
@@ -182,6 +177,18 @@ def _positive(value, name):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return str(value)
+
+
+def _prepend_package_path(worker_env):
+    """Puts the directory holding hvd first on worker_env's PYTHONPATH (and hvd's `horovod` compatibility
+    package before it when _uses_compat), keeping what PYTHONPATH already held after them. Also used by
+    hvd.executor's hvdrun engine."""
+    path = [_PACKAGE_PARENT]
+    if _uses_compat(worker_env):
+        path.insert(0, _COMPAT_DIR)
+    if worker_env.get("PYTHONPATH"):
+        path.append(worker_env["PYTHONPATH"])
+    worker_env["PYTHONPATH"] = os.pathsep.join(path)
 
 
 def _uses_compat(worker_env):

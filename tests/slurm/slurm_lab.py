@@ -14,6 +14,7 @@ that talk to Slurm run in the controller's namespace with SLURM_CONF set (lab.ru
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -233,6 +234,20 @@ class SlurmLab:
                 continue
             out.append(cmd)
         return out
+
+    def leftovers(self, pattern):
+        """{node: command lines in its namespace matching the regex pattern}."""
+        return {i: [c for c in self.processes(i) if re.search(pattern, c)] for i in range(1, self.n + 1)}
+
+    def wait_clean(self, pattern, timeout=15):
+        """Waits up to timeout s until no node runs a process matching pattern; returns what is left."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            left = self.leftovers(pattern)
+            if not any(left.values()):
+                return left
+            time.sleep(0.1)
+        return self.leftovers(pattern)
 
     # ----- tear-down
 

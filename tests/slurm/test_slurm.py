@@ -27,18 +27,15 @@ def hvd_env():
     return {"PATH": f"{BUILD}:/usr/sbin:/usr/bin:/sbin:/bin", "HVD_BIN": BUILD}
 
 
-def leftovers(lab, pattern=r"hvd-proxy|scenario_worker|train_linreg|hvdrun"):
-    return {i: [c for c in lab.processes(i) if re.search(pattern, c)] for i in range(1, lab.n + 1)}
+PATTERN = r"hvd-proxy|scenario_worker|train_linreg|hvdrun"
+
+
+def leftovers(lab, pattern=PATTERN):
+    return lab.leftovers(pattern)
 
 
 def wait_clean(lab, timeout=15):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        left = leftovers(lab)
-        if not any(left.values()):
-            return left
-        time.sleep(0.1)
-    return leftovers(lab)
+    return lab.wait_clean(PATTERN, timeout)
 
 
 def test_hvdrun_in_an_allocation_runs_the_demo_over_two_nodes(lab):
