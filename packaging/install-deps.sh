@@ -15,7 +15,8 @@ pkgs=(
   # the Python package (hvd.torch, hvd.numpy) and its tests, for Debian's /usr/bin/python3
   python3 python3-dev python3-pybind11 python3-torch python3-numpy python3-pytest python3-cloudpickle
   python3-torchvision
-  # hvd.Executor and hvd.train on a Dask cluster (dask scheduler / dask worker), tested against a real one
+  # hvd.Executor and hvd.train on a Dask cluster (dask scheduler / dask worker), tested against a real one;
+  # pandas for hvd.train's Result.metrics_dataframe
   python3-distributed python3-pandas
   # a real Slurm cluster for the Slurm tests (slurmctld, slurmd per network namespace, munge), and real
   # mpirun/mpiexec for workers started without hvdrun

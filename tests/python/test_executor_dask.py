@@ -378,6 +378,39 @@ def test_a_killed_driver_ends_the_ranks_and_its_rendezvous_daemon(cluster, clien
             driver.wait()
 
 
+BUSY_DRIVER = DRIVER.replace("time.sleep(600)", "ex.run(lambda: time.sleep(600))")
+
+
+def test_a_driver_killed_mid_call_ends_the_busy_ranks_worker_processes(cluster, client, tmp_path):
+    # A thread cannot be stopped: the Dask worker process of a rank whose driver vanished mid-call ends, and the
+    # lab's nannies start fresh ones.
+    script = tmp_path / "busy_driver.py"
+    script.write_text(textwrap.dedent(BUSY_DRIVER.format(package=str(PACKAGE_DIR),
+                                                         scheduler=cluster.scheduler_address)))
+    driver = subprocess.Popen([PYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = []
+        reader = threading.Thread(target=lambda: line.append(driver.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(60)
+        assert line and line[0].strip(), f"the driver printed nothing within 60 s: {driver.poll()}"
+        pids = json.loads(line[0])
+        time.sleep(0.5)  # the second call (600 s of sleep) is running on every rank
+        driver.kill()
+        killed = time.monotonic()
+        driver.wait(10)
+        wait_until(lambda: not any(alive(p) for p in pids), 5, "the busy ranks' Dask worker processes to end")
+        assert time.monotonic() - killed < 5
+        # The nannies replace them: the cluster is whole again, without any rank.
+        wait_until(lambda: len(client.scheduler_info()["workers"]) == 4, 60, "the nannies to restart the workers")
+        fresh = client.run(_worker_state, callback_timeout=10)
+        assert all(s["threads"] == [] and s["rank_env"] is None for s in fresh.values()), fresh
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
 def test_overhead_of_dask_and_of_the_executor(cluster, client, capsys):
     def median_ms(call, count=30):
         call()

@@ -8,10 +8,13 @@ Contract. Each rank lives in one Dask worker process, as a Dask actor (_Rank) pi
 sets the rank's variables in the worker's os.environ (HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK,
 _CROSS_SIZE, HOROVOD_HOSTNAME, the rendezvous address, port and token, HOROVOD_CONTROLLER / CPU_OPERATIONS=gloo,
 HOROVOD_GLOO_IFACE, NCCL_SOCKET_IFNAME and the executor's own variables), then runs
-hvd.executor.worker.serve(driver host, driver port, token, exit_on_driver_loss=False) in a daemon thread of its
-own, so the actor call returns and the Dask worker keeps serving other work. When serve() returns (the driver
-said stop, closed the connection or died) the thread shuts hvd down (serve does), puts the variables back as they
-were and frees the process for another Executor. A Dask worker process hosts one rank at a time.
+hvd.executor.worker.serve(driver host, driver port, token) in a daemon thread of its own, so the actor call
+returns and the Dask worker keeps serving other work. When serve() returns (the driver said stop, or closed the
+connection or died while no call ran) the thread shuts hvd down (serve does), puts the variables back as they
+were and frees the process for another Executor. A driver that vanishes while a call runs ends the Dask worker
+process itself, a second after (serve's exit_on_driver_loss): a thread cannot be stopped, and a training function
+must not outlive its driver; a nanny (`dask worker --nanny`, the default) starts a fresh worker process in its
+place. A Dask worker process hosts one rank at a time.
 
 Placement follows hvdrun: the eligible workers are grouped by host (the host of their Dask address) and the ranks
 fill the hosts in order (all ranks of the first host, then the next), hosts and workers sorted by address. A
@@ -156,7 +159,7 @@ class _Rank:
     def _serve(self, rank, previous, added_path, driver_host, driver_port, token):
         try:
             from hvd.executor.worker import serve
-            serve(driver_host, driver_port, token, exit_on_driver_loss=False)
+            serve(driver_host, driver_port, token, exit_on_driver_loss=True)
         except BaseException as e:
             sys.stderr.write(f"hvd.executor.dask_engine: rank {rank} ended with {type(e).__name__}: {e}\n")
         finally:
