@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "rendezvous/error.h"
 
@@ -143,8 +144,15 @@ void scaleTyped(void* data, size_t n, double factor) {
     const T f = static_cast<T>(factor);
     for (size_t i = 0; i < n; ++i) d[i] *= f;
   } else {
-    // Round to nearest: an integer average of 7 over 2 ranks is 4, and 6 * (1/3.0) is 2, not 1.
-    for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(std::llround(static_cast<double>(d[i]) * factor));
+    // Horovod's rule: scale in float64, then truncate toward zero (an average of 7 over 2 ranks is 3, of -3
+    // over 2 is -1). Except where the product is an integer up to float64's rounding: 6 * (1/3.0) is
+    // 1.9999999999999998, whose truncation (Horovod's 1) is an artefact; that is 2.
+    for (size_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(d[i]) * factor;
+      const double nearest = std::nearbyint(v);
+      const bool integral = std::fabs(v - nearest) <= 4 * std::numeric_limits<double>::epsilon() * std::fabs(v);
+      d[i] = static_cast<T>(integral ? nearest : std::trunc(v));
+    }
   }
 }
 

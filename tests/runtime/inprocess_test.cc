@@ -107,7 +107,7 @@ double expected(DataType t, ReduceOp op, int n, size_t i) {
     }
   }
   if (t == DataType::kBool) return acc != 0 ? 1 : 0;
-  if (op == ReduceOp::kAverage) return isFloat(t) ? acc / n : std::llround(acc / n);
+  if (op == ReduceOp::kAverage) return isFloat(t) ? acc / n : std::trunc(acc / n);  // Horovod's rule
   return acc;
 }
 

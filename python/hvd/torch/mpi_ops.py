@@ -500,6 +500,11 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall: splits[i] rows go to set rank i (even split when None)."""
+    return _alltoall_start(tensor, splits, name, process_set, with_received=splits is not None)
+
+
+def _alltoall_start(tensor, splits, name, process_set, with_received):
+    """alltoall_async; synchronize() gives (output, received splits) when with_received, else output."""
     tensor = _contiguous(tensor)
     code = _check_tensor(tensor, False)
     if tensor.dim() == 0:
@@ -519,12 +524,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     tail = tuple(tensor.shape[1:])
     handle = _enqueue(_ALLTOALL, _name("alltoall", name), tensor.data_ptr(), 0, tensor.shape[0],
                       _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, split_list, _process_set_id(process_set))
-    with_splits = splits is not None
 
     def finish(h):
         received = torch.tensor(_core.received_splits(h), dtype=torch.int32)
         out = _result_tensor(h, tensor, tail)
-        return (out, received) if with_splits else out
+        return (out, received) if with_received else out
 
     _handle_map[handle] = ((tensor,), finish)
     return handle
@@ -536,12 +540,9 @@ class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         ctx.process_set = process_set
-        out = synchronize(alltoall_async(tensor, splits if splits is not None else None, name, process_set))
-        if splits is None:
-            n = _set_size(process_set)
-            received = torch.full((n,), tensor.shape[0] // n, dtype=torch.int32)
-        else:
-            out, received = out
+        # What each rank sent here, also for an even split: ranks may hold different numbers of rows, and the
+        # gradient goes back the way the rows came.
+        out, received = synchronize(_alltoall_start(tensor, splits, name, process_set, with_received=True))
         ctx.received = received
         ctx.mark_non_differentiable(received)
         return out, received
