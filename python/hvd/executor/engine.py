@@ -323,7 +323,15 @@ class HvdrunEngine(Engine):
             text = f"hvdrun was killed by signal {-code}"
         details = []
         rank_line = None
+        error_goes_on = False
         for line in self._lines:
+            # An error of several lines (one per ssh host that failed the preflight) goes on in lines without
+            # the "hvdrun:" prefix, up to the usage hint, a failure banner or the next line of hvdrun's.
+            if error_goes_on and line and not line[0].isspace() and not line.startswith(("hvdrun", "Try 'hvdrun",
+                                                                                          "=")):
+                details.append(line)
+                continue
+            error_goes_on = False
             banner = re.search(r"BAD TERMINATION OF RANK (\d+) ON HOST (\S+)(?: \(PID (\d+)\))?", line)
             if banner:
                 pid = f" (pid {banner.group(3)})" if banner.group(3) else ""
@@ -337,6 +345,7 @@ class HvdrunEngine(Engine):
                 continue
             if line.startswith("hvdrun: error:"):
                 details.append(line[len("hvdrun: "):])
+                error_goes_on = True
         return "; ".join([text] + details)
 
     def exit_status(self) -> "str | None":
