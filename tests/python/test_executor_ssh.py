@@ -217,8 +217,10 @@ def test_a_rank_killed_on_a_host_fails_the_executor_within_2_s_and_leaves_nothin
         assert elapsed < 2.0, (elapsed, text)
         # How rank 3 ended, as hvd-proxy reported it to hvdrun over ssh.
         assert "rank 3 on h2 was killed by signal 9" in text, text
-        # The error leads with the first connection the driver saw end: rank 3's, normally; on a loaded machine
-        # the reader of a rank that hvdrun terminated a moment later can run first. Whichever, it is named right.
+        # hvdrun's account leads; the first connection the driver saw end follows: rank 3's, normally; on a
+        # loaded machine the reader of a rank that hvdrun terminated a moment later can run first. Whichever,
+        # it is named right.
+        assert text.startswith("hvd.Executor: hvdrun exited"), text
         lead = re.search(r"rank (\d) \(pid (\d+) on (h\d)\) closed its connection", text)
         assert lead, text
         rank = int(lead.group(1))

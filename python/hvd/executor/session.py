@@ -312,9 +312,13 @@ class Session:
         while status is None and time.monotonic() < deadline:
             time.sleep(0.05)
             status = self.engine.exit_status()
-        how = status if status is not None else "the workers' engine is still running"
-        self._die(ExecutorError(f"hvd.Executor: {conn.describe()} {why}: {how}; the executor is shut down: "
-                                f"{_RESTART}"))
+        if status is None:
+            text = f"{conn.describe()} {why}: the workers' engine is still running"
+        else:
+            # The engine's account first: it names the rank that failed (hvdrun's banner), while the connection
+            # the driver saw close first may be that of a rank the engine stopped a moment later.
+            text = f"{status} (the driver first saw {conn.describe()} {why})"
+        self._die(ExecutorError(f"hvd.Executor: {text}; the executor is shut down: {_RESTART}"))
 
     def _watch(self) -> None:
         """Monitor thread: the engine's end and the deadline of calls on which a rank failed."""
