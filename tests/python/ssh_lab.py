@@ -31,6 +31,8 @@ import subprocess
 import tempfile
 import time
 
+from executor_common import alive
+
 _PR_SET_PDEATHSIG = 1
 _TOOLS = ("ip", "unshare", "ssh-keygen", "hostname")
 _SSHD = "/usr/sbin/sshd"
@@ -91,15 +93,6 @@ def parent(pid: int) -> "int | None":
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _namespace_id(path: str) -> "tuple[int, int] | None":

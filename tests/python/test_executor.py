@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import PACKAGE_DIR, PYTHON
+from executor_common import alive, wait_gone
 
 import hvd
 from hvd.executor import Executor, ExecutorError, ExecutorSettings, HvdrunEngine, WorkerError, send
@@ -139,25 +140,6 @@ def expected_weights(ranks, steps, lr):
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-def alive(pid):
-    """True while pid runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pids, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [p for p in pids if alive(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return [p for p in pids if alive(p)]
-
-
 def children(pid):
     found = []
     for entry in os.listdir("/proc"):

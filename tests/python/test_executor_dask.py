@@ -18,6 +18,9 @@ import pytest
 
 from conftest import PACKAGE_DIR, PYTHON
 from dask_lab import DaskLab, unavailable
+from executor_common import Accumulator, alive
+from executor_common import allreduce_for as _allreduce_for
+from executor_common import noop as _noop
 
 distributed = pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402  (a dependency of distributed)
@@ -25,8 +28,9 @@ import cloudpickle  # noqa: E402  (a dependency of distributed)
 from hvd.executor import Executor, ExecutorError, ExecutorSettings, WorkerError  # noqa: E402
 from hvd.executor.dask_engine import DaskEngine  # noqa: E402
 
-# The Dask workers cannot import this module: its functions travel by value.
+# The Dask workers cannot import the test modules: their functions travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(sys.modules["executor_common"])
 
 
 @pytest.fixture(scope="module")
@@ -86,41 +90,6 @@ def _fail_on(bad_rank):
     return hn.rank()
 
 
-def _allreduce_for(seconds):
-    import numpy as np
-
-    import hvd.numpy as hn
-    hn.init()
-    end = time.time() + seconds
-    while time.time() < end:
-        hn.allreduce(np.array([1.0]), op=hn.Sum)
-        time.sleep(0.01)
-    return hn.rank()
-
-
-def _noop():
-    return None
-
-
-class Accumulator:
-    """Each rank's state for execute(): a value that grows by the allreduced sum of ones (the size) per step."""
-
-    def __init__(self, start):
-        import hvd.numpy as hn
-        hn.init()
-        self.rank = hn.rank()
-        self.value = start
-        self.steps = 0
-
-    def step(self):
-        import numpy as np
-
-        import hvd.numpy as hn
-        self.value += float(hn.allreduce(np.array([1.0]), op=hn.Sum)[0])
-        self.steps += 1
-        return self.value
-
-
 # ----- helpers
 
 def wait_until(predicate, timeout, what):
@@ -155,14 +124,6 @@ def cmdline(pid):
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # ----- tests

@@ -18,7 +18,10 @@ import time
 import pytest
 
 from conftest import BUILD_DIR, PACKAGE_DIR, PYTHON
-from ssh_lab import SshLab, alive, cmdline, parent, unavailable
+from executor_common import Accumulator, alive, wait_gone
+from executor_common import allreduce_for as _allreduce_for
+from executor_common import noop as _noop
+from ssh_lab import SshLab, cmdline, parent, unavailable
 
 from hvd.executor import Executor, ExecutorError
 
@@ -69,49 +72,6 @@ def _identity():
             "pid": os.getpid(), "total": float(total[0]), "from_3": int(from_3[0]), "calls": _CALLS}
 
 
-def _allreduce_for(seconds):
-    import numpy as np
-
-    import hvd.numpy as hn
-
-    hn.init()
-    end = time.time() + seconds
-    while time.time() < end:
-        hn.allreduce(np.array([1.0]), op=hn.Sum)
-        time.sleep(0.01)
-    return hn.rank()
-
-
-def _noop():
-    return None
-
-
-class Accumulator:
-    """Each rank's state for execute(): a value that grows by the allreduced sum of ones (the size) per step."""
-
-    def __init__(self, start):
-        import socket
-
-        import hvd.numpy as hn
-
-        hn.init()
-        self.rank = hn.rank()
-        self.host = socket.gethostname()
-        self.value = start
-        self.steps = 0
-
-    def step(self):
-        import numpy as np
-
-        import hvd.numpy as hn
-
-        self.value += float(hn.allreduce(np.array([1.0]), op=hn.Sum)[0])
-        self.steps += 1
-        return self.value
-
-
-# ----- helpers
-
 def hvdrun_pid(executor) -> int:
     return executor._session.engine._proc.pid
 
@@ -122,15 +82,6 @@ def proxies(lab, i) -> "list[int]":
 
 def workers(lab, i) -> "list[int]":
     return [pid for pid, cmd in lab.processes(i) if "-m hvd.executor.worker" in cmd]
-
-
-def wait_gone(pids, timeout) -> "list[int]":
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p for p in pids if alive(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
 
 
 def check_placement(lab, ranks):
