@@ -26,6 +26,9 @@ NAMES = {
     "ddp": "torch DDP (gloo)", "ddp_malloc": "torch DDP, hvdrun's malloc settings", "horovod": "Horovod",
     "hvd_tcp": "hvd over TCP (--no-shared-memory)", "openmpi_yield": "Open MPI, mpi_yield_when_idle 1",
     "hvd_hier": "hvd hierarchical", "hvd_flat": "hvd flat Gloo", "hvd_autotune": "hvd (ours), --autotune",
+    "hvd_run": "hvd.run (ours, an hvdrun job per call)", "executor_dask": "hvd.Executor on Dask (ours)",
+    "dask_submit": "Dask client.submit", "driver_floor": "the driver's imports alone",
+    "trainer": "hvd.train.Trainer (ours)", "plain": "plain hvdrun job",
 }
 ALLREDUCE_SUBJECTS = ["hvd", "hvd_bench", "gloo_bench", "gloo", "openmpi", "mpich", "torch"]
 LAUNCH_SUBJECTS = ["hvdrun", "hydra", "openmpi", "openmpi_ob1", "gloo", "torchrun", "torchrun_mi01"]
@@ -92,8 +95,8 @@ def get(data, key):
 
 def why_absent(data, *subjects):
     for s in subjects:
-        section = (s.split(":")[0] if s in ("rendezvous", "ssh", "hier") or s.startswith(("train", "elastic"))
-                   else None)
+        section = (s.split(":")[0] if s in ("rendezvous", "ssh", "hier")
+                   or s.startswith(("train", "elastic", "executor")) else None)
         section = "shm" if s.startswith("shm") else section
         if section and section not in data.get("sections", [section]):
             return f"section `{section}` not selected in this run"
@@ -232,6 +235,7 @@ def evaluate_targets(data):
     ]
     ts += elastic_targets(data)
     ts += shm_targets(data)
+    ts += executor_targets(data)
     # The same targets read from the other measurement of ours, as a cross-check (not the verdict).
     alt = {"hvd_bench": ("hvd", "gloo"), "hvd": ("hvd_bench", "gloo_bench")}[o]
     checks = {"busbw-64m": (f"busbw.{64 << 20}.{alt[0]}", f"busbw.{64 << 20}.{alt[1]}", "GB/s"),
@@ -479,6 +483,7 @@ def render(data, chart_errors):
     L += hier_md(data)
     L += train_md(data)
     L += elastic_md(data)
+    L += executor_md(data)
     L += missed_md(data)
     L += failures_md(data)
     L += method_md(data)
@@ -857,6 +862,102 @@ def elastic_md(data):
             rows.append([label] + [subject_cell(data, keys[x], x, owners[x], failed_key=f"elastic.{scenario}.{x}")
                                    for x in subs] + [ratio_str(get(data, keys["hvd"]), get(data, keys["horovod"]), False)])
     return L + [table(["measure"] + [name(x) for x in subs] + ["ours ÷ Horovod"], rows), ""]
+
+
+def speedup_target(data, tid, text, ours_key, peer_key, limit, unit, absent):
+    """A latency target read as a speed-up: peer ÷ ours >= limit (ours the faster)."""
+    o, p = get(data, ours_key), get(data, peer_key)
+    t = {"id": tid, "issue": None, "target": text, "limit": limit, "unit": unit}
+    if not o or not p:
+        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+        return t
+    r = p["median"] / o["median"]
+    t.update(status="MET" if r >= limit else "MISSED", ours=o, peer=p, ratio=r,
+             measured=f"{cell(o)} vs {cell(p)} {unit}: {fmt_ratio(r)} faster")
+    return t
+
+
+def executor_targets(data):
+    """Targets of the executor section (hvd.Executor and hvd.train, bench/compare section `executor`)."""
+    absent = ["executor:executor", "executor", "hvdrun"]
+    return [
+        absolute_target(data, "executor-noop", None, "Executor.run(noop) round trip on 4 started workers (localhost): "
+                        "<= 20 ms", "executor.noop.executor", 20.0, False, "ms", absent),
+        speedup_target(data, "executor-noop-vs-hvd-run", "Executor.run(noop) on 4 started workers: >= 20x faster than "
+                       "hvd.run(noop, num_proc=4), an hvdrun job per call", "executor.noop.executor",
+                       "executor.noop.hvd_run", 20.0, "ms", absent + ["executor:hvd_run"]),
+        quickstart_target(data),
+    ]
+
+
+def quickstart_target(data):
+    """Trainer against the plain job; the cross-check adds the driver's floor to the plain job (what any Python
+    driver that imports torch costs before it starts a worker)."""
+    t = ratio_target(data, "trainer-quickstart-vs-plain", None, "examples/python/train_quickstart.py under "
+                     "hvd.train.Trainer (3 workers, 3 epochs, a checkpoint each): wall time <= 1.2x the same loop as a "
+                     "plain `hvdrun -np 3 ... --plain` job", "executor.quickstart.trainer", "executor.quickstart.plain",
+                     1.2, False, "s", ["executor:trainer", "executor:plain", "executor", "hvdrun"])
+    d = get(data, "executor.quickstart.driver_floor")
+    if t.get("ours") and d:
+        t["cross_check"] = (f"against the plain job plus the driver's floor (`python -c 'import torch, hvd.torch, "
+                            f"hvd.train'`, {cell(d)} s): "
+                            f"{fmt_ratio(t['ours']['median'] / (t['peer']['median'] + d['median']))}")
+    return t
+
+
+def executor_md(data):
+    L = ["## Persistent workers: hvd.Executor and hvd.train", ""]
+    absent = section_absent(data, "executor", "executor")
+    if absent and not any(k.startswith("executor.") for k in data["summary"]):
+        return L + absent
+    if absent:
+        L += absent
+    ex = data["params"].get("executor", {})
+    np_ = ex.get("np", 4)
+    L += [f"`bench/executor/executor_bench.py`, each subject a fresh driver process (hvd imported before the clock "
+          f"starts), {np_} ranks on this host. run(noop): the median of {ex.get('calls', '-')} calls after 10 "
+          f"warm-up calls on workers started once; hvd.run(noop, num_proc={np_}) starts an hvdrun job per call, "
+          f"median of {ex.get('hvd_run_jobs', '-')} calls after the first. Start: `Executor(num_workers={np_})."
+          "start()` until the first run(noop) returned, against hvd.run's first call in its process. Dask: a "
+          f"`LocalCluster(n_workers={np_}, processes=True, threads_per_worker=1)` started by the benchmark; "
+          "`client.submit(noop).result()` and `Executor(num_workers=..., client=client).run(noop)` back to back on it "
+          "(the order alternating between rounds). Milliseconds; a ratio is the subject's median ÷ the other's.", ""]
+    owners = {"executor": ["executor:executor", "executor"], "hvd_run": ["executor:hvd_run", "executor"],
+              "executor_dask": ["executor:dask", "executor"], "dask_submit": ["executor:dask", "executor"],
+              "trainer": ["executor:trainer", "executor"], "plain": ["executor:plain", "executor"],
+              "driver_floor": ["executor:driver_floor", "executor"]}
+
+    def row(label, fig, a, b, failed_key=None):
+        ka, kb = f"executor.{fig}.{a}", f"executor.{fig}.{b}"
+        return [label, subject_cell(data, ka, a, owners[a], failed_key=ka),
+                subject_cell(data, kb, b, owners[b], failed_key=kb), ratio_str(get(data, ka), get(data, kb), False)]
+
+    # "executor" is also the section's status key, so the subject's label is not in NAMES.
+    L += [table(["measure", "hvd.Executor (ours)", name("hvd_run"), "Executor ÷ hvd.run"],
+                [row("run(noop) round trip, ms", "noop", "executor", "hvd_run"),
+                 row(f"start of {np_} workers to the first run returned (hvd.run: its first call), ms", "start",
+                     "executor", "hvd_run")]), ""]
+    L += [table(["measure", name("executor_dask"), name("dask_submit"), "Executor ÷ Dask"],
+                [row("run(noop) / submit(noop).result() round trip, ms", "noop", "executor_dask", "dask_submit"),
+                 [f"start of {np_} Dask-hosted ranks to the first run returned, ms",
+                  subject_cell(data, "executor.start.executor_dask", "executor_dask", owners["executor_dask"],
+                               failed_key="executor.start.executor_dask"), "-", "-"]]), ""]
+    L += [f"Quickstart: `examples/python/train_quickstart.py` ({ex.get('quickstart_np', 3)} workers, a 1-15-1 MLP, "
+          "3 epochs, rank 0 reporting a checkpoint each epoch) as its user runs it, `python train_quickstart.py` "
+          "(hvd.train.Trainer: the driver imports torch, starts an Executor, persists each checkpoint), against the "
+          "same training function as a plain job, `hvdrun -np 3 ... train_quickstart.py --plain`, and the floor of "
+          "the Trainer's driver: a Python that imports torch, hvd.torch and hvd.train and exits; "
+          f"{ex.get('quickstart_runs', '-')} runs of each per round, interleaved run by run, wall time from spawn to "
+          "exit in seconds. The last row is Trainer - plain - driver floor of each round: what the Trainer costs "
+          "beyond a plain job and its own Python.", ""]
+    keys = {s: f"executor.quickstart.{s}" for s in ("trainer", "plain", "driver_floor")}
+    plain = get(data, keys["plain"])
+    rows = [[name(s), subject_cell(data, k, s, owners[s], failed_key=k),
+             ratio_str(get(data, k), plain, False) if s != "plain" else "-"] for s, k in keys.items()]
+    rounds = [data["metrics"].get(k, {"rounds": []})["rounds"] for k in keys.values()]
+    rest = summarize([t - p - d for t, p, d in zip(*rounds) if None not in (t, p, d)])
+    rows.append(["Trainer - plain - driver floor, same round", cell(rest), "-"])
+    return L + [table(["measure", "s", "÷ plain"], rows), ""]
 
 
 def train_md(data):

@@ -25,6 +25,7 @@ import itertools
 import pickle
 import queue
 import secrets
+import select
 import socket
 import sys
 import threading
@@ -148,11 +149,30 @@ class Session:
         self.engine.start(num_workers=self.num_workers, driver_port=self.port, token=self.token, env=env,
                           settings=self.settings)
         deadline = time.monotonic() + self.settings.start_timeout_s
-        self.listener.settimeout(0.25)
+        # The loop sleeps until a connection comes or a handshake thread registered a rank (a byte on
+        # _joined), and at most 0.25 s, to look at the engine and the deadline.
+        self.listener.setblocking(False)
+        self._joined, joined = socket.socketpair()
+        try:
+            self._accept_all(deadline, joined)
+        finally:
+            with self.lock:
+                self._joined.close()
+            joined.close()
+        self.listener.close()
+        for conn in self.conns.values():
+            conn.reader = threading.Thread(target=self._read, args=(conn,), daemon=True,
+                                           name=f"hvd-executor-rank-{conn.rank}")
+            conn.reader.start()
+        self._monitor = threading.Thread(target=self._watch, daemon=True, name="hvd-executor-monitor")
+        self._monitor.start()
+
+    def _accept_all(self, deadline: float, joined: socket.socket) -> None:
+        """Accepts connections (each handshake on a thread of its own) until every rank said hello."""
         while True:
             with self.lock:
                 if len(self.conns) == self.num_workers:
-                    break
+                    return
                 missing = [r for r in range(self.num_workers) if r not in self.conns]
             status = self.engine.exit_status()
             if status is not None:
@@ -161,19 +181,18 @@ class Session:
             if time.monotonic() > deadline:
                 raise ExecutorError(f"hvd.Executor: rank(s) {_ranks(missing)} did not connect back within "
                                     f"start_timeout_s={self.settings.start_timeout_s:g} s; {_RESTART}")
+            readable, _, _ = select.select([self.listener, joined], [], [], 0.25)
+            if joined in readable:
+                joined.recv(4096)
+            if self.listener not in readable:
+                continue
             try:
                 sock, address = self.listener.accept()
-            except socket.timeout:
+            except (BlockingIOError, InterruptedError):
                 continue
+            sock.setblocking(True)
             threading.Thread(target=self._handshake, args=(sock, address, deadline), daemon=True,
                              name="hvd-executor-hello").start()
-        self.listener.close()
-        for conn in self.conns.values():
-            conn.reader = threading.Thread(target=self._read, args=(conn,), daemon=True,
-                                           name=f"hvd-executor-rank-{conn.rank}")
-            conn.reader.start()
-        self._monitor = threading.Thread(target=self._watch, daemon=True, name="hvd-executor-monitor")
-        self._monitor.start()
 
     def _handshake(self, sock: socket.socket, address, deadline: float) -> None:
         host = address[0][7:] if address[0].startswith("::ffff:") else address[0]
@@ -193,6 +212,8 @@ class Session:
                 if self._closing:
                     raise protocol.ProtocolError("the executor is shutting down")
                 self.conns[rank] = _Conn(sock, identity)
+                if self._joined.fileno() >= 0:  # connect() still waits: wake it
+                    self._joined.send(b"j")
         except (OSError, protocol.ProtocolError) as e:
             sys.stderr.write(f"hvd.Executor: refused a connection from {peer}: {e}\n")
             sys.stderr.flush()
