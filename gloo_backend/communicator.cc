@@ -386,6 +386,11 @@ namespace {
 // Gloo's own collectives use slot prefixes 0x01-0x08 (gloo/types.h).
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
 constexpr uint8_t kAllgatherSlotPrefix = 0x42;
+// The ring's segment (see ring()): small enough that reducing one overlaps the next one's transfer, large
+// enough that per-message costs stay small.
+constexpr size_t kRingSegmentBytes = size_t{1} << 20;
+// Segments the ring receives ahead (its inbox: kRingWindow segments).
+constexpr size_t kRingWindow = 4;
 }  // namespace
 
 void Communicator::reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) {
@@ -403,47 +408,80 @@ void Communicator::ring(void* data, const std::vector<size_t>& counts, DataType 
   std::vector<size_t> offsets(n, 0);
   for (int p = 1; p < n; ++p) offsets[p] = offsets[p - 1] + counts[p - 1];
   const size_t total = offsets[n - 1] + counts[n - 1];
-  const size_t largest = *std::max_element(counts.begin(), counts.end());
-  if (inbox_.size() < largest * esize) inbox_.resize(largest * esize);
   auto* bytes = static_cast<std::byte*>(data);
   auto out = context_->createUnboundBuffer(bytes, total * esize);
-  auto in = context_->createUnboundBuffer(inbox_.data(), largest * esize);
   Watched watched(options_.abort);
   watched.watch(out.get());
-  watched.watch(in.get());
   const int me = rank(), right = (me + 1) % n, left = (me + n - 1) % n;
-  // One slot for every step of a phase: a pair delivers in order, and each step's receive is posted only
-  // after the previous one completed.
+  // Blocks move in segments, so that a rank reduces (or forwards) one segment while the next ones arrive,
+  // and passes each on as soon as it is complete. A pair delivers in order and both ends cut a block alike,
+  // so one slot per phase matches every segment's send with its receive, and receives complete in the order
+  // they were posted (the k-th completion on a buffer is its k-th receive).
+  const size_t seg = std::max<size_t>(1, kRingSegmentBytes / esize);  // elements
+  const auto segments = [&](int b) { return (counts[b] + seg - 1) / seg; };
+  const auto length = [&](int b, size_t k) { return std::min(seg, counts[b] - k * seg); };  // elements
   const uint32_t tag = nextTag();
-  const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
-  // Reduce-scatter, step s: send block me-s-1 (holding s+1 contributions) right, receive block me-s-2 from
-  // the left and add ours. After n-1 steps block me holds all n. A block is never written after it was sent.
+  const auto rs_slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+  const auto ag_slot = gloo::Slot::build(kAllgatherSlotPrefix, tag);
+  size_t sends = 0;
+  const auto send = [&](int b, size_t k, const gloo::Slot& slot) {
+    out->send(right, slot, (offsets[b] + k * seg) * esize, length(b, k) * esize);
+    ++sends;
+  };
+  // Reduce-scatter. Step s receives block me-s-2 from the left (holding s+1 contributions) and adds ours;
+  // the block this rank sends at step s+1 is that one, so each segment goes right once reduced. Step 0
+  // sends our own block me-1. After n-1 steps block me holds all n; a block is never written after it was
+  // sent. With gather, block me's segments start the allgather as they complete. Received segments land
+  // in a window of kRingWindow slots of the inbox, kept full across steps: segment i of the whole phase in
+  // slot i % kRingWindow, its receive posted when segment i - kRingWindow was reduced.
+  struct Piece {
+    int step, block;
+    size_t k;
+  };
+  std::vector<Piece> pieces;
   for (int s = 0; s < n - 1; ++s) {
-    const int send_block = (me - s - 1 + 2 * n) % n;
-    const int recv_block = (me - s - 2 + 2 * n) % n;
-    const size_t send_bytes = counts[send_block] * esize, recv_bytes = counts[recv_block] * esize;
-    if (recv_bytes) in->recv(left, slot, 0, recv_bytes);
-    if (send_bytes) out->send(right, slot, offsets[send_block] * esize, send_bytes);
-    if (recv_bytes) {
-      in->waitRecv(options_.timeout);
-      std::byte* block = bytes + offsets[recv_block] * esize;
-      reduce(type, op, block, block, inbox_.data(), counts[recv_block]);
+    const int b = (me - s - 2 + 2 * n) % n;
+    for (size_t k = 0; k < segments(b); ++k) pieces.push_back({s, b, k});
+  }
+  const size_t window = std::min(kRingWindow, pieces.size());
+  if (inbox_.size() < window * seg * esize) inbox_.resize(window * seg * esize);
+  auto in = context_->createUnboundBuffer(inbox_.data(), window * seg * esize);
+  watched.watch(in.get());
+  const auto post = [&](size_t i) {
+    in->recv(left, rs_slot, (i % kRingWindow) * seg * esize, length(pieces[i].block, pieces[i].k) * esize);
+  };
+  const int first = (me - 1 + n) % n;
+  for (size_t k = 0; k < segments(first); ++k) send(first, k, rs_slot);
+  for (size_t i = 0; i < window; ++i) post(i);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto [s, b, k] = pieces[i];
+    in->waitRecv(options_.timeout);
+    std::byte* segment = bytes + (offsets[b] + k * seg) * esize;
+    reduce(type, op, segment, segment, inbox_.data() + (i % kRingWindow) * seg * esize, length(b, k));
+    if (i + kRingWindow < pieces.size()) post(i + kRingWindow);
+    if (s < n - 2) {
+      send(b, k, rs_slot);
+    } else if (gather) {
+      send(b, k, ag_slot);
     }
-    if (send_bytes) out->waitSend(options_.timeout);
   }
-  if (!gather) return;
-  // Allgather, step s: send block me-s (complete: ours after step 0, then the one just received) right and
-  // receive block me-s-1 from the left straight into place. Every rank ends with the same bytes.
-  const auto gather_slot = gloo::Slot::build(kAllgatherSlotPrefix, tag);
-  for (int s = 0; s < n - 1; ++s) {
-    const int send_block = (me - s + n) % n;
-    const int recv_block = (me - s - 1 + n) % n;
-    const size_t send_bytes = counts[send_block] * esize, recv_bytes = counts[recv_block] * esize;
-    if (recv_bytes) out->recv(left, gather_slot, offsets[recv_block] * esize, recv_bytes);
-    if (send_bytes) out->send(right, gather_slot, offsets[send_block] * esize, send_bytes);
-    if (recv_bytes) out->waitRecv(options_.timeout);
-    if (send_bytes) out->waitSend(options_.timeout);
+  // Allgather. Step s receives block me-s-1 straight into place (every receive is posted at once: a
+  // segment's region is read by this rank's earlier sends only, which its arrival proves consumed) and
+  // forwards each segment but at the last step. Every rank ends with the same bytes.
+  for (int s = 0; gather && s < n - 1; ++s) {
+    const int b = (me - s - 1 + n) % n;
+    for (size_t k = 0; k < segments(b); ++k) {
+      out->recv(left, ag_slot, (offsets[b] + k * seg) * esize, length(b, k) * esize);
+    }
   }
+  for (int s = 0; gather && s < n - 1; ++s) {
+    const int b = (me - s - 1 + n) % n;
+    for (size_t k = 0; k < segments(b); ++k) {
+      out->waitRecv(options_.timeout);
+      if (s < n - 2) send(b, k, ag_slot);
+    }
+  }
+  for (size_t i = 0; i < sends; ++i) out->waitSend(options_.timeout);
 }
 
 namespace {
