@@ -409,9 +409,6 @@ void Communicator::ring(void* data, const std::vector<size_t>& counts, DataType 
   for (int p = 1; p < n; ++p) offsets[p] = offsets[p - 1] + counts[p - 1];
   const size_t total = offsets[n - 1] + counts[n - 1];
   auto* bytes = static_cast<std::byte*>(data);
-  auto out = context_->createUnboundBuffer(bytes, total * esize);
-  Watched watched(options_.abort);
-  watched.watch(out.get());
   const int me = rank(), right = (me + 1) % n, left = (me + n - 1) % n;
   // Blocks move in segments, so that a rank reduces (or forwards) one segment while the next ones arrive,
   // and passes each on as soon as it is complete. A pair delivers in order and both ends cut a block alike,
@@ -423,11 +420,6 @@ void Communicator::ring(void* data, const std::vector<size_t>& counts, DataType 
   const uint32_t tag = nextTag();
   const auto rs_slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
   const auto ag_slot = gloo::Slot::build(kAllgatherSlotPrefix, tag);
-  size_t sends = 0;
-  const auto send = [&](int b, size_t k, const gloo::Slot& slot) {
-    out->send(right, slot, (offsets[b] + k * seg) * esize, length(b, k) * esize);
-    ++sends;
-  };
   // Reduce-scatter. Step s receives block me-s-2 from the left (holding s+1 contributions) and adds ours;
   // the block this rank sends at step s+1 is that one, so each segment goes right once reduced. Step 0
   // sends our own block me-1. After n-1 steps block me holds all n; a block is never written after it was
@@ -444,9 +436,20 @@ void Communicator::ring(void* data, const std::vector<size_t>& counts, DataType 
     for (size_t k = 0; k < segments(b); ++k) pieces.push_back({s, b, k});
   }
   const size_t window = std::min(kRingWindow, pieces.size());
-  if (inbox_.size() < window * seg * esize) inbox_.resize(window * seg * esize);
+  // At least a byte: Gloo refuses a null buffer, also an empty one.
+  if (inbox_.size() < std::max<size_t>(1, window * seg * esize)) inbox_.resize(std::max<size_t>(1, window * seg * esize));
+  auto out = context_->createUnboundBuffer(bytes, total * esize);
   auto in = context_->createUnboundBuffer(inbox_.data(), window * seg * esize);
+  // Declared after the buffers: it detaches them before they are destroyed (the signal may wake them
+  // from another thread until then).
+  Watched watched(options_.abort);
+  watched.watch(out.get());
   watched.watch(in.get());
+  size_t sends = 0;
+  const auto send = [&](int b, size_t k, const gloo::Slot& slot) {
+    out->send(right, slot, (offsets[b] + k * seg) * esize, length(b, k) * esize);
+    ++sends;
+  };
   const auto post = [&](size_t i) {
     in->recv(left, rs_slot, (i % kRingWindow) * seg * esize, length(pieces[i].block, pieces[i].k) * esize);
   };
