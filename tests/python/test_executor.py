@@ -314,8 +314,11 @@ def test_a_killed_worker_fails_the_call_within_2_s_and_leaves_nothing():
         elapsed = time.monotonic() - t0
         text = str(info.value)
         assert elapsed < 2.0, (elapsed, text)
-        assert f"rank 1 (pid {pids[1]} on localhost)" in text, text
-        assert "signal 9" in text and "start a new Executor" in text, text
+        # hvdrun's account names the rank that died; the connection the driver saw close first may be that of
+        # a rank hvdrun stopped a moment later, so only the account is certain.
+        assert text.startswith(f"hvd.Executor: hvdrun exited with status 137; rank 1 on localhost (pid {pids[1]}) "
+                               "was killed by signal 9"), text
+        assert "start a new Executor" in text, text
         t1 = time.monotonic()
         with pytest.raises(ExecutorError, match="rank 1"):
             ex.run(lambda: 1)

@@ -339,14 +339,19 @@ def test_a_killed_driver_ends_the_ranks_and_its_rendezvous_daemon(cluster, clien
             driver.wait()
 
 
-BUSY_DRIVER = DRIVER.replace("time.sleep(600)", "ex.run(lambda: time.sleep(600))")
+# Every rank marks the start of its 600 s call with a file named after its pid in {busy!r}.
+BUSY_DRIVER = DRIVER.replace(
+    "time.sleep(600)",
+    "ex.run(lambda: (open(os.path.join({busy!r}, str(os.getpid())), 'w').close(), time.sleep(600)))")
 
 
 def test_a_driver_killed_mid_call_ends_the_busy_ranks_worker_processes(cluster, client, tmp_path):
     # A thread cannot be stopped: the Dask worker process of a rank whose driver vanished mid-call ends, and the
     # lab's nannies start fresh ones.
     script = tmp_path / "busy_driver.py"
-    script.write_text(textwrap.dedent(BUSY_DRIVER.format(package=str(PACKAGE_DIR),
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    script.write_text(textwrap.dedent(BUSY_DRIVER.format(package=str(PACKAGE_DIR), busy=str(busy),
                                                          scheduler=cluster.scheduler_address)))
     driver = subprocess.Popen([PYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -356,7 +361,9 @@ def test_a_driver_killed_mid_call_ends_the_busy_ranks_worker_processes(cluster, 
         reader.join(60)
         assert line and line[0].strip(), f"the driver printed nothing within 60 s: {driver.poll()}"
         pids = json.loads(line[0])
-        time.sleep(0.5)  # the second call (600 s of sleep) is running on every rank
+        # Killed only once the second call (600 s of sleep) runs on every rank: an idle rank just leaves.
+        wait_until(lambda: sorted(int(p) for p in os.listdir(busy)) == sorted(pids), 30,
+                   "every rank to start its 600 s call")
         driver.kill()
         killed = time.monotonic()
         driver.wait(10)

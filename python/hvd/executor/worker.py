@@ -143,10 +143,11 @@ def _execute(kind: str, payload: bytes, instance, rank: int):
         return False, record, instance
 
 
-def _read(sock: socket.socket, inbox: queue.SimpleQueue, idle: threading.Event, exit_on_driver_loss: bool,
-          rank: int) -> None:
-    """Reader thread: frames into inbox, then None at the end of the connection. Ends the process when the
-    connection ended while a call keeps running (exit_on_driver_loss)."""
+def _read(sock: socket.socket, inbox: queue.SimpleQueue, idle: threading.Event, gone: threading.Event,
+          exit_on_driver_loss: bool, rank: int) -> None:
+    """Reader thread: frames into inbox, then None at the end of the connection, and sets gone. Ends the
+    process when the connection ended while a call keeps running (exit_on_driver_loss). The main loop clears
+    idle before it looks at gone: a call either never starts, or this thread sees it running."""
     why = "the driver closed the connection"
     try:
         while True:
@@ -157,6 +158,7 @@ def _read(sock: socket.socket, inbox: queue.SimpleQueue, idle: threading.Event, 
     except (OSError, protocol.ProtocolError) as e:
         why = f"the connection to the driver failed: {e}"
     inbox.put(None)
+    gone.set()
     if exit_on_driver_loss and not idle.wait(GRACE_S):
         _die(f"hvd.executor.worker: rank {rank}: {why} while a call was running; exiting")
 
@@ -215,11 +217,12 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
     inbox = queue.SimpleQueue()
     idle = threading.Event()
     idle.set()
+    gone = threading.Event()  # the driver's connection ended: calls still queued have nobody to answer to
     code = 0
     instance = None
     try:
         link.send(protocol.hello(token, identity))
-        reader = threading.Thread(target=_read, args=(sock, inbox, idle, exit_on_driver_loss, rank),
+        reader = threading.Thread(target=_read, args=(sock, inbox, idle, gone, exit_on_driver_loss, rank),
                                   name="hvd-executor-reader", daemon=True)
         reader.start()
         while True:
@@ -236,6 +239,9 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
                 continue
             _, call_id, kind, payload = message
             idle.clear()
+            if gone.is_set():
+                idle.set()
+                break
             _current = (link, call_id, rank)
             try:
                 ok, value, instance = _execute(kind, payload, instance, rank)
