@@ -55,6 +55,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 
@@ -67,8 +68,9 @@
 
 namespace {
 
-// Whether the thread `tid` of this process blocks SIGPIPE, from the SigBlk mask in its status file.
-bool blocksSigpipe(const std::string& tid) {
+// Whether the thread `tid` of this process blocks SIGPIPE, from the SigBlk mask in its status file;
+// nothing when the thread has ended (its status is gone).
+std::optional<bool> blocksSigpipe(const std::string& tid) {
   std::ifstream status("/proc/self/task/" + tid + "/status");
   std::string line;
   while (std::getline(status, line)) {
@@ -77,7 +79,7 @@ bool blocksSigpipe(const std::string& tid) {
       return (mask >> (SIGPIPE - 1)) & 1u;
     }
   }
-  return false;
+  return std::nullopt;
 }
 
 int allreduceOnce(const char* name, float* v, size_t n) {
@@ -559,13 +561,17 @@ int main(int argc, char** argv) {
     while (const dirent* e = ::readdir(dir)) {
       const std::string tid = e->d_name;
       if (tid == "." || tid == ".." || tid == self) continue;
+      // A thread that ended between the listing and the read holds no mask: it is not counted.
+      const auto blocks = blocksSigpipe(tid);
+      if (!blocks) continue;
       ++threads;
-      blocked += blocksSigpipe(tid) ? 1 : 0;
+      blocked += *blocks ? 1 : 0;
     }
     ::closedir(dir);
     struct sigaction action {};
     ::sigaction(SIGPIPE, nullptr, &action);
-    std::printf("rank %d sigpipe main %d threads %d blocked %d disposition %s\n", rank, blocksSigpipe(self) ? 1 : 0,
+    std::printf("rank %d sigpipe main %d threads %d blocked %d disposition %s\n", rank,
+                blocksSigpipe(self).value_or(false) ? 1 : 0,
                 threads, blocked, action.sa_handler == SIG_DFL ? "default" : "changed");
     hvd_shutdown();
     return 0;
