@@ -509,9 +509,12 @@ TEST_CASE("the end-of-job summary: a table on stderr and --summary json FILE, fo
           "[job][summary]") {
   const std::string dir = makeTempDir();
   const std::string json_path = dir + "/summary.json";
-  // Rank 1 fails with 3 at once; ranks 0 and 2 are stopped by hvdrun (SIGTERM to their shell).
+  // Rank 1 fails with 3 once every rank runs (hvdrun starts no more ranks after a failure, so failing at
+  // once could leave rank 2 unstarted); ranks 0 and 2 are stopped by hvdrun (SIGTERM to their shell).
   const auto r = hvdrun({"-np", "3", "--summary", "json", json_path, "sh", "-c",
-                         "if [ $HOROVOD_RANK = 1 ]; then exit 3; fi; exec sleep 30"});
+                         "touch " + dir + "/started.$HOROVOD_RANK; if [ $HOROVOD_RANK = 1 ]; then "
+                         "for i in $(seq 200); do [ $(ls " + dir + " | grep -c '^started') = 3 ] && break; "
+                         "sleep 0.05; done; exit 3; fi; exec sleep 30"});
   INFO(r.err);
   REQUIRE(r.exit_code == 3);
   const auto err = lines(r.err);
