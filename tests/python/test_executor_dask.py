@@ -299,18 +299,23 @@ time.sleep(600)
 """
 
 
+def first_line(driver, timeout):
+    """The first line a driver subprocess prints, waited for up to timeout s."""
+    line = []
+    reader = threading.Thread(target=lambda: line.append(driver.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert line and line[0].strip(), f"the driver printed nothing within {timeout} s: {driver.poll()}"
+    return line[0]
+
+
 def test_a_killed_driver_ends_the_ranks_and_its_rendezvous_daemon(cluster, client, tmp_path):
     shm_before = set(os.listdir("/dev/shm"))
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(DRIVER.format(package=str(PACKAGE_DIR), scheduler=cluster.scheduler_address)))
     driver = subprocess.Popen([PYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = []
-        reader = threading.Thread(target=lambda: line.append(driver.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(60)
-        assert line and line[0].strip(), f"the driver printed nothing within 60 s: {driver.poll()}"
-        pids = json.loads(line[0])
+        pids = json.loads(first_line(driver, 60))
         assert sorted(pids) == sorted(cluster.worker_pids(1) + cluster.worker_pids(2))
         daemons = [p for p in children(driver.pid) if "hvd-rendezvous" in cmdline(p)]
         assert len(daemons) == 1, [cmdline(p) for p in children(driver.pid)]
@@ -355,12 +360,7 @@ def test_a_driver_killed_mid_call_ends_the_busy_ranks_worker_processes(cluster, 
                                                          scheduler=cluster.scheduler_address)))
     driver = subprocess.Popen([PYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = []
-        reader = threading.Thread(target=lambda: line.append(driver.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(60)
-        assert line and line[0].strip(), f"the driver printed nothing within 60 s: {driver.poll()}"
-        pids = json.loads(line[0])
+        pids = json.loads(first_line(driver, 60))
         # Killed only once the second call (600 s of sleep) runs on every rank: an idle rank just leaves.
         wait_until(lambda: sorted(int(p) for p in os.listdir(busy)) == sorted(pids), 30,
                    "every rank to start its 600 s call")
