@@ -170,7 +170,11 @@ po::options_description makeDescription() {
   launch.add_options()
       ("launcher", value()->value_name("KIND"),
        "how ranks are started: auto (default: srun inside a Slurm allocation that spans other nodes, else "
-       "fork/exec here and ssh elsewhere), local, ssh, slurm (one srun step starting hvd-proxy per node)");
+       "fork/exec here and ssh elsewhere), local, ssh, slurm (one srun step starting hvd-proxy per node), agent "
+       "(--launcher-agent)")
+      ("launcher-agent", value()->value_name("\"PROGRAM ARGS\""),
+       "start each rank by running 'PROGRAM ARGS HOST hvd-proxy --connect ADDRESS:PORT' here; the program makes that "
+       "hvd-proxy run on HOST (implies --launcher agent; see docs/launcher.md)");
 
   po::options_description tuning("Tuning and diagnostics (become worker environment variables)");
   tuning.add_options()
@@ -905,14 +909,26 @@ CliResult parseCommandLine(const std::vector<std::string>& args, const Environme
     static const std::map<std::string, LauncherKind> kKinds = {{"auto", LauncherKind::kAuto},
                                                                {"local", LauncherKind::kLocal},
                                                                {"ssh", LauncherKind::kSsh},
-                                                               {"slurm", LauncherKind::kSlurm}};
+                                                               {"slurm", LauncherKind::kSlurm},
+                                                               {"agent", LauncherKind::kAgent}};
     const auto it = kKinds.find(kind);
     usageCheck(it != kKinds.end(), "argument --launcher: invalid choice: '", kind,
-               "' (choose from 'auto', 'local', 'ssh', 'slurm')");
+               "' (choose from 'auto', 'local', 'ssh', 'slurm', 'agent')");
     o.launcher = it->second;
     usageCheck(!o.ssh.force_ssh || o.launcher == LauncherKind::kSsh || o.launcher == LauncherKind::kAuto,
                "argument --ssh-force: not allowed with --launcher ", kind);
   }
+  if (given("launcher-agent")) {
+    o.launcher_agent = last["launcher-agent"];
+    usageCheck(o.launcher_agent.find_first_not_of(" \t") != std::string::npos,
+               "argument --launcher-agent: '", o.launcher_agent, "' names no program");
+    usageCheck(o.launcher == LauncherKind::kAuto || o.launcher == LauncherKind::kAgent,
+               "argument --launcher-agent: not allowed with --launcher ", toString(o.launcher));
+    usageCheck(!o.ssh.force_ssh, "argument --launcher-agent: not allowed with --ssh-force");
+    o.launcher = LauncherKind::kAgent;
+  }
+  usageCheck(o.launcher != LauncherKind::kAgent || !o.launcher_agent.empty(),
+             "argument --launcher agent: needs --launcher-agent \"PROGRAM ARGS\" (the program that starts hvd-proxy on a host)");
   if (o.ssh.force_ssh) o.launcher = LauncherKind::kSsh;
   if (o.launcher == LauncherKind::kSsh) o.ssh.force_ssh = true;
   if (given("ssh-proxy")) {

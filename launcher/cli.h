@@ -37,6 +37,7 @@ struct HvdrunOptions {
   std::optional<int> slots_per_host;    // default slots for -H entries without ":slots"
   SshOptions ssh;
   LauncherKind launcher = LauncherKind::kAuto;  // --launcher; resolved in hvdrunMain (resolveLauncher)
+  std::string launcher_agent;                   // --launcher-agent "PROGRAM ARGS" (implies --launcher agent)
 
   // --start-timeout / HOROVOD_START_TIMEOUT. When given explicitly, every rank must have joined the
   // rendezvous by then; with the default, only jobs in which some rank joined are held to it (a command

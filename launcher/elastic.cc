@@ -715,7 +715,8 @@ class Driver : public WorkerEvents {
 
   void startWorker(const Placement& p, const std::string& slot, int index, bool member) {
     HostState& h = *findHost(p.host.name);
-    if (!launchers_.isLocal(h.spec) && (endpoint_.address.rfind("127.", 0) == 0 || endpoint_.address == "::1")) {
+    if (!launchers_.isLocal(h.spec) && !isLocalHost(h.spec.name) &&
+        (endpoint_.address.rfind("127.", 0) == 0 || endpoint_.address == "::1")) {
       blacklist(h, detail::concat("its workers cannot reach the rendezvous server, which listens on ", endpoint_.address,
                                   " because the job began on this machine only; start the job with "
                                   "--network-interface to let other hosts join"));
@@ -914,7 +915,7 @@ class Driver : public WorkerEvents {
   std::set<std::string> slots_started_;  // slots that had a process: starting another there is a restart
   const Clock::time_point created_ = Clock::now();
   std::unique_ptr<OutputForwarder> output_;
-  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher};
+  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher, options_.launcher_agent};
   std::unique_ptr<Launcher> discovery_launcher_;
   std::unique_ptr<DiscoveryEvents> discovery_events_;
   std::unique_ptr<Worker> discovery_;

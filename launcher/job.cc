@@ -15,6 +15,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "launcher/agent/launcher.h"
 #include "launcher/local/launcher.h"
 #include "launcher/network.h"
 #include "launcher/output.h"
@@ -70,7 +71,9 @@ std::optional<std::string> mallocTunables(const HvdrunOptions& options, const En
   return workerGlibcTunables(chosen);
 }
 
-void setJobVariables(EnvBuilder& env, const Placement& p, const RendezvousEndpoint& endpoint) {
+// `name_interfaces`: set HOROVOD_GLOO_IFACE and NCCL_SOCKET_IFNAME; without, each rank takes the address
+// that routes to the rendezvous server (the runtime's choice when no interface is named).
+void setJobVariables(EnvBuilder& env, const Placement& p, const RendezvousEndpoint& endpoint, bool name_interfaces) {
   env.set("HOROVOD_HOSTNAME", p.host.name);
   env.set("HOROVOD_RANK", std::to_string(p.rank));
   env.set("HOROVOD_SIZE", std::to_string(p.size));
@@ -84,8 +87,10 @@ void setJobVariables(EnvBuilder& env, const Placement& p, const RendezvousEndpoi
   env.set("HOROVOD_CPU_OPERATIONS", "gloo");
   std::string joined;
   for (const auto& nic : endpoint.interfaces) joined += (joined.empty() ? "" : ",") + nic;
-  env.set("HOROVOD_GLOO_IFACE", endpoint.interfaces.empty() ? "" : endpoint.interfaces.front());
-  env.set("NCCL_SOCKET_IFNAME", joined);
+  if (name_interfaces) {
+    env.set("HOROVOD_GLOO_IFACE", endpoint.interfaces.empty() ? "" : endpoint.interfaces.front());
+    env.set("NCCL_SOCKET_IFNAME", joined);
+  }
   // No token (--no-rendezvous-token): the variable stays unset, as an inherited one is dropped.
   if (!endpoint.token.empty()) env.set(rendezvous::kTokenEnv, endpoint.token);
 }
@@ -116,7 +121,10 @@ std::vector<std::pair<std::string, std::string>> workerEnvironment(
     env.set("PYTHONPATH", path);
   }
   if (auto tunables = mallocTunables(options, inherited)) env.set("GLIBC_TUNABLES", *tunables);
-  setJobVariables(env, placement, endpoint);
+  // An interface the user named (--network-interface) is used everywhere; hvdrun's own choice (the one
+  // holding its address toward the hosts) only where the launcher's hosts share interface names.
+  const bool name_interfaces = !options.network_interfaces.empty() || !launcher || launcher->hostsShareInterfaceNames();
+  setJobVariables(env, placement, endpoint, name_interfaces);
   for (const auto& [name, value] : job) env.set(name, value);
   return env.take();
 }
@@ -175,7 +183,7 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
   for (const auto& p : plan) {
     const bool local = LauncherPool::isLocal(options.launcher, options.ssh, p.host);
     out << "rank " << p.rank << " on " << displayName(p.host) << " ("
-        << (local ? "local" : options.launcher == LauncherKind::kSlurm ? "slurm" : "ssh") << "): env";
+        << (local ? "local" : options.launcher == LauncherKind::kAuto ? "ssh" : toString(options.launcher)) << "): env";
     for (const auto& [name, value] : workerEnvironment(p, options, none, nullptr, endpoint)) {
       if (name == "GLIBC_TUNABLES") continue;
       out << ' ' << name << '=' << shellQuote(value);
@@ -190,8 +198,8 @@ std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions
 // ---------------------------------------------------------------------------------------------------------
 // Launchers and the rendezvous server
 
-LauncherPool::LauncherPool(asio::io_context& ioc, const SshOptions& ssh, LauncherKind kind)
-    : ioc_(ioc), ssh_(ssh), kind_(kind) {}
+LauncherPool::LauncherPool(asio::io_context& ioc, const SshOptions& ssh, LauncherKind kind, std::string agent)
+    : ioc_(ioc), ssh_(ssh), kind_(kind), agent_(std::move(agent)) {}
 LauncherPool::~LauncherPool() = default;
 
 bool LauncherPool::isLocal(const HostSpec& host) const { return isLocal(kind_, ssh_, host); }
@@ -202,6 +210,7 @@ bool LauncherPool::isLocal(LauncherKind kind, const SshOptions& ssh, const HostS
       return true;
     case LauncherKind::kSsh:
     case LauncherKind::kSlurm:
+    case LauncherKind::kAgent:
       return false;
     case LauncherKind::kAuto:
       break;
@@ -215,6 +224,8 @@ Launcher& LauncherPool::forHost(const HostSpec& host) {
   if (!slot) {
     if (local) {
       slot = std::make_unique<local::LocalLauncher>(ioc_);
+    } else if (kind_ == LauncherKind::kAgent) {
+      slot = agent::makeLauncher(ioc_, agent::AgentOptions::fromEnvironment(agent_));
     } else if (kind_ == LauncherKind::kSlurm) {
       auto slurm = slurm::SlurmOptions::fromEnvironment();
       slot = slurm::makeLauncher(ioc_, slurm);
@@ -564,7 +575,7 @@ class Supervisor : public WorkerEvents {
   asio::steady_timer start_timer_;
   std::unique_ptr<rendezvous::Server> server_;
   std::unique_ptr<OutputForwarder> output_;
-  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher};
+  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher, options_.launcher_agent};
   std::vector<Launcher*> rank_launchers_;  // by rank
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<bool> ended_;

@@ -45,7 +45,9 @@ std::vector<std::pair<std::string, std::string>> workerEnvironment(
 // LocalLauncher for all; kSsh, ssh for all; kSlurm, the Slurm launcher (launcher/slurm/launcher.h) for all.
 class LauncherPool {
  public:
-  LauncherPool(boost::asio::io_context& ioc, const SshOptions& ssh, LauncherKind kind = LauncherKind::kAuto);
+  // `agent`: the --launcher-agent command, for kind kAgent.
+  LauncherPool(boost::asio::io_context& ioc, const SshOptions& ssh, LauncherKind kind = LauncherKind::kAuto,
+               std::string agent = "");
   ~LauncherPool();
   bool isLocal(const HostSpec& host) const;
   // Whether `kind` starts `host`'s ranks with LocalLauncher.
@@ -57,6 +59,7 @@ class LauncherPool {
   boost::asio::io_context& ioc_;
   const SshOptions& ssh_;
   LauncherKind kind_;
+  std::string agent_;
   std::unique_ptr<Launcher> local_;
   std::unique_ptr<Launcher> remote_;
 };

@@ -30,6 +30,8 @@ const char* toString(LauncherKind kind) {
       return "ssh";
     case LauncherKind::kSlurm:
       return "slurm";
+    case LauncherKind::kAgent:
+      return "agent";
   }
   return "?";
 }

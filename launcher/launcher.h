@@ -157,6 +157,12 @@ class Launcher {
   // inherited variable (variables set with -x and by hvdrun itself are always passed). Default: all.
   virtual bool shouldInheritEnv(std::string_view name) const { return true; }
 
+  // Whether the hosts this launcher starts name their network interfaces as this machine does, so that
+  // the interface hvdrun picks for itself (the one routing to the hosts) is the workers' HOROVOD_GLOO_IFACE,
+  // as horovodrun assumes of a cluster. false: each worker takes the address routing to the rendezvous
+  // server instead, unless --network-interface names the interfaces. Default: true.
+  virtual bool hostsShareInterfaceNames() const { return true; }
+
   // The name or address through which this machine reaches `host` over the network, for choosing the
   // rendezvous address by route (ssh: HostName from ~/.ssh/config). Default: the name as written.
   virtual std::string networkName(const HostSpec& host) const { return host.name; }

@@ -43,6 +43,7 @@ enum class LauncherKind {
   kLocal,  // fork/exec; every host must be this machine
   kSsh,    // ssh for every host, this machine's too (--ssh-force)
   kSlurm,  // one srun step starting hvd-proxy on every host (launcher/slurm/launcher.h)
+  kAgent,  // a program of the user's starts hvd-proxy for each rank (--launcher-agent; launcher/agent/launcher.h)
 };
 
 const char* toString(LauncherKind kind);

@@ -221,7 +221,7 @@ int connectTcp(const std::string& host, uint16_t port, std::chrono::milliseconds
   }
 }
 
-std::string localAddress(const std::string& iface, bool single_host) {
+std::string localAddress(const std::string& iface, bool single_host, const std::string& route_to) {
   if (!iface.empty()) {
     ifaddrs* list = nullptr;
     HVD_CHECK(::getifaddrs(&list) == 0, NetworkError, "getifaddrs failed: ", errnoText(errno));
@@ -243,6 +243,30 @@ std::string localAddress(const std::string& iface, bool single_host) {
     return v4.empty() ? v6 : v4;
   }
   if (single_host) return "127.0.0.1";
+  if (!route_to.empty()) {
+    // A UDP connect sends nothing: it only asks the kernel which local address routes to route_to.
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_DGRAM;
+    hints.ai_flags = AI_NUMERICHOST;
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(route_to.c_str(), "9", &hints, &res) == 0 && res) {
+      const int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_storage local{};
+      socklen_t len = sizeof local;
+      const bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+                      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+      if (fd >= 0) ::close(fd);
+      ::freeaddrinfo(res);
+      if (ok) {
+        char host[INET6_ADDRSTRLEN] = {0};
+        if (local.ss_family == AF_INET)
+          inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, host, sizeof host);
+        else
+          inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, host, sizeof host);
+        if (*host) return host;
+      }
+    }
+  }
   char name[256] = {0};
   ::gethostname(name, sizeof name - 1);
   addrinfo hints{};

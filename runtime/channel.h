@@ -59,8 +59,10 @@ int acceptTcp(int listen_fd, std::chrono::milliseconds timeout, std::string& pee
 int connectTcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
 
 // The numeric address this process should use for peers to reach it: the first IPv4 (else IPv6)
-// address of iface when given; else 127.0.0.1 when the whole job is on this host; else the address
-// the host name resolves to. Throws NetworkError naming the interface or host.
-std::string localAddress(const std::string& iface, bool single_host);
+// address of iface when given; else 127.0.0.1 when the whole job is on this host; else the local address
+// this host uses to reach `route_to` (the rendezvous server: the kernel's routing decision, which needs no
+// interface name that every host shares); else the address the host name resolves to. Throws
+// NetworkError naming the interface or host.
+std::string localAddress(const std::string& iface, bool single_host, const std::string& route_to = "");
 
 }  // namespace hvd::runtime

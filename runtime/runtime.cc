@@ -303,7 +303,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
 
   gloo_backend::DeviceOptions dev;
   dev.iface = options_.iface;
-  if (dev.iface.empty() && singleHost()) dev.hostname = "127.0.0.1";
+  if (dev.iface.empty()) dev.hostname = localAddress("", singleHost(), options_.rendezvous_addr.value_or(""));
   gloo_device_ = gloo_backend::Device::create(dev);
   // Horovod's order (every rank must use it: each rendezvous blocks): global, local, cross.
   auto connect = [&](std::string scope, int rank, int size) {
@@ -446,7 +446,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
 
 void Runtime::Impl::connectControlPlane() {
   if (options_.size == 1) return;
-  const std::string address = localAddress(options_.iface, singleHost());
+  const std::string address = localAddress(options_.iface, singleHost(), options_.rendezvous_addr.value_or(""));
   if (options_.rank == 0) {
     uint16_t port = 0;
     const int listen_fd = listenTcp(address, port);

@@ -32,6 +32,7 @@
 #include "launcher/ssh/proxy_host.h"
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
+#include "launcher/ssh/tcp_link.h"
 #include "rendezvous/error.h"
 #include "rendezvous/token.h"
 
@@ -48,88 +49,6 @@ using ssh::ProxyWorker;
 
 namespace {
 
-// A proxy's connection, on the job's loop: frames out (with a heartbeat every kHeartbeatInterval, which the
-// proxy's watchdog needs), bytes in to the ProxyHost.
-class TcpLink : public ssh::ProxyLink {
- public:
-  TcpLink(asio::io_context& io, int fd, ProxyHost& host, std::string node)
-      : socket_(io), timer_(io), host_(&host), node_(std::move(node)) {
-    boost::system::error_code ec;
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
-    socket_.assign(local.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd, ec);
-    read();
-    beat();
-  }
-  ~TcpLink() override { close(); }
-
-  void write(std::string_view bytes) override {
-    out_.append(bytes);
-    flush();
-  }
-  size_t queued() const override { return out_.size() + writing_.size(); }
-  void close() override {
-    if (!socket_.is_open()) return;
-    *alive_ = false;
-    host_ = nullptr;
-    timer_.cancel();
-    // Best effort, without the loop (it may no longer run): what is queued, then EOF.
-    const std::string rest = writing_ + out_;
-    (void)::send(socket_.native_handle(), rest.data(), rest.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::shutdown(socket_.native_handle(), SHUT_WR);
-    boost::system::error_code ec;
-    socket_.close(ec);
-  }
-
- private:
-  void read() {
-    socket_.async_read_some(asio::buffer(buffer_), [this, alive = alive_](const boost::system::error_code& ec,
-                                                                          size_t n) {
-      if (!*alive) return;
-      if (n > 0 && host_) host_->onData(Stream::kStdout, std::string_view(buffer_.data(), n));
-      if (!*alive) return;
-      if (ec) {
-        ssh::ChannelEnd end;
-        end.error = ec == asio::error::eof ? "hvd-proxy on " + node_ + " closed its connection"
-                                           : "connection to hvd-proxy on " + node_ + ": " + ec.message();
-        *alive_ = false;
-        timer_.cancel();
-        ProxyHost* host = std::exchange(host_, nullptr);
-        if (host) host->onEnd(end);
-        return;
-      }
-      read();
-    });
-  }
-  void flush() {
-    if (!writing_.empty() || out_.empty() || !socket_.is_open()) return;
-    writing_.swap(out_);
-    asio::async_write(socket_, asio::buffer(writing_), [this, alive = alive_](const boost::system::error_code& ec,
-                                                                              size_t) {
-      if (!*alive) return;
-      writing_.clear();
-      if (!ec) flush();  // a failed write shows up as the read's error
-    });
-  }
-  void beat() {
-    timer_.expires_after(ssh::kHeartbeatInterval);
-    timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
-      if (ec || !*alive) return;
-      write(PayloadWriter().frame(FrameType::kHeartbeat));
-      beat();
-    });
-  }
-
-  asio::ip::tcp::socket socket_;
-  asio::steady_timer timer_;
-  ProxyHost* host_;
-  std::string node_;
-  std::string out_, writing_;
-  std::array<char, 64 * 1024> buffer_{};
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-};
-
 // A node's connection before it joined: bytes until the join line.
 struct Pending {
   int fd = -1;
@@ -139,31 +58,6 @@ struct Pending {
 std::string describeStatus(int status) {
   if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
   return "exit code " + std::to_string(WEXITSTATUS(status));
-}
-
-// A listening socket on `address` with a port the kernel picks.
-int listenOn(const std::string& address, uint16_t& port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(address.c_str(), "0", &hints, &found);
-  HVD_CHECK(rc == 0, LaunchError, "cannot listen for hvd-proxy connections on '", address, "': ",
-            ::gai_strerror(rc));
-  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const bool ok = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 && ::listen(fd, 1024) == 0;
-  const int err = errno;
-  ::freeaddrinfo(found);
-  if (!ok) {
-    if (fd >= 0) ::close(fd);
-    throw LaunchError(detail::concat("cannot listen for hvd-proxy connections on ", address, ": ", errnoText(err)));
-  }
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  return fd;
 }
 
 class SlurmLauncher : public Launcher, public ssh::ProxyTransport {
@@ -278,9 +172,8 @@ void SlurmLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts,
   if (hosts.empty()) return;
   HVD_CHECK(srun_ < 0, LaunchError, "the Slurm launcher's step was started already");
   uint16_t port = 0;
-  const int listener = listenOn(address, port);
-  const std::string connect_to =
-      (address.find(':') != std::string::npos ? "[" + address + "]" : address) + ":" + std::to_string(port);
+  const int listener = ssh::listenForProxies(address, port);
+  const std::string connect_to = ssh::connectTarget(address, port);
   const std::string token = rendezvous::generateToken();
   try {
     spawnSrun(hosts, connect_to, token);
@@ -296,7 +189,6 @@ void SlurmLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts,
   const auto deadline = Clock::now() + options_.join_timeout;
   auto next_beat = Clock::now() + ssh::kHeartbeatInterval;
   std::string failure;
-  const std::string prefix = ssh::kProxyJoinPrefix;
   while (joined.size() < wanted.size() && failure.empty()) {
     std::vector<pollfd> fds{{listener, POLLIN, 0}, {srun_out_, POLLIN, 0}};
     for (const auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
@@ -322,13 +214,8 @@ void SlurmLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts,
         continue;
       }
       // A join line, or a connection that is not a proxy of this job (dropped without a word).
-      std::string line = nl == std::string::npos ? "" : p.received.substr(0, nl);
-      std::string node;
-      if (line.rfind(prefix, 0) == 0) {
-        const auto space = line.find(' ', prefix.size());
-        if (space != std::string::npos && line.substr(prefix.size(), space - prefix.size()) == token)
-          node = line.substr(space + 1);
-      }
+      const std::string line = nl == std::string::npos ? "" : p.received.substr(0, nl);
+      const std::string node = ssh::parseJoinLine(line, token).value_or("");
       if (!node.empty() && wanted.count(node) && !joined.count(node)) {
         joined[node] = Pending{p.fd, p.received.substr(nl + 1)};
         (void)::send(p.fd, heartbeat.data(), heartbeat.size(), MSG_NOSIGNAL);
@@ -370,7 +257,7 @@ void SlurmLauncher::checkRendezvousReachable(const std::vector<HostSpec>& hosts,
   }
   for (auto& [node, p] : joined) {
     auto host = std::make_shared<ProxyHost>("srun " + node, node, options_.proxy_path);
-    host->attach(std::make_unique<TcpLink>(io_, p.fd, *host, node));
+    host->attach(std::make_unique<ssh::TcpLink>(io_, p.fd, *host, node));
     if (!p.received.empty()) host->onData(Stream::kStdout, p.received);
     proxies_[node] = host;
   }

@@ -202,7 +202,7 @@ class Proxy {
   // ----- the channel
 
   void send(std::string frame) {
-    if (teardown_) return;  // nobody is listening any more
+    if (channel_gone_) return;  // nobody is listening any more
     out_ += frame;
   }
 
@@ -217,9 +217,19 @@ class Proxy {
     }
   }
 
+  // What is still queued, for up to a second (the channel does not block).
   void flushBestEffort() {
-    if (!out_.empty()) [[maybe_unused]]
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    while (!out_.empty() && Clock::now() < until) {
+      pollfd p{kOut, POLLOUT, 0};
+      if (::poll(&p, 1, 100) < 0 && errno != EINTR) return;
       const ssize_t n = ::write(kOut, out_.data(), out_.size());
+      if (n > 0) {
+        out_.erase(0, static_cast<size_t>(n));
+      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        return;
+      }
+    }
   }
 
   void readChannel() {
@@ -475,7 +485,8 @@ class Proxy {
   void reap() {
     signalfd_siginfo info;
     while (::read(sigchld_fd_, &info, sizeof info) == sizeof info) {
-      if (info.ssi_signo != SIGCHLD) startTeardown();
+      // hvdrun still listens: the ranks' ends reach it as after any exit.
+      if (info.ssi_signo != SIGCHLD) startTeardown(false);
     }
     int status = 0;
     pid_t pid;
@@ -506,7 +517,10 @@ class Proxy {
     ranks_.erase(it);
   }
 
-  void startTeardown() {
+  // `channel_gone`: hvdrun can no longer be told anything (EOF, watchdog, a write error); else (a signal)
+  // the ranks' output and exits are still sent, and flushed before the proxy exits.
+  void startTeardown(bool channel_gone = true) {
+    channel_gone_ = channel_gone_ || channel_gone;
     if (teardown_) return;
     teardown_ = true;
     for (const auto& p : groups_) ::kill(-p, SIGTERM);
@@ -521,6 +535,7 @@ class Proxy {
   bool stdin_eof_ = false;
   bool error_ = false;
   bool teardown_ = false;
+  bool channel_gone_ = false;
   bool kill_sent_ = false;
   Clock::time_point last_heard_;
   Clock::time_point kill_at_;
@@ -548,6 +563,7 @@ int connectBack(const std::string& where) {
   if (!token || !*token) return fail(std::string(kProxyTokenEnv) + " is not set; --connect needs hvdrun's token", 2);
   const std::string join = std::string(kProxyJoinPrefix) + token + " " + proxyNodeName() + "\n";
   ::unsetenv(kProxyTokenEnv);  // not for the ranks
+  ::unsetenv(kProxyNameEnv);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
@@ -581,7 +597,9 @@ int connectBack(const std::string& where) {
 }  // namespace
 
 std::string proxyNodeName() {
-  // Slurm's name for the node (slurmd -N may differ from the hostname), else the hostname.
+  // The launcher's name for this proxy; Slurm's name for the node (slurmd -N may differ from the
+  // hostname); else the hostname.
+  if (const char* name = std::getenv(kProxyNameEnv); name && *name) return name;
   if (const char* node = std::getenv("SLURMD_NODENAME"); node && *node) return node;
   return hostName();
 }

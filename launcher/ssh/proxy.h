@@ -15,11 +15,12 @@
 //     dead network), SIGTERM to every rank's process group, SIGKILL kKillGrace later, then exit.
 // Its exit status says nothing about the ranks (theirs travel as kExit frames): 0 after a normal end,
 // 1 after a protocol error (reported on stderr, one line).
-// SIGTERM, SIGINT or SIGHUP to the proxy starts the same teardown as the watchdog.
+// SIGTERM, SIGINT or SIGHUP to the proxy starts the same teardown as the watchdog, except that the ranks'
+// output and exits still reach hvdrun (as exits by that signal, unless a rank handles it).
 //
 // Under srun (launcher/slurm/launcher.h) it runs as `hvd-proxy --connect HOST:PORT`: it connects to hvdrun,
 // sends one join line, kProxyJoinPrefix + the token from kProxyTokenEnv + " " + its node's name + "\n"
-// (the variable is removed from the environment its ranks inherit), and then speaks the same frames over
+// (the variable is removed from the environment its ranks inherit, as is HVD_PROXY_NAME), and then speaks the same frames over
 // that connection. Exit status 2 for a bad command line or a missing token, 1 when hvdrun cannot be
 // reached (one line on stderr naming the address).
 // Threading: single-threaded, one poll() loop; no thread, no asio (a small, fast-starting process).
@@ -38,8 +39,12 @@ inline constexpr const char* kProxyTokenEnv = "HVD_PROXY_TOKEN";
 // The join line's first word.
 inline constexpr const char* kProxyJoinPrefix = "HVD-PROXY-JOIN ";
 
-// The name a proxy gives for its node: SLURMD_NODENAME when set (Slurm's name for the node), else the
-// hostname.
+// The variable that, when set, names a proxy started with --connect in its join line: a launcher agent
+// (launcher/agent/launcher.h) starts one proxy per rank and tells them apart by it.
+inline constexpr const char* kProxyNameEnv = "HVD_PROXY_NAME";
+
+// The name a proxy gives in its join line: HVD_PROXY_NAME when set, else SLURMD_NODENAME when set (Slurm's
+// name for the node), else the hostname.
 std::string proxyNodeName();
 
 // main() of hvd-proxy: serves the protocol on fds 0 and 1 until the channel ends. Returns the exit status.

@@ -95,6 +95,8 @@ class ProxyHost : public ChannelHandler, public std::enable_shared_from_this<Pro
 
   void add(ProxyWorker* worker, int rank, boost::asio::io_context& io);
   void remove(int rank) { workers_.erase(rank); }
+  // No rank of this proxy is running or waiting to start.
+  bool idle() const { return workers_.empty(); }
   void send(const std::string& frame) {
     if (link_ && state_ == State::kReady) link_->write(frame);
   }

@@ -7,4 +7,5 @@ set(HVD_LAUNCHER_SSH_SOURCES
   ssh/proxy_protocol.cc
   ssh/remote.cc
   ssh/session.cc
+  ssh/tcp_link.cc
 )

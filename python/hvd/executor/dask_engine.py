@@ -261,6 +261,58 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
+def resource_shortfall(resources: dict, cpus: float, gpus: float) -> str | None:
+    """Why a Dask worker declaring these resources cannot host a rank needing cpus CPU and gpus GPU, or None."""
+    if not resources:
+        return None if gpus == 0 else f"declare no resources (gpus_per_worker={gpus:g} needs GPU)"
+    declared = resources.get("CPU")
+    if declared is not None and declared < cpus:
+        return f"declare CPU={declared:g} < cpus_per_worker={cpus:g}"
+    declared = resources.get("GPU", 0)
+    if declared < gpus:
+        return f"declare GPU={declared:g} < gpus_per_worker={gpus:g}"
+    return None
+
+
+def survey(client, cpus: float, gpus: float, executor: str | None = None):
+    """The Dask cluster's worker processes that may host a rank: (workers, eligible, why). workers: the scheduler's
+    view, by address; eligible: a _Slot per eligible worker, by address order; why: {reason: [addresses]} for the
+    others. A worker hosting a rank of `executor` counts as eligible (it hosts one of that executor's ranks).
+    ExecutorError when the cluster does not answer within REQUEST_TIMEOUT_S."""
+    scheduler = client.scheduler.address
+    try:
+        workers = client.sync(client.scheduler.identity, callback_timeout=REQUEST_TIMEOUT_S)["workers"]
+        probes = client.run(_probe(), workers=list(workers), on_error="return",
+                            callback_timeout=REQUEST_TIMEOUT_S) if workers else {}
+    except Exception as e:
+        raise ExecutorError(f"the Dask cluster at {scheduler} did not answer within {REQUEST_TIMEOUT_S:g} s: "
+                            f"{type(e).__name__}: {e}") from e
+    eligible = []
+    why = {}
+    processes = set()
+    for address in sorted(workers, key=_address_key):
+        info, probe = workers[address], probes.get(address)
+        if not isinstance(probe, dict):
+            reason = f"did not answer ({type(probe).__name__}: {probe})"
+        elif probe.get("error"):
+            reason = (f"cannot import hvd ({probe['error']}; start them with {_PACKAGE_PARENT} or wherever hvd "
+                      "is on their PYTHONPATH)")
+        elif probe.get("busy") and (executor is None or probe["busy"].get("executor") != executor):
+            reason = "host ranks of another Executor"
+        elif (info.get("host"), probe.get("pid")) in processes:
+            # Workers of threads (a LocalCluster with processes=False) share one process and its environment.
+            reason = "share their process with another Dask worker"
+        else:
+            reason = resource_shortfall(info.get("resources") or {}, cpus, gpus)
+        if isinstance(probe, dict):
+            processes.add((info.get("host"), probe.get("pid")))
+        if reason:
+            why.setdefault(reason, []).append(address)
+        else:
+            eligible.append(_Slot(address, info.get("host") or address, probe.get("iface")))
+    return workers, eligible, why
+
+
 class DaskEngine(Engine):
     """Hosts an Executor's ranks in the worker processes of the Dask cluster of `client` (a connected, synchronous
     distributed.Client), one rank per Dask worker process (see the module docstring).
@@ -301,36 +353,7 @@ class DaskEngine(Engine):
     def _plan(self, num_workers: int, settings) -> list[_Slot]:
         """The slots of num_workers ranks; ValueError when the cluster has too few eligible workers."""
         scheduler = self._client.scheduler.address
-        try:
-            workers = self._identity()["workers"]
-            probes = self._client.run(_probe(), workers=list(workers), on_error="return",
-                                      callback_timeout=REQUEST_TIMEOUT_S) if workers else {}
-        except Exception as e:
-            raise ExecutorError(f"the Dask cluster at {scheduler} did not answer within {REQUEST_TIMEOUT_S:g} s: "
-                                f"{type(e).__name__}: {e}") from e
-        eligible = []
-        why = {}
-        processes = set()
-        for address in sorted(workers, key=_address_key):
-            info, probe = workers[address], probes.get(address)
-            if not isinstance(probe, dict):
-                reason = f"did not answer ({type(probe).__name__}: {probe})"
-            elif probe.get("error"):
-                reason = (f"cannot import hvd ({probe['error']}; start them with {_PACKAGE_PARENT} or wherever hvd "
-                          "is on their PYTHONPATH)")
-            elif probe.get("busy"):
-                reason = "host ranks of another Executor"
-            elif (info.get("host"), probe.get("pid")) in processes:
-                # Workers of threads (a LocalCluster with processes=False) share one process and its environment.
-                reason = "share their process with another Dask worker"
-            else:
-                reason = self._short_of(info.get("resources") or {})
-            if isinstance(probe, dict):
-                processes.add((info.get("host"), probe.get("pid")))
-            if reason:
-                why.setdefault(reason, []).append(address)
-            else:
-                eligible.append(_Slot(address, info.get("host") or address, probe.get("iface")))
+        workers, eligible, why = survey(self._client, self._cpus, self._gpus)
         if len(eligible) < num_workers:
             details = "; ".join(f"{len(addresses)} {reason} ({', '.join(sorted(addresses)[:3])}"
                                 f"{', ...' if len(addresses) > 3 else ''})" for reason, addresses in why.items())
@@ -354,18 +377,6 @@ class DaskEngine(Engine):
             peers = [s for s in chosen if s.local_rank == slot.local_rank]
             slot.cross_rank, slot.cross_size = peers.index(slot), len(peers)
         return chosen
-
-    def _short_of(self, resources: dict) -> str | None:
-        """Why a worker declaring these Dask resources cannot host a rank, or None."""
-        if not resources:
-            return None if self._gpus == 0 else f"declare no resources (gpus_per_worker={self._gpus:g} needs GPU)"
-        cpus = resources.get("CPU")
-        if cpus is not None and cpus < self._cpus:
-            return f"declare CPU={cpus:g} < cpus_per_worker={self._cpus:g}"
-        gpus = resources.get("GPU", 0)
-        if gpus < self._gpus:
-            return f"declare GPU={gpus:g} < gpus_per_worker={self._gpus:g}"
-        return None
 
     def _driver_host(self, slots: list[_Slot], settings) -> str:
         nics = list(getattr(settings, "nics", None) or [])

@@ -98,8 +98,9 @@ class Executor:
 
     min_workers (instead of num_workers), max_workers, reset_limit, cooldown_range (min_s, max_s),
     elastic_timeout: an elastic executor. Its workers are not persistent: each run(fn) is an elastic hvdrun job
-    (--min-np, --max-np, --reset-limit, --blacklist-cooldown-range, --elastic-timeout) on hosts=, hostfile= or
-    the hosts a discovery_script= prints (horovodrun's format), one of which is required; fn trains under
+    (--min-np, --max-np, --reset-limit, --blacklist-cooldown-range, --elastic-timeout) on hosts=, hostfile=, the
+    hosts a discovery_script= prints (horovodrun's format), or a Dask cluster's worker processes (client=: workers
+    joining and leaving the cluster are the discovery, hvd.executor.dask_elastic), one of which is required; fn trains under
     hvd.elastic.run, every worker process runs it once, replacements and new hosts' processes too, and run()
     returns the values of the workers that returned in the job's last round, in rank order (hvd.executor.elastic).
     execute(), execute_single(), run_remote() and executable_cls are ValueErrors on it.
@@ -155,9 +156,12 @@ class Executor:
                     and 1 <= cooldown_range[0] <= cooldown_range[1] <= 3600):
                 raise ValueError(f"cooldown_range must be (min_s, max_s) with 1 <= min_s <= max_s <= 3600, got "
                                  f"{cooldown_range!r}")
-            if client is not None or engine is not None:
-                raise ValueError(f"min_workers={min_workers}: elastic executors run on hvdrun; client= and engine= "
-                                 "take fixed num_workers")
+            if engine is not None:
+                raise ValueError(f"min_workers={min_workers}: elastic executors run on hvdrun; engine= takes a "
+                                 "fixed num_workers")
+            if client is not None and discovery_script is not None:
+                raise ValueError(f"discovery_script={discovery_script!r} with client=: the Dask cluster's workers "
+                                 "are the discovery")
         if hosts is not None and hostfile is not None:
             raise ValueError(f"hosts={hosts!r} and hostfile={hostfile!r}: pass only one of them")
         if client is not None and engine is not None:
@@ -180,7 +184,17 @@ class Executor:
         self._lock = threading.Lock()
         self._elastic = min_workers is not None
         self._elastic_env = None
-        if self._elastic:
+        if self._elastic and client is not None:
+            _dask_engine_class(client)  # the client's checks
+            from hvd.executor.dask_elastic import DaskElasticEngine
+            options = dict(env=env, executable=executable, cpus_per_worker=cpus_per_worker,
+                           gpus_per_worker=(gpus_per_worker or 0) if use_gpu else 0,
+                           elastic=dict(min_np=min_workers, max_np=max_workers, reset_limit=reset_limit,
+                                        cooldown_range=cooldown_range, elastic_timeout=math.ceil(elastic_timeout)))
+            engines = [DaskElasticEngine(client, **options)]  # validates the plan now
+            self._make_engine = lambda: engines.pop() if engines else DaskElasticEngine(client, **options)
+            num_workers = min_workers
+        elif self._elastic:
             plan = dict(hosts=hosts, hostfile=hostfile, env=env, executable=executable,
                         elastic=dict(min_np=min_workers, max_np=max_workers, discovery_script=discovery_script,
                                      reset_limit=reset_limit, cooldown_range=cooldown_range,
