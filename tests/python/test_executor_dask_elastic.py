@@ -6,6 +6,7 @@ without losing its state. Skips with the reason where network namespaces cannot 
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -109,19 +110,6 @@ def grew_then_shrank(sizes):
             and all(a < b for a, b in zip(sizes[:-2], sizes[1:-2])))
 
 
-def hvd_proxies():
-    """Pids of the hvd-proxy processes running on this machine (the lab's namespaces share its pid space)."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if f.read().split(b"\0")[0].endswith(b"hvd-proxy"):
-                    pids.append(int(pid))
-        except (OSError, ValueError):
-            pass
-    return pids
-
-
 def test_elastic_run_grows_with_joining_dask_workers_and_shrinks_as_they_leave(lab, client, tmp_path):
     ex = Executor(min_workers=2, max_workers=4, client=client, elastic_timeout=60)
     ex.start()
@@ -151,6 +139,80 @@ def test_elastic_run_grows_with_joining_dask_workers_and_shrinks_as_they_leave(l
     assert all(r[3] == sizes for r in results), results  # every rank holds rank 0's state
     assert sizes == run.sizes, (sizes, run.sizes)
     deadline = time.monotonic() + 10
-    while hvd_proxies() and time.monotonic() < deadline:
+    while executor_processes(lab) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not hvd_proxies(), "hvd-proxy processes left after the run"
+    assert not executor_processes(lab), "processes left in the lab's hosts after the run"
+    assert not hosted_ranks(client)
+
+
+def hosted_ranks(client):
+    """{Dask worker address: what it hosts} for the workers that host a rank."""
+    from hvd.executor import dask_engine
+    return {a: h for a, h in client.run(lambda: dict(dask_engine._hosted)).items() if h}
+
+
+def executor_processes(lab, marker=None):
+    """(pid, command line) of what an elastic Dask run started and left: the proxies and ranks in the lab's
+    hosts, and, given the driver's `marker` variable, hvdrun, its agents and the ranks anywhere."""
+    found = [(pid, cmd) for i in (1, 2) for pid, cmd in lab.processes(i)
+             if "hvd-proxy" in cmd or "hvd.executor.worker" in cmd]
+    for pid in os.listdir("/proc") if marker else []:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append((int(pid), f.read().replace(b"\0", b" ").decode(errors="replace").strip()))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+DRIVER = """
+import sys, time, distributed
+sys.path.insert(0, {tests!r})
+import test_executor_dask_elastic as t
+from hvd.executor import Executor
+client = distributed.Client({scheduler!r}, timeout=20, set_as_default=False)
+ex = Executor(min_workers=2, client=client, elastic_timeout=60)
+ex.start()
+def report(value):
+    print("running", value, flush=True)
+ex.run(t.train_until, args=({stop!r},), callbacks=[report])
+"""
+
+
+def test_a_killed_driver_ends_an_elastic_dask_run_and_frees_the_workers(lab, client, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__)),
+                                    scheduler=lab.scheduler_address, stop=str(tmp_path / "stop")))
+    marker = f"HVD_TEST_DRIVER={os.getpid()}-{time.monotonic_ns()}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), HVD_TEST_DRIVER=marker.split("=")[1])
+
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              env=env, text=True)
+    try:
+        line = driver.stdout.readline()
+        assert line.startswith("running"), f"the driver said {line!r}"
+        assert len(hosted_ranks(client)) == 2
+        driver.kill()
+        driver.wait(10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (executor_processes(lab, marker) or hosted_ranks(client)):
+            time.sleep(0.1)
+        assert not executor_processes(lab, marker), executor_processes(lab, marker)
+        assert not hosted_ranks(client), hosted_ranks(client)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def test_bad_elastic_dask_arguments_are_refused_before_anything_starts(lab, client):
+    with pytest.raises(ValueError, match=r"discovery_script='/bin/true' with client=: the Dask cluster's workers "
+                                         r"are the discovery"):
+        Executor(min_workers=2, client=client, discovery_script="/bin/true")
+    with pytest.raises(TypeError, match=r"client must be a distributed.Client, got str"):
+        Executor(min_workers=2, client="tcp://10.0.0.1:8786")
+    with pytest.raises(ValueError, match=r"hosts='h1:2' / hostfile=None: the hosts come from the client"):
+        Executor(min_workers=2, client=client, hosts="h1:2")
