@@ -36,7 +36,8 @@ answer is no end of the ranks (they do not need it, and a rank that dies closes 
 
 Threading. start(), exit_status() and stop() are called by the Executor, one at a time or from its watcher
 thread; exit_status() asks the scheduler at most every STATUS_INTERVAL_S and answers from its last look between.
-Every request to the cluster has a deadline. Elastic growth or shrinking of the cluster is not followed.
+Every request to the cluster has a deadline. A fixed-size executor does not follow the cluster growing or
+shrinking; an elastic one (min_workers) does, through hvd.executor.dask_elastic.
 """
 
 from __future__ import annotations
