@@ -18,6 +18,9 @@ pkgs=(
   # hvd.Executor and hvd.train on a Dask cluster (dask scheduler / dask worker), tested against a real one;
   # pandas for hvd.train's Result.metrics_dataframe
   python3-distributed python3-pandas
+  # hvd.tune: Optuna's samplers, pruners and storage (SQLite by default, PostgreSQL tested against a real
+  # server), and the per-trial metric plot
+  python3-optuna python3-matplotlib python3-psycopg2 postgresql
   # a real Slurm cluster for the Slurm tests (slurmctld, slurmd per network namespace, munge), and real
   # mpirun/mpiexec for workers started without hvdrun
   slurmctld slurmd slurm-client munge openmpi-bin mpich

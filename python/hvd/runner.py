@@ -222,9 +222,10 @@ def _find_hvdrun():
 
 
 def _forward(stream, target):
-    """Copies hvdrun's output to target (this process's sys.stdout or sys.stderr) line by line."""
+    """Copies hvdrun's output to target line by line: "stdout" or "stderr" (this process's sys.stdout or
+    sys.stderr, as they are at each line), or a text file object (written whole lines, under its own lock)."""
     for line in iter(stream.readline, b""):
-        out = sys.stdout if target == "stdout" else sys.stderr
+        out = target if not isinstance(target, str) else sys.stdout if target == "stdout" else sys.stderr
         try:
             out.write(line.decode("utf-8", errors="replace"))
             out.flush()

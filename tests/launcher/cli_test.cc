@@ -315,7 +315,7 @@ TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
       {{"-np", "99999999999", "true"}, "invalid int value: '99999999999'"},
       {{"-np2", "true"}, "unrecognized arguments: -np2"},
       {{"-np", "2", "--launcher", "srun", "true"},
-       "argument --launcher: invalid choice: 'srun' (choose from 'auto', 'local', 'ssh', 'slurm')"},
+       "argument --launcher: invalid choice: 'srun' (choose from 'auto', 'local', 'ssh', 'slurm', 'agent')"},
       {{"-np", "2", "--launcher", "slurm", "--ssh-force", "true"}, "argument --ssh-force: not allowed with --launcher slurm"},
       {{"-np", "2", "--min-np", "1", "--launcher", "slurm", "true"},
        "argument --launcher slurm: not allowed with an elastic job"},

@@ -139,6 +139,25 @@ except (OSError, AttributeError):  # pragma: no cover
 _parent_pid = [os.getpid()]
 
 
+_LAUNCHERS = ("auto", "local", "ssh", "slurm")
+
+
+class _LockedFile:
+    """A text file that two forwarding threads append whole lines to."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "a", encoding="utf-8", errors="replace")
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            self._file.write(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._file.flush()
+
+
 class _Tap:
     """A stream for runner._forward that also keeps hvdrun's own lines (those without a rank tag)."""
 
@@ -163,12 +182,14 @@ class HvdrunEngine(Engine):
     set). hosts ('h1:2,h2:2') or hostfile, not both; neither: localhost, or the Slurm allocation when
     SLURM_JOB_ID is set. num_hosts: use the first num_hosts hosts with num_workers_per_host ranks each. env: the
     base environment of the ranks (default os.environ); executable: their Python (default sys.executable).
+    output: a file the job's output (hvdrun's and the ranks', tagged by rank) is appended to instead of this
+    process's stdout and stderr. launcher: hvdrun's --launcher (auto, local, ssh, slurm).
     Raises ValueError naming the bad value, before anything starts."""
 
     def __init__(self, num_workers: "int | None", *, hosts: "str | None" = None, hostfile=None,
                  num_hosts: "int | None" = None, num_workers_per_host: int = 1,
                  env: "dict[str, str] | None" = None, executable: "str | None" = None,
-                 elastic: "dict | None" = None):
+                 elastic: "dict | None" = None, output=None, launcher: "str | None" = None):
         if hosts is not None and hostfile is not None:
             raise ValueError(f"hosts={hosts!r} and hostfile={hostfile!r}: pass only one of them")
         base_env = os.environ if env is None else env
@@ -207,6 +228,12 @@ class HvdrunEngine(Engine):
         else:
             self._host_flags = ["-H", f"localhost:{num_workers}"]
         check_env(env)
+        if launcher is not None and launcher not in _LAUNCHERS:
+            raise ValueError(f"launcher={launcher!r}: choose from {', '.join(map(repr, _LAUNCHERS))}")
+        self._launcher = launcher
+        if output is not None and not isinstance(output, (str, os.PathLike)):
+            raise TypeError(f"output must be a file path, got {type(output).__name__}")
+        self._output = os.fspath(output) if output is not None else None
         self._python = executable or sys.executable
         if not self._python:
             raise ValueError("executable: no Python interpreter given and sys.executable is empty")
@@ -269,6 +296,8 @@ class HvdrunEngine(Engine):
             cmd += ["--ssh-port", str(settings.ssh_port)]
         if settings.nics:
             cmd += ["--network-interfaces", ",".join(settings.nics)]
+        if self._launcher is not None:
+            cmd += ["--launcher", self._launcher]
         return cmd + [self._python, "-m", "hvd.executor.worker"]
 
     def start(self, *, num_workers: int, driver_port: int, token: str, env: "dict[str, str]",
@@ -303,10 +332,13 @@ class HvdrunEngine(Engine):
             self._started.set()
             self._done.set()
             return
+        out, err = "stdout", "stderr"
+        if self._output is not None:
+            out = err = _LockedFile(self._output)
         self._forwarders = [
-            threading.Thread(target=runner._forward, args=(self._proc.stdout, "stdout"), daemon=True,
+            threading.Thread(target=runner._forward, args=(self._proc.stdout, out), daemon=True,
                              name="hvd-executor-stdout"),
-            threading.Thread(target=runner._forward, args=(_Tap(self._proc.stderr, self._lines), "stderr"),
+            threading.Thread(target=runner._forward, args=(_Tap(self._proc.stderr, self._lines), err),
                              daemon=True, name="hvd-executor-stderr")]
         for t in self._forwarders:
             t.start()

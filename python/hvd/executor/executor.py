@@ -94,7 +94,9 @@ class Executor:
     environment sets it. use_gpu / gpus_per_worker: every rank sees its host's GPUs and picks one by local rank.
     env: the workers' base environment (default os.environ); executable: their Python (default sys.executable).
     client: a distributed.Client, to host the ranks in that Dask cluster's worker processes (hvd.executor's Dask
-    engine); engine: any Engine. settings: ExecutorSettings (Executor.create_settings).
+    engine); engine: any Engine. settings: ExecutorSettings (Executor.create_settings). output: a file the job's
+    output (tagged by rank) goes to instead of this process's stdout and stderr; launcher: hvdrun's --launcher
+    (auto, local, ssh, slurm); neither applies with client= or engine=.
 
     min_workers (instead of num_workers), max_workers, reset_limit, cooldown_range (min_s, max_s),
     elastic_timeout: an elastic executor. Its workers are not persistent: each run(fn) is an elastic hvdrun job
@@ -113,7 +115,8 @@ class Executor:
                  max_workers: "int | None" = None, reset_limit: "int | None" = None, cooldown_range=None,
                  elastic_timeout: float = 600, *, hosts: "str | None" = None, hostfile=None, client=None,
                  engine: "Engine | None" = None, env: "dict[str, str] | None" = None,
-                 executable: "str | None" = None, discovery_script=None):
+                 executable: "str | None" = None, discovery_script=None, output=None,
+                 launcher: "str | None" = None):
         if settings is None:
             settings = ExecutorSettings()
         elif not isinstance(settings, ExecutorSettings):
@@ -171,6 +174,10 @@ class Executor:
             raise ValueError(f"hosts={hosts!r} / hostfile={hostfile!r}: the hosts come from the {where}, not "
                              "from hosts= or hostfile=")
         check_env(env)
+        if (client is not None or engine is not None) and (output is not None or launcher is not None):
+            where = "client" if client is not None else "engine"
+            raise ValueError(f"output={output!r} / launcher={launcher!r} with {where}=: they apply to the hvdrun jobs "
+                             "of hosts, hostfiles and Slurm allocations")
         if engine is not None and not all(callable(getattr(engine, m, None))
                                           for m in ("start", "exit_status", "stop")):
             raise TypeError(f"engine must be an hvd.executor.Engine (start, exit_status, stop), got {engine!r}")
@@ -195,8 +202,8 @@ class Executor:
             self._make_engine = lambda: engines.pop() if engines else DaskElasticEngine(client, **options)
             num_workers = min_workers
         elif self._elastic:
-            plan = dict(hosts=hosts, hostfile=hostfile, env=env, executable=executable,
-                        elastic=dict(min_np=min_workers, max_np=max_workers, discovery_script=discovery_script,
+            plan = dict(hosts=hosts, hostfile=hostfile, env=env, executable=executable, output=output,
+                        launcher=launcher, elastic=dict(min_np=min_workers, max_np=max_workers, discovery_script=discovery_script,
                                      reset_limit=reset_limit, cooldown_range=cooldown_range,
                                      elastic_timeout=math.ceil(elastic_timeout)))
             first = HvdrunEngine(None, **plan)  # validates the plan now
@@ -217,7 +224,8 @@ class Executor:
             self._make_engine = lambda: engine
         else:
             plan = dict(hosts=hosts, hostfile=hostfile, num_hosts=num_hosts,
-                        num_workers_per_host=num_workers_per_host, env=env, executable=executable)
+                        num_workers_per_host=num_workers_per_host, env=env, executable=executable, output=output,
+                        launcher=launcher)
             first = HvdrunEngine(num_workers, **plan)  # validates the plan now
             num_workers = first.num_workers
             engines = [first]

@@ -1,0 +1,163 @@
+"""One trial of a search: a distributed job of its own (an hvd.Executor of workers_per_trial ranks on the slots the
+pool gave it) that runs train_fn(config) on every rank, records rank 0's reports in the trial's directory and is
+retried, from its latest checkpoint, up to max_failures times.
+
+Contract. TrialRunner(trial, make_executor, max_failures, events).start() runs the trial in a thread of its own and
+puts events on the tuner's queue, in order: ("report", trial, row) per report (row: the metrics plus
+training_iteration, timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, as hvd.train records them),
+("retry", trial, error) per failed attempt that is retried, then exactly one ("end", trial, error) (error None
+when train_fn returned on every rank). stop() ends the trial's job at once (its executor's shutdown: every rank
+ends within a second, its slots are free once "end" arrived) and marks the end as a stop, not a failure.
+
+The trial's directory holds output.log (the job's output, tagged by rank; not for Dask-hosted ranks, whose output
+is the Dask workers'), progress.jsonl (one line per report), params.json (the config), error.txt (the last failure
+with its traceback) and checkpoint_NNNNNN/ directories (hvd.train's format and retention).
+Threading: the runner thread owns the executor; stop() may be called from the tuner's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from hvd.train.checkpoint import CheckpointManager, pack_directory, to_json
+from hvd.train.config import CheckpointConfig
+from hvd.train.session import run_training
+from hvd.train.trainer import _Recorder
+
+RUNNING, TERMINATED, ERROR, PRUNED, PENDING = "RUNNING", "TERMINATED", "ERROR", "PRUNED", "PENDING"
+
+
+class Trial:
+    """What the tuner knows of one trial."""
+
+    def __init__(self, number: int, index: int, config: Dict[str, Any], directory: str):
+        self.number = number          # Optuna's trial number: the trial's id in the study
+        self.index = index            # its place in the search's plan
+        self.config = config
+        self.directory = directory
+        self.status = PENDING
+        self.history: List[Dict[str, Any]] = []
+        self.error: Optional[str] = None
+        self.attempts = 0
+        self.started: Optional[float] = None
+        self.ended: Optional[float] = None
+        self.placement = None
+        self.optuna_trial = None
+        self.manager: Optional[CheckpointManager] = None
+
+    @property
+    def trial_id(self) -> str:
+        return f"{self.number:05d}"
+
+    @property
+    def wall_s(self) -> Optional[float]:
+        if self.started is None:
+            return None
+        return (self.ended or time.time()) - self.started
+
+    def last(self, metric: Optional[str]) -> Any:
+        for row in reversed(self.history):
+            if metric in row:
+                return row[metric]
+        return None
+
+    def best(self, metric: Optional[str], mode: str) -> Any:
+        values = [row[metric] for row in self.history if isinstance(row.get(metric), (int, float))]
+        if not values:
+            return None
+        return min(values) if mode == "min" else max(values)
+
+
+class TrialRunner:
+    def __init__(self, trial: Trial, make_executor: Callable[[Trial], Any], payload: bytes, max_failures: int,
+                 checkpoint_config: CheckpointConfig, experiment: str, events):
+        self.trial = trial
+        self._make_executor = make_executor
+        self._payload = payload
+        self._max_failures = max_failures
+        self._events = events
+        self._experiment = experiment
+        self._lock = threading.Lock()
+        self._executor = None
+        self._stopping = False
+        os.makedirs(trial.directory, exist_ok=True)
+        with open(os.path.join(trial.directory, "params.json"), "w", encoding="utf-8") as f:
+            json.dump(trial.config, f, default=to_json, indent=1)
+        trial.manager = CheckpointManager(trial.directory, checkpoint_config)
+        self._recorder = _Recorder(trial.directory, trial.manager)
+        self._thread = threading.Thread(target=self._run, name=f"hvd-tune-trial-{trial.trial_id}", daemon=True)
+
+    def start(self) -> None:
+        self.trial.status = RUNNING
+        self.trial.started = time.time()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the trial's job now (pruned, or the search stops)."""
+        with self._lock:
+            self._stopping = True
+            executor = self._executor
+        if executor is not None:
+            executor.shutdown()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _on_report(self, attempt: int, value: Any) -> None:
+        before = len(self._recorder.history)
+        self._recorder.on_report(attempt, value)
+        if len(self._recorder.history) > before:
+            self._events.put(("report", self.trial, dict(self._recorder.history[-1])))
+
+    def _run(self) -> None:
+        from hvd.executor import ExecutorError, WorkerError
+
+        error: Optional[BaseException] = None
+        resume = None
+        for attempt in range(1, self._max_failures + 2):
+            self.trial.attempts = attempt
+            error = None
+            executor = None
+            try:
+                with self._lock:
+                    if self._stopping:
+                        break
+                    executor = self._executor = self._make_executor(self.trial)
+                self._recorder.begin(attempt)
+                executor.start()
+                executor.run(run_training, args=(self._payload, list(sys.path), {}, resume, self._experiment, None),
+                             callbacks=[lambda value, a=attempt: self._on_report(a, value)])
+            except (WorkerError, ExecutorError) as e:
+                error = e
+            except Exception as e:  # the executor could not be made or started: the trial's failure, never lost
+                error = e
+            finally:
+                self._recorder.close()
+                if executor is not None:
+                    executor.shutdown()
+                with self._lock:
+                    self._executor = None
+            if self._recorder.error is not None and error is None:
+                error = self._recorder.error
+            if error is None or self._stopping:
+                break
+            with open(os.path.join(self.trial.directory, "error.txt"), "w", encoding="utf-8") as f:
+                f.write(f"attempt {attempt}: {error}\n")
+                traceback = getattr(error, "traceback", "")
+                if traceback:
+                    f.write(traceback)
+            if attempt <= self._max_failures:
+                self._events.put(("retry", self.trial, error))
+                latest = self.trial.manager.latest
+                resume = pack_directory(latest.path) if latest is not None else resume
+        self.trial.history = list(self._recorder.history)
+        self._events.put(("end", self.trial, None if self._stopping else error))
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping

@@ -1,0 +1,491 @@
+"""hvd.tune.run: a hyperparameter search whose every trial is a distributed job (Ray Tune's
+DistributedTrainableCreator, DeepHyper's nodes per evaluation), packed onto the free slots of localhost, hosts=,
+a Slurm allocation or a Dask cluster, with Optuna's samplers, pruners and storage.
+
+Contract. run() plans the trials (space.plan: the grid times num_samples) and keeps them in an Optuna study: the
+first driver of an experiment enqueues every planned trial (WAITING, with its plan index); every driver then takes
+trials with study.ask(), which hands each waiting trial to exactly one driver, also across machines sharing a
+PostgreSQL storage. A trial's config is the plan's spec with its domains drawn: by a seeded random draw per plan
+index (search_alg "random", the default; "grid" is the same with nothing left to draw), or by the Optuna sampler
+(search_alg "optuna": TPE; or any optuna.samplers.BaseSampler). While slots are free and fewer than
+max_concurrent_trials run, a trial is started (trial.TrialRunner: an hvd.Executor of workers_per_trial ranks on
+the slots pool.Pool gave it); its reports are recorded, passed to the pruner (scheduler "asha": Optuna's
+successive halving; "median"; or any optuna.pruners.BasePruner), and a pruned trial's job is stopped at once.
+A trial's result is its last value of `metric`; the study is told COMPLETE (that value), PRUNED or FAIL.
+
+Resume. With resume=True the experiment's study is loaded: trials that completed, were pruned or failed for good
+are kept (and shown in the Analysis); those an earlier driver left running, or that were interrupted, are run
+again with the same config. Without it, an existing experiment of the same name is a ValueError (pass resume=True
+or another name).
+
+Faults. A trial whose job fails is retried max_failures times, then recorded as ERROR with the rank's traceback
+(error.txt in its directory); its slots are freed and the search goes on. Ctrl-C (KeyboardInterrupt) stops every
+trial's job, marks them interrupted in the study and re-raises: a later resume=True runs them again. Bad input is
+a ValueError or TypeError naming the value, before anything runs; a metric that no trial reported is a ValueError
+at the end naming the keys that were reported (the Analysis is still written to the experiment directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from hvd.tune import pool as pools
+from hvd.tune import space
+from hvd.tune.analysis import Analysis
+from hvd.tune.progress import Progress, describe, plot
+from hvd.tune.trial import ERROR, PRUNED, RUNNING, TERMINATED, Trial, TrialRunner
+
+DEFAULT_STORAGE_PATH = "~/hvd_results"
+_SEARCH_ALGS = ("random", "grid", "optuna")
+_SCHEDULERS = ("asha", "median")
+_POLL_S = 0.2
+
+
+def _check_int(value, name: str, minimum: int, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r}: expected an int >= {minimum}")
+    return value
+
+
+def _sampler(search_alg, seed: int, metric: Optional[str]):
+    import optuna
+
+    if search_alg is None or search_alg in ("random", "grid"):
+        return "random", optuna.samplers.RandomSampler(seed=seed)
+    if isinstance(search_alg, str):
+        if search_alg not in _SEARCH_ALGS:
+            raise ValueError(f"search_alg={search_alg!r}: choose from {', '.join(map(repr, _SEARCH_ALGS))} or pass an "
+                             "optuna sampler")
+        if metric is None:
+            raise ValueError("search_alg='optuna' needs metric= (the value it optimises)")
+        return "optuna", optuna.samplers.TPESampler(seed=seed)
+    if isinstance(search_alg, optuna.samplers.BaseSampler):
+        if metric is None:
+            raise ValueError(f"search_alg={type(search_alg).__name__}: an Optuna sampler needs metric=")
+        return "optuna", search_alg
+    raise TypeError(f"search_alg must be 'random', 'grid', 'optuna' or an optuna sampler, got "
+                    f"{type(search_alg).__name__}")
+
+
+def _pruner(scheduler, metric: Optional[str]):
+    import optuna
+
+    if scheduler is None:
+        return optuna.pruners.NopPruner()
+    if metric is None:
+        raise ValueError(f"scheduler={scheduler!r} needs metric= (the value it compares)")
+    if isinstance(scheduler, str):
+        if scheduler == "asha":
+            return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=4)
+        if scheduler == "median":
+            return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+        raise ValueError(f"scheduler={scheduler!r}: choose from {', '.join(map(repr, _SCHEDULERS))} or pass an optuna "
+                         "pruner")
+    if isinstance(scheduler, optuna.pruners.BasePruner):
+        return scheduler
+    raise TypeError(f"scheduler must be 'asha', 'median' or an optuna pruner, got {type(scheduler).__name__}")
+
+
+def _make_pool(hosts, hostfile, client, cpus_per_worker, gpus):
+    from hvd.executor.engine import parse_hostfile, parse_hosts
+
+    if sum(x is not None for x in (hosts, hostfile, client)) > 1:
+        raise ValueError(f"hosts={hosts!r}, hostfile={hostfile!r}, client={client!r}: pass at most one of them")
+    if client is not None:
+        from hvd.executor.dask_engine import _check_client, survey
+
+        _check_client(client)
+        _, eligible, _ = survey(client, cpus_per_worker, gpus)
+        return pools.Pool([("dask", len(eligible))], "dask",
+                          f"the Dask cluster at {client.scheduler.address} ({len(eligible)} eligible worker processes)")
+    if hosts is not None:
+        return pools.Pool(parse_hosts(hosts), "hosts", f"hosts={hosts!r}")
+    if hostfile is not None:
+        return pools.Pool(parse_hostfile(hostfile), "hosts", f"hostfile={os.fspath(hostfile)!r}")
+    if os.environ.get("SLURM_JOB_ID"):
+        return pools.slurm_pool(os.environ)
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return pools.Pool([("localhost", count)], "hosts", f"localhost ({count} CPUs)")
+
+
+class _Search:
+    """The driver's view of one experiment: its study, the trials it knows, the runners it owns."""
+
+    def __init__(self, study, specs, mode_kind, seed, experiment_dir):
+        self.study = study
+        self.specs = specs
+        self.kind = mode_kind
+        self.seed = seed
+        self.experiment_dir = experiment_dir
+        self.trials: Dict[int, Trial] = {}
+        self.runners: Dict[int, TrialRunner] = {}
+        self.distributions = space.to_optuna(specs[0]) if mode_kind == "optuna" and specs else {}
+
+    def waiting(self) -> int:
+        import optuna
+
+        return len(self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+    def next_trial(self) -> Optional[Trial]:
+        """The next waiting trial of the study, with its config drawn, or None when none waits."""
+        import optuna
+
+        while self.waiting():
+            ot = self.study.ask(self.distributions or None)
+            index = ot.user_attrs.get("index")
+            if index is None:
+                # Another driver took the last waiting trial between the look and the ask: this one is no trial
+                # of the plan.
+                self.study.tell(ot, state=optuna.trial.TrialState.FAIL)
+                continue
+            spec = self.specs[index]
+            if self.kind == "optuna":
+                config = space.from_params(spec, ot.params)
+            else:
+                config = space.resolve(spec, random.Random(self.seed * 1_000_003 + index))
+            ot.set_user_attr("config", json.dumps(config, default=repr))
+            directory = os.path.join(self.experiment_dir, f"trial_{ot.number:05d}")
+            trial = Trial(ot.number, index, config, directory)
+            trial.optuna_trial = ot
+            self.trials[ot.number] = trial
+            return trial
+        return None
+
+
+def _experiment(name: Optional[str], storage_path) -> "tuple[str, str]":
+    base = os.path.abspath(os.path.expanduser(os.fspath(storage_path or DEFAULT_STORAGE_PATH)))
+    if name is None:
+        name = f"tune_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"name={name!r}: expected a non-empty str without '/'")
+    return name, os.path.join(base, name)
+
+
+def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samples: int = 1,
+        metric: Optional[str] = None, mode: Optional[str] = None, search_alg=None, scheduler=None,
+        workers_per_trial: int = 1, nodes_per_trial: Optional[int] = None, cpus_per_worker: float = 1,
+        use_gpu: bool = False, gpus_per_worker: Optional[float] = None,
+        max_concurrent_trials: Optional[int] = None, max_failures: int = 0, hosts: Optional[str] = None,
+        hostfile=None, client=None, name: Optional[str] = None, storage_path=None, storage: Optional[str] = None,
+        resume: bool = False, seed: Optional[int] = None, verbose: Optional[bool] = None,
+        env: Optional[Dict[str, str]] = None, num_to_keep: Optional[int] = None, settings=None) -> Analysis:
+    """Runs the search (see the module docstring) and returns its Analysis.
+
+    train_fn(config): runs on every rank of a trial (hvd.torch or hvd.numpy inside, hvd.tune.report to report).
+    config: the search space (hvd.tune.space). num_samples: how often the grid is repeated (each repetition
+    draws the other domains anew). metric/mode ("min" or "max", default "min"): what the search optimises and
+    prunes on. search_alg: "random" (default), "grid", "optuna" (TPE) or an optuna sampler. scheduler: "asha",
+    "median" or an optuna pruner (early stopping on the reports). workers_per_trial: ranks per trial;
+    nodes_per_trial: spread them over that many whole nodes (DeepHyper's nodes per evaluation);
+    cpus_per_worker: slots a rank takes; use_gpu / gpus_per_worker as for hvd.Executor;
+    max_concurrent_trials: at most that many trials at once (default: as many as the slots allow).
+    max_failures: retries of a failing trial (from its latest checkpoint). hosts / hostfile / client: the
+    pool (default: the Slurm allocation inside one, else this machine's CPUs). name / storage_path: the
+    experiment directory storage_path/name (default ~/hvd_results/tune_<time>). storage: an Optuna storage URL
+    ("postgresql://user@host/db", "sqlite:////path/study.db"; default an SQLite file in the experiment
+    directory). resume: continue the experiment of that name. seed: of the random draws and samplers.
+    verbose: the live table (default: when stdout is a terminal). env: the ranks' base environment.
+    num_to_keep: checkpoints kept per trial. settings: hvd.Executor's ExecutorSettings.
+    """
+    import optuna
+
+    from hvd.executor import Executor
+    from hvd.run_task import _pickler
+    from hvd.train.config import CheckpointConfig
+    from hvd.train.session import takes_config
+
+    # ---- arguments, all checked before anything runs
+    if not callable(train_fn):
+        raise TypeError(f"train_fn must be callable, got {type(train_fn).__name__}")
+    takes_config(train_fn)
+    config = {} if config is None else config
+    space.check(config)
+    _check_int(num_samples, "num_samples", 1)
+    mode = "min" if mode is None else mode
+    if mode not in ("min", "max"):
+        raise ValueError(f"mode={mode!r}: choose 'min' or 'max'")
+    if metric is not None and not isinstance(metric, str):
+        raise TypeError(f"metric must be a str, got {type(metric).__name__}")
+    _check_int(workers_per_trial, "workers_per_trial", 1)
+    _check_int(nodes_per_trial, "nodes_per_trial", 1, allow_none=True)
+    if nodes_per_trial is not None and workers_per_trial % nodes_per_trial:
+        raise ValueError(f"workers_per_trial={workers_per_trial} is not a multiple of nodes_per_trial={nodes_per_trial}")
+    _check_int(max_concurrent_trials, "max_concurrent_trials", 1, allow_none=True)
+    _check_int(max_failures, "max_failures", 0)
+    _check_int(num_to_keep, "num_to_keep", 1, allow_none=True)
+    if isinstance(cpus_per_worker, bool) or not isinstance(cpus_per_worker, (int, float)) or cpus_per_worker < 1:
+        raise ValueError(f"cpus_per_worker={cpus_per_worker!r}: expected a number >= 1")
+    seed = random.SystemRandom().randrange(2 ** 31) if seed is None else _check_int(seed, "seed", 0)
+    kind, sampler = _sampler(search_alg, seed, metric)
+    pruner = _pruner(scheduler, metric)
+    gpus = (gpus_per_worker or 0) if use_gpu else 0
+    pool = _make_pool(hosts, hostfile, client, cpus_per_worker, gpus)
+    per_rank = 1 if pool.kind == "dask" else pools.slots_per_rank(cpus_per_worker)
+    why = pool.capacity_error(per_rank, workers_per_trial, nodes_per_trial)
+    if why:
+        raise ValueError(why)
+    if pool.kind == "dask" and nodes_per_trial is not None:
+        raise ValueError(f"nodes_per_trial={nodes_per_trial} with client=: Dask places the ranks itself")
+    try:
+        payload = _pickler.dumps((train_fn, None))
+    except Exception as e:
+        raise ValueError(f"train_fn {getattr(train_fn, '__qualname__', '?')} cannot be pickled: "
+                         f"{type(e).__name__}: {e}") from None
+    specs = space.plan(config, num_samples)
+    name, experiment_dir = _experiment(name, storage_path)
+    if storage is not None and not isinstance(storage, str):
+        raise TypeError(f"storage must be an Optuna storage URL (str), got {type(storage).__name__}")
+    if os.path.exists(experiment_dir) and not resume and storage is None:
+        raise ValueError(f"the experiment {experiment_dir} exists: pass resume=True to continue it, or another name")
+    os.makedirs(experiment_dir, exist_ok=True)
+    url = storage or f"sqlite:///{os.path.join(experiment_dir, 'study.db')}"
+    checkpoint_config = CheckpointConfig(num_to_keep=num_to_keep)
+
+    # ---- the study: created and planned by the first driver
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    direction = "minimize" if mode == "min" else "maximize"
+    try:
+        study = optuna.create_study(study_name=name, storage=url, sampler=sampler, pruner=pruner, direction=direction)
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=url, sampler=sampler, pruner=pruner)
+        created = False
+    except Exception as e:
+        raise ValueError(f"storage={url!r}: {type(e).__name__}: {e}") from None
+    if created:
+        study.set_user_attr("seed", seed)
+        study.set_user_attr("trials", len(specs))
+        for index in range(len(specs)):
+            study.enqueue_trial({}, user_attrs={"index": index})
+        study.set_user_attr("planned", True)
+    else:
+        deadline = time.monotonic() + 60
+        while not study.user_attrs.get("planned"):
+            if time.monotonic() > deadline:
+                raise ValueError(f"the study {name!r} in {url} was created but never planned (its driver died?); "
+                                 "remove it or pass another name")
+            time.sleep(0.2)
+            study = optuna.load_study(study_name=name, storage=url, sampler=sampler, pruner=pruner)
+        if study.user_attrs.get("trials") != len(specs):
+            raise ValueError(f"the experiment {name!r} was planned with {study.user_attrs.get('trials')} trials; this "
+                             f"config and num_samples give {len(specs)}: pass the same search space to resume it")
+        seed = study.user_attrs["seed"]
+        if resume:
+            _requeue_unfinished(study)
+    search = _Search(study, specs, kind, seed, experiment_dir)
+    _load_finished(search)
+
+    events: "queue.SimpleQueue" = queue.SimpleQueue()
+    base_env = env
+
+    def make_executor(trial: Trial):
+        kwargs = dict(num_workers=workers_per_trial, cpus_per_worker=cpus_per_worker, use_gpu=use_gpu,
+                      gpus_per_worker=gpus_per_worker, settings=settings, env=base_env)
+        if pool.kind == "dask":
+            return Executor(client=client, **kwargs)
+        hosts_arg = ",".join(f"{h}:{n}" for h, n in trial.placement)
+        return Executor(hosts=hosts_arg, output=os.path.join(trial.directory, "output.log"),
+                        launcher="slurm" if pool.kind == "slurm" else None, **kwargs)
+
+    progress = Progress(metric, mode, len(specs), live=verbose)
+    started = time.time()
+    limit = max_concurrent_trials or len(specs)
+    exhausted = False
+    try:
+        while True:
+            running = len(search.runners)
+            while not exhausted and running < limit:
+                placement = pool.take(per_rank, workers_per_trial, nodes_per_trial)
+                if placement is None:
+                    break
+                trial = search.next_trial()
+                if trial is None:
+                    pool.give(placement, per_rank, nodes_per_trial)
+                    exhausted = True
+                    break
+                trial.placement = placement
+                runner = TrialRunner(trial, make_executor, payload, max_failures, checkpoint_config, name, events)
+                search.runners[trial.number] = runner
+                runner.start()
+                running += 1
+                where = ", ".join(f"{h}:{n}" for h, n in placement)
+                progress.event(f"trial {trial.trial_id} ({describe(trial.config)}) started on {where}",
+                               _ordered(search))
+            if not search.runners:
+                break
+            try:
+                event = events.get(timeout=_POLL_S)
+            except queue.Empty:
+                if progress.live:
+                    progress.table(_ordered(search))
+                continue
+            _handle(event, search, pool, per_rank, nodes_per_trial, metric, progress)
+    except KeyboardInterrupt:
+        _interrupt(search)
+        raise
+    finally:
+        for runner in list(search.runners.values()):
+            runner.stop()
+    trials = _ordered(search)
+    progress.finish(trials)
+    analysis = Analysis(trials, metric, mode, experiment_dir)
+    _write_results(analysis, experiment_dir)
+    if metric is not None:
+        problem = plot(trials, metric, started, os.path.join(experiment_dir, f"{metric}.png"))
+        if problem:
+            sys.stderr.write(f"hvd.tune: {problem}\n")
+        if trials and not any(t.last(metric) is not None for t in trials):
+            reported = sorted({k for t in trials for row in t.history for k in row})
+            raise ValueError(f"metric={metric!r}: no trial reported it (the reports held {reported or 'nothing'}); "
+                             f"the results are in {experiment_dir}")
+    return analysis
+
+
+def _ordered(search: _Search) -> List[Trial]:
+    return sorted(search.trials.values(), key=lambda t: t.number)
+
+
+def _handle(event, search: _Search, pool, per_rank, nodes, metric, progress) -> None:
+    import optuna
+
+    kind, trial = event[0], event[1]
+    runner = search.runners.get(trial.number)
+    if kind == "report":
+        row = event[2]
+        trial.history.append(row)
+        value = row.get(metric) if metric else None
+        if runner is not None and not runner.stopping and isinstance(value, (int, float)):
+            ot = trial.optuna_trial
+            ot.report(float(value), step=row["training_iteration"])
+            if ot.should_prune():
+                trial.status = PRUNED
+                runner.stop()
+                progress.event(f"trial {trial.trial_id} pruned at iteration {row['training_iteration']} "
+                               f"({metric}={value:.4g})", _ordered(search))
+        return
+    if kind == "retry":
+        progress.event(f"trial {trial.trial_id} failed (attempt {trial.attempts}), retrying: "
+                       f"{_first_line(event[2])}", _ordered(search))
+        return
+    # "end"
+    error = event[2]
+    search.runners.pop(trial.number, None)
+    pool.give(trial.placement, per_rank, nodes)
+    trial.ended = time.time()
+    ot = trial.optuna_trial
+    ot.set_user_attr("attempts", trial.attempts)
+    if trial.status == PRUNED:
+        search.study.tell(ot, state=optuna.trial.TrialState.PRUNED)
+        return
+    if error is not None:
+        trial.status = ERROR
+        trial.error = _first_line(error)
+        ot.set_user_attr("error", trial.error)
+        ot.set_user_attr("final", True)
+        search.study.tell(ot, state=optuna.trial.TrialState.FAIL)
+        progress.event(f"trial {trial.trial_id} ERROR: {trial.error}", _ordered(search))
+        return
+    trial.status = TERMINATED
+    value = trial.last(metric) if metric else None
+    if isinstance(value, (int, float)):
+        search.study.tell(ot, float(value))
+    else:
+        ot.set_user_attr("no_metric", True)
+        ot.set_user_attr("final", True)
+        search.study.tell(ot, state=optuna.trial.TrialState.FAIL)
+    progress.event(f"trial {trial.trial_id} done" + (f": {metric}={value:.4g}" if isinstance(value, (int, float))
+                                                     else ""), _ordered(search))
+
+
+def _interrupt(search: _Search) -> None:
+    """Ctrl-C: every running trial's job is stopped and its study trial marked interrupted (resume runs it again)."""
+    import optuna
+
+    runners = list(search.runners.values())
+    for runner in runners:
+        runner.stop()
+    for runner in runners:
+        runner.join(15)
+        ot = runner.trial.optuna_trial
+        try:
+            ot.set_user_attr("interrupted", True)
+            search.study.tell(ot, state=optuna.trial.TrialState.FAIL)
+        except Exception:
+            pass
+    search.runners.clear()
+
+
+def _requeue_unfinished(study) -> None:
+    """resume=True: trials left RUNNING by a driver that died, and interrupted ones, are enqueued again."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    for t in study.get_trials(deepcopy=False):
+        if "index" not in t.user_attrs:
+            continue
+        rerun = t.state == state.RUNNING or (t.state == state.FAIL and t.user_attrs.get("interrupted")
+                                             and not t.user_attrs.get("requeued"))
+        if not rerun:
+            continue
+        if t.state == state.RUNNING:
+            study.tell(t.number, state=state.FAIL)
+        study._storage.set_trial_user_attr(t._trial_id, "requeued", True)
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study.enqueue_trial(dict(t.params), user_attrs={"index": t.user_attrs["index"]})
+
+
+def _load_finished(search: _Search) -> None:
+    """The trials earlier drivers finished (resume): shown in the Analysis, not run again."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    for t in search.study.get_trials(deepcopy=False):
+        if "index" not in t.user_attrs or "config" not in t.user_attrs:
+            continue
+        if t.state not in (state.COMPLETE, state.PRUNED, state.FAIL) or t.user_attrs.get("interrupted"):
+            continue
+        directory = os.path.join(search.experiment_dir, f"trial_{t.number:05d}")
+        trial = Trial(t.number, t.user_attrs["index"], json.loads(t.user_attrs["config"]), directory)
+        trial.status = {state.COMPLETE: TERMINATED, state.PRUNED: PRUNED}.get(t.state, ERROR)
+        if t.state == state.COMPLETE and t.user_attrs.get("no_metric"):
+            trial.status = TERMINATED
+        trial.error = t.user_attrs.get("error")
+        trial.attempts = t.user_attrs.get("attempts", 1)
+        trial.started = t.datetime_start.timestamp() if t.datetime_start else None
+        trial.ended = t.datetime_complete.timestamp() if t.datetime_complete else None
+        try:
+            with open(os.path.join(directory, "progress.jsonl"), encoding="utf-8") as f:
+                trial.history = [json.loads(line) for line in f if line.strip()]
+        except OSError:
+            pass
+        from hvd.train.checkpoint import CheckpointManager
+        from hvd.train.config import CheckpointConfig
+        if os.path.isdir(directory):
+            trial.manager = CheckpointManager(directory, CheckpointConfig())
+        search.trials[t.number] = trial
+
+
+def _write_results(analysis: Analysis, experiment_dir: str) -> None:
+    try:
+        analysis.results.to_csv(os.path.join(experiment_dir, "results.csv"), index=False)
+    except Exception as e:
+        sys.stderr.write(f"hvd.tune: results.csv not written: {type(e).__name__}: {e}\n")
+    summary = {"best_trial": analysis.best_trial.trial_id if analysis.best_trial else None,
+               "best_config": analysis.best_config, "metric": analysis.metric, "mode": analysis.mode}
+    temp = os.path.join(experiment_dir, f".summary.json.{os.getpid()}")
+    with open(temp, "w", encoding="utf-8") as f:
+        json.dump(summary, f, default=repr, indent=1)
+    os.replace(temp, os.path.join(experiment_dir, "summary.json"))
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
