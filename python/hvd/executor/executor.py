@@ -52,17 +52,21 @@ class ExecutorSettings:
     up to whole seconds), and how long the driver waits for the other ranks after one rank's function raised.
     ssh_identity_file, ssh_port: for remote hosts (hvdrun's --ssh-identity-file, --ssh-port). nics: network
     interfaces for Gloo (hvdrun's --network-interfaces; the first one is HOROVOD_GLOO_IFACE).
-    start_timeout_s: every rank must have connected back to the driver within this time of start()."""
+    start_timeout_s: every rank must have connected back to the driver within this time of start().
+    failure_grace_s: after one rank's function raised, how long the driver waits for the other ranks to finish the
+    call before it ends the job (default: timeout_s); 0 ends it at once (a search's trial: the job is over)."""
 
     timeout_s: float = 30
     ssh_identity_file: "str | None" = None
     ssh_port: "int | None" = None
     nics: "list[str] | None" = None
     start_timeout_s: float = 120
+    failure_grace_s: "float | None" = None
 
     def __post_init__(self):
         _number(self.timeout_s, "timeout_s", 1)
         _number(self.start_timeout_s, "start_timeout_s", 1)
+        _number(self.failure_grace_s, "failure_grace_s", 0, allow_none=True)
         if self.ssh_port is not None and (isinstance(self.ssh_port, bool) or not isinstance(self.ssh_port, int)
                                           or not 1 <= self.ssh_port <= 65535):
             raise ValueError(f"ssh_port must be a port number (1-65535), got {self.ssh_port!r}")

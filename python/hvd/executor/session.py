@@ -105,6 +105,19 @@ class _Call:
         self.first_failure_at = None
 
 
+# A rank that failed because it lost a peer reports a consequence: the peer's death (its connection's end, hvdrun's
+# account) reaches the driver within this time, and is the error the call ends with.
+_PEER_LOSS_GRACE_S = 2.0
+
+
+def _grace(call: "_Call", timeout: float) -> float:
+    """How long after its first failure a call waits for its other ranks."""
+    first = call.failures[0][1] if call.failures else None
+    if first is not None and first.type_name.endswith("PeerLostError"):
+        return max(timeout, _PEER_LOSS_GRACE_S)
+    return timeout
+
+
 def _settle(future: Future, value=None, error: BaseException = None) -> None:
     try:
         if error is not None:
@@ -343,7 +356,9 @@ class Session:
 
     def _watch(self) -> None:
         """Monitor thread: the engine's end and the deadline of calls on which a rank failed."""
-        timeout = self.settings.timeout_s
+        grace = getattr(self.settings, "failure_grace_s", None)
+        timeout = self.settings.timeout_s if grace is None else grace
+        setting = "settings.timeout_s" if grace is None else "settings.failure_grace_s"
         while True:
             self._wake.wait(_MONITOR_PERIOD_S)
             self._wake.clear()
@@ -353,14 +368,14 @@ class Session:
                 losing = self._losing
                 late = [call for call in self.calls.values()
                         if call.first_failure_at is not None and call.pending
-                        and time.monotonic() - call.first_failure_at > timeout]
+                        and time.monotonic() - call.first_failure_at > _grace(call, timeout)]
             if late:
                 call = late[0]
                 rank, first = call.failures[0]
                 error = ExecutorError(
                     f"hvd.Executor: rank {rank} raised {first.type_name}: {first.message}, and rank(s) "
                     f"{_ranks(sorted(call.pending))} were still running {call.what} {timeout:g} s later "
-                    f"(settings.timeout_s; blocked in a collective that rank {rank} never joined?); the executor "
+                    f"({setting}; blocked in a collective that rank {rank} never joined?); the executor "
                     f"is shut down: {_RESTART}")
                 error.__cause__ = first
                 self._die(error)

@@ -115,7 +115,7 @@ def plot(trials: List[Trial], metric: str, started: float, path: str) -> Optiona
         axes.set_xlabel("seconds since the search started")
         axes.set_ylabel(metric)
         axes.set_title(f"{metric} per trial")
-        if drawn <= 12:
+        if 0 < drawn <= 12:
             axes.legend(fontsize=7)
         figure.tight_layout()
         figure.savefig(path)

@@ -40,6 +40,7 @@ class Domain:
 
 class _Float(Domain):
     def __init__(self, low: float, high: float, log: bool = False, q: "float | None" = None):
+        self.log, self.q = log, q
         for name, v in (("low", low), ("high", high)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"{self._name()}: {name}={v!r} is not a finite number")
@@ -52,7 +53,7 @@ class _Float(Domain):
         self.low, self.high, self.log, self.q = float(low), float(high), log, q
 
     def _name(self) -> str:
-        return "quniform" if getattr(self, "q", None) else ("loguniform" if getattr(self, "log", False) else "uniform")
+        return "quniform" if self.q is not None else ("loguniform" if self.log else "uniform")
 
     def sample(self, rng: random.Random) -> float:
         if self.log:

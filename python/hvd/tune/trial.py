@@ -46,6 +46,7 @@ class Trial:
         self.attempts = 0
         self.started: Optional[float] = None
         self.ended: Optional[float] = None
+        self.pruned_at: Optional[float] = None
         self.placement = None
         self.optuna_trial = None
         self.manager: Optional[CheckpointManager] = None
@@ -148,11 +149,12 @@ class TrialRunner:
                 break
             with open(os.path.join(self.trial.directory, "error.txt"), "w", encoding="utf-8") as f:
                 f.write(f"attempt {attempt}: {error}\n")
-                traceback = getattr(error, "traceback", "")
+                # A rank's own failure (an ExecutorError that ended the job carries it as its cause).
+                traceback = getattr(error, "traceback", "") or getattr(error.__cause__, "traceback", "")
                 if traceback:
                     f.write(traceback)
             if attempt <= self._max_failures:
-                self._events.put(("retry", self.trial, error))
+                self._events.put(("retry", self.trial, error, attempt))
                 latest = self.trial.manager.latest
                 resume = pack_directory(latest.path) if latest is not None else resume
         self.trial.history = list(self._recorder.history)

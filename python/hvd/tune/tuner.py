@@ -27,6 +27,7 @@ at the end naming the keys that were reported (the Analysis is still written to 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -197,7 +198,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     """
     import optuna
 
-    from hvd.executor import Executor
+    from hvd.executor import Executor, ExecutorSettings
     from hvd.run_task import _pickler
     from hvd.train.config import CheckpointConfig
     from hvd.train.session import takes_config
@@ -235,7 +236,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     if pool.kind == "dask" and nodes_per_trial is not None:
         raise ValueError(f"nodes_per_trial={nodes_per_trial} with client=: Dask places the ranks itself")
     try:
-        payload = _pickler.dumps((train_fn, None))
+        _pickler.dumps((train_fn, None))
     except Exception as e:
         raise ValueError(f"train_fn {getattr(train_fn, '__qualname__', '?')} cannot be pickled: "
                          f"{type(e).__name__}: {e}") from None
@@ -286,9 +287,14 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     events: "queue.SimpleQueue" = queue.SimpleQueue()
     base_env = env
 
+    if settings is not None and not isinstance(settings, ExecutorSettings):
+        raise TypeError(f"settings must be an hvd.executor.ExecutorSettings, got {type(settings).__name__}")
+    # A trial is one job: when one rank fails, the others are not waited for.
+    trial_settings = dataclasses.replace(settings or ExecutorSettings(), failure_grace_s=0)
+
     def make_executor(trial: Trial):
         kwargs = dict(num_workers=workers_per_trial, cpus_per_worker=cpus_per_worker, use_gpu=use_gpu,
-                      gpus_per_worker=gpus_per_worker, settings=settings, env=base_env)
+                      gpus_per_worker=gpus_per_worker, settings=trial_settings, env=base_env)
         if pool.kind == "dask":
             return Executor(client=client, **kwargs)
         hosts_arg = ",".join(f"{h}:{n}" for h, n in trial.placement)
@@ -312,7 +318,8 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
                     exhausted = True
                     break
                 trial.placement = placement
-                runner = TrialRunner(trial, make_executor, payload, max_failures, checkpoint_config, name, events)
+                runner = TrialRunner(trial, make_executor, _pickler.dumps((train_fn, trial.config)), max_failures,
+                                     checkpoint_config, name, events)
                 search.runners[trial.number] = runner
                 runner.start()
                 running += 1
@@ -367,12 +374,13 @@ def _handle(event, search: _Search, pool, per_rank, nodes, metric, progress) -> 
             ot.report(float(value), step=row["training_iteration"])
             if ot.should_prune():
                 trial.status = PRUNED
+                trial.pruned_at = time.time()
                 runner.stop()
                 progress.event(f"trial {trial.trial_id} pruned at iteration {row['training_iteration']} "
                                f"({metric}={value:.4g})", _ordered(search))
         return
     if kind == "retry":
-        progress.event(f"trial {trial.trial_id} failed (attempt {trial.attempts}), retrying: "
+        progress.event(f"trial {trial.trial_id} failed (attempt {event[3]}), retrying: "
                        f"{_first_line(event[2])}", _ordered(search))
         return
     # "end"
@@ -424,22 +432,22 @@ def _interrupt(search: _Search) -> None:
 
 
 def _requeue_unfinished(study) -> None:
-    """resume=True: trials left RUNNING by a driver that died, and interrupted ones, are enqueued again."""
+    """resume=True: trials left RUNNING by a driver that died, and interrupted ones, are enqueued again (once: the
+    new trial names the one it replaces in requeue_of)."""
     import optuna
 
     state = optuna.trial.TrialState
-    for t in study.get_trials(deepcopy=False):
-        if "index" not in t.user_attrs:
-            continue
-        rerun = t.state == state.RUNNING or (t.state == state.FAIL and t.user_attrs.get("interrupted")
-                                             and not t.user_attrs.get("requeued"))
-        if not rerun:
+    trials = study.get_trials(deepcopy=False)
+    replaced = {t.user_attrs.get("requeue_of") for t in trials}
+    for t in trials:
+        if "index" not in t.user_attrs or t.number in replaced:
             continue
         if t.state == state.RUNNING:
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             study.tell(t.number, state=state.FAIL)
-        study._storage.set_trial_user_attr(t._trial_id, "requeued", True)
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study.enqueue_trial(dict(t.params), user_attrs={"index": t.user_attrs["index"]})
+        elif not (t.state == state.FAIL and t.user_attrs.get("interrupted")):
+            continue
+        study.enqueue_trial(dict(t.params), user_attrs={"index": t.user_attrs["index"], "requeue_of": t.number})
 
 
 def _load_finished(search: _Search) -> None:
@@ -487,5 +495,10 @@ def _write_results(analysis: Analysis, experiment_dir: str) -> None:
 
 
 def _first_line(error: BaseException) -> str:
+    """A rank's own failure when the job's end carries it ("rank 1 raised ..."), else the error's first line."""
+    from hvd.executor import WorkerError
+
+    if not isinstance(error, WorkerError) and isinstance(error.__cause__, WorkerError):
+        error = error.__cause__
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__

@@ -1,0 +1,235 @@
+"""hvd.tune on this machine: searches whose trials are 2-rank hvdrun jobs packed onto localhost slots. A grid x
+samples search runs every config exactly once and finds the best; never more ranks than slots and two trials at
+once on 4 slots; TPE with median pruning ends bad trials early (their ranks gone within a second); a trial that
+raises, one that is SIGKILLed and a flaky one retried; a SIGKILLed driver resumed; bad input refused before
+anything runs; the experiment directory's files."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+import hvd.tune as tune  # noqa: E402
+from hvd.tune.trial import ERROR, PRUNED, TERMINATED  # noqa: E402
+
+
+def quadratic(config):
+    """loss = (x - 3)^2 + offset, averaged over the ranks; one report per epoch, each rank's pid in a file."""
+    import hvd.numpy as hn
+
+    hn.init()
+    with open(os.path.join(config["dir"], f"ran.{os.getpid()}"), "w") as f:
+        json.dump({"x": config["x"], "rank": hn.rank(), "size": hn.size()}, f)
+    for epoch in range(config.get("epochs", 1)):
+        value = (config["x"] - 3.0) ** 2 + config.get("offset", 0.0) + epoch * 0.0
+        loss = float(hn.allreduce(np.array([value]), op=hn.Average)[0])
+        tune.report(loss=loss, epoch=epoch)
+        time.sleep(config.get("sleep", 0.0))
+
+
+def overlaps(trials):
+    """The most trials that ran at the same time (by the driver's start and end times)."""
+    edges = sorted([(t.started, 1) for t in trials] + [(t.ended, -1) for t in trials])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_grid_times_samples_runs_every_config_once_two_at_a_time_and_finds_the_best(tmp_path):
+    config = {"x": tune.grid_search([1.0, 2.0, 3.0, 5.0]), "offset": tune.uniform(0.0, 0.01), "epochs": 2,
+              "sleep": 0.3, "dir": str(tmp_path)}
+    analysis = tune.run(quadratic, config, num_samples=2, metric="loss", mode="min", workers_per_trial=2,
+                        hosts="localhost:4", storage_path=str(tmp_path / "results"), name="grid", seed=7)
+    trials = analysis.trials
+    assert len(trials) == 8 and all(t.status == TERMINATED for t in trials), [(t.trial_id, t.status, t.error)
+                                                                              for t in trials]
+    assert sorted(t.config["x"] for t in trials) == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 5.0, 5.0]
+    # Exactly once: each trial's two ranks ran it, nothing more.
+    ran = [json.loads((tmp_path / name).read_text()) for name in os.listdir(tmp_path) if name.startswith("ran.")]
+    assert len(ran) == 16 and all(r["size"] == 2 for r in ran), ran
+    assert analysis.best_config["x"] == 3.0
+    assert analysis.best_result["loss"] == min(t.last("loss") for t in trials)
+    # 4 slots, 2-rank trials: never more than 2 at once, and 2 at once at some point.
+    assert overlaps(trials) == 2
+    # The study: every trial COMPLETE with its last loss.
+    study = optuna.load_study(study_name="grid", storage=f"sqlite:///{tmp_path}/results/grid/study.db")
+    assert sorted(t.value for t in study.trials) == sorted(t.last("loss") for t in trials)
+    # The experiment directory.
+    results = analysis.results
+    assert list(results["status"]) == [TERMINATED] * 8
+    assert {"trial_id", "loss", "best_loss", "training_iteration", "wall_s", "config/x", "config/offset"} <= set(
+        results.columns)
+    experiment = tmp_path / "results" / "grid"
+    assert (experiment / "results.csv").exists() and (experiment / "loss.png").stat().st_size > 1000
+    first = experiment / "trial_00000"
+    assert json.loads((first / "params.json").read_text())["x"] == trials[0].config["x"]
+    assert len((first / "progress.jsonl").read_text().splitlines()) == 2
+    assert "[0]<stdout>" in (first / "output.log").read_text() or (first / "output.log").exists()
+    # The same name again without resume is refused.
+    with pytest.raises(ValueError, match=r"exists: pass resume=True to continue it, or another name"):
+        tune.run(quadratic, config, metric="loss", hosts="localhost:4", storage_path=str(tmp_path / "results"),
+                 name="grid")
+
+
+def test_tpe_with_median_pruning_stops_bad_trials_early_and_their_ranks_exit(tmp_path):
+    marker = f"HVD_TEST_TUNE={os.getpid()}"
+    config = {"offset": tune.grid_search([0.0, 0.1, 40.0, 50.0]), "x": tune.uniform(2.5, 3.5), "epochs": 12,
+              "sleep": 0.15, "dir": str(tmp_path)}
+    analysis = tune.run(quadratic, config, metric="loss", mode="min", search_alg="optuna", scheduler="median",
+                        workers_per_trial=2, hosts="localhost:2", max_concurrent_trials=1, seed=3,
+                        storage_path=str(tmp_path / "results"), name="tpe",
+                        env=dict(os.environ, HVD_TEST_TUNE=marker.split("=")[1]))
+    by_offset = {t.config["offset"]: t for t in analysis.trials}
+    assert by_offset[0.0].status == TERMINATED and by_offset[0.1].status == TERMINATED
+    for offset in (40.0, 50.0):
+        t = by_offset[offset]
+        assert t.status == PRUNED, (offset, t.status, len(t.history))
+        assert len(t.history) < 12
+        assert t.ended - t.pruned_at < 1.0, t.ended - t.pruned_at   # its job ended within a second
+    assert analysis.best_config["offset"] == 0.0
+    left = subprocess.run(["pgrep", "-f", "hvd.executor.worker"], capture_output=True, text=True).stdout.split()
+    mine = [p for p in left if marker.encode() in open(f"/proc/{p}/environ", "rb").read().split(b"\0")]
+    assert not mine
+
+
+def faulty(config):
+    import hvd.numpy as hn
+
+    hn.init()
+    if config["mode"] == "raise" and hn.rank() == 1:
+        raise RuntimeError("bad hyperparameters")
+    if config["mode"] == "kill" and hn.rank() == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if config["mode"] == "flaky" and not os.path.exists(config["flag"]):
+        if hn.rank() == 0:
+            open(config["flag"], "w").close()
+        raise RuntimeError("first attempt fails")
+    tune.report(loss=float(hn.allreduce(np.array([1.0]), op=hn.Sum)[0]))
+
+
+def test_a_raising_a_killed_and_a_flaky_trial(tmp_path):
+    config = {"mode": tune.grid_search(["ok", "raise", "kill", "flaky"]), "flag": str(tmp_path / "flag")}
+    analysis = tune.run(faulty, config, metric="loss", workers_per_trial=2, hosts="localhost:4", max_failures=1,
+                        storage_path=str(tmp_path / "results"), name="faults")
+    by_mode = {t.config["mode"]: t for t in analysis.trials}
+    assert by_mode["ok"].status == TERMINATED and by_mode["ok"].last("loss") == 2.0
+    assert by_mode["flaky"].status == TERMINATED and by_mode["flaky"].attempts == 2
+    raised = by_mode["raise"]
+    assert raised.status == ERROR and raised.attempts == 2
+    assert "rank 1 raised RuntimeError: bad hyperparameters" in raised.error
+    assert "Traceback" in (tmp_path / "results" / "faults" / f"trial_{raised.trial_id}" / "error.txt").read_text()
+    killed = by_mode["kill"]
+    assert killed.status == ERROR and "signal 9" in killed.error, killed.error
+    results = analysis.results.set_index("config/mode")
+    assert results.loc["raise", "error"].startswith("rank 1 raised RuntimeError")
+
+
+DRIVER = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import hvd.tune as tune
+from test_tune import quadratic
+config = {{"x": tune.grid_search([1.0, 2.0, 3.0, 4.0]), "epochs": 3, "sleep": 0.4, "dir": {dir!r}}}
+a = tune.run(quadratic, config, metric="loss", workers_per_trial=2, hosts="localhost:2", max_concurrent_trials=1,
+             storage_path={results!r}, name="resumable", resume={resume}, verbose=False)
+print("best", a.best_config["x"], len(a.trials), flush=True)
+"""
+
+
+def test_a_killed_driver_leaves_nothing_running_and_resume_runs_only_what_did_not_finish(tmp_path):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    results = str(tmp_path / "results")
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=False))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    started = 0
+    for line in driver.stdout:
+        started += "started" in line
+        if started == 2:  # the first trial finished, the second runs
+            break
+    time.sleep(0.5)
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _workers_of(tmp_path):
+        time.sleep(0.1)
+    assert not _workers_of(tmp_path)
+    ran_before = {json.loads(p.read_text())["x"] for p in tmp_path.glob("ran.*")}
+    assert 1.0 in ran_before and 2.0 in ran_before
+    for p in tmp_path.glob("ran.*"):
+        p.unlink()
+    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=True))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "best 3.0 4" in out.stdout, out.stdout
+    rerun = sorted(json.loads(p.read_text())["x"] for p in tmp_path.glob("ran.*"))
+    assert rerun == [2.0, 2.0, 3.0, 3.0, 4.0, 4.0], rerun   # the finished trial not again, the running one again
+
+
+def _workers_of(directory):
+    """Ranks of the killed driver's trials still alive (they write into `directory`)."""
+    out = subprocess.run(["pgrep", "-f", "hvd.executor.worker"], capture_output=True, text=True).stdout.split()
+    alive = []
+    for pid in out:
+        try:
+            if os.path.exists(directory / f"ran.{pid}"):
+                alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def test_bad_input_is_refused_before_anything_runs(tmp_path):
+    base = dict(metric="loss", hosts="localhost:4", storage_path=str(tmp_path), name="bad")
+    cases = [
+        (dict(config={"x": lambda spec: 1}), ValueError, r"config\['x'\] = .*unknown search space type function"),
+        (dict(config={"x": optuna.distributions.FloatDistribution(0, 1)}), ValueError,
+         r"unknown search space type optuna\.distributions\.FloatDistribution"),
+        (dict(num_samples=0), ValueError, r"num_samples=0: expected an int >= 1"),
+        (dict(workers_per_trial=8), ValueError, r"workers_per_trial=8 x 1 slot\(s\) each needs 8 slots; "
+                                               r"hosts='localhost:4' has 4"),
+        (dict(mode="median"), ValueError, r"mode='median': choose 'min' or 'max'"),
+        (dict(search_alg="bayes"), ValueError, r"search_alg='bayes': choose from"),
+        (dict(scheduler="hyperband"), ValueError, r"scheduler='hyperband': choose from"),
+        (dict(workers_per_trial=3, nodes_per_trial=2), ValueError, r"workers_per_trial=3 is not a multiple of "
+                                                                  r"nodes_per_trial=2"),
+        (dict(hosts="localhost:4", client=object()), ValueError, r"pass at most one of them"),
+    ]
+    for extra, error, pattern in cases:
+        kwargs = dict(base, **extra)
+        config = kwargs.pop("config", {"x": 1.0})
+        with pytest.raises(error, match=pattern):
+            tune.run(quadratic, config, **kwargs)
+    for make, pattern in ((lambda: tune.choice([]), r"choice: categories must be a non-empty list, got \[\]"),
+                          (lambda: tune.loguniform(0, 1), r"loguniform\(0, 1\): a log scale needs low > 0"),
+                          (lambda: tune.randint(3, 3), r"randint\(3, 3\): low must be below high"),
+                          (lambda: tune.grid_search(5), r"grid_search: values must be a non-empty list, got 5")):
+        with pytest.raises(ValueError, match=pattern):
+            make()
+    assert not (tmp_path / "bad").exists()
+
+
+def reports_accuracy(config):
+    import hvd.numpy as hn
+
+    hn.init()
+    tune.report(accuracy=0.5, epoch=0)
+
+
+def test_a_metric_no_trial_reports_is_named_at_the_end_with_the_reported_keys(tmp_path):
+    with pytest.raises(ValueError, match=r"metric='loss': no trial reported it \(the reports held \['accuracy', "
+                                         r"'epoch', .*\]\)"):
+        tune.run(reports_accuracy, {"x": 1}, metric="loss", hosts="localhost:2", workers_per_trial=2,
+                 storage_path=str(tmp_path), name="nometric")
+    assert (tmp_path / "nometric" / "results.csv").exists()
