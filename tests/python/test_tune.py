@@ -229,7 +229,7 @@ def reports_accuracy(config):
 
 def test_a_metric_no_trial_reports_is_named_at_the_end_with_the_reported_keys(tmp_path):
     with pytest.raises(ValueError, match=r"metric='loss': no trial reported it \(the reports held \['accuracy', "
-                                         r"'epoch', .*\]\)"):
+                                         r"'epoch'\]\)"):
         tune.run(reports_accuracy, {"x": 1}, metric="loss", hosts="localhost:2", workers_per_trial=2,
                  storage_path=str(tmp_path), name="nometric")
     assert (tmp_path / "nometric" / "results.csv").exists()

@@ -46,6 +46,8 @@ DEFAULT_STORAGE_PATH = "~/hvd_results"
 _SEARCH_ALGS = ("random", "grid", "optuna")
 _SCHEDULERS = ("asha", "median")
 _POLL_S = 0.2
+# What hvd.train adds to every report.
+_RECORDED = {"training_iteration", "timestamp", "time_this_iter_s", "time_total_s", "checkpoint_dir_name"}
 
 
 def _check_int(value, name: str, minimum: int, allow_none: bool = False):
@@ -350,7 +352,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         if problem:
             sys.stderr.write(f"hvd.tune: {problem}\n")
         if trials and not any(t.last(metric) is not None for t in trials):
-            reported = sorted({k for t in trials for row in t.history for k in row})
+            reported = sorted({k for t in trials for row in t.history for k in row} - _RECORDED)
             raise ValueError(f"metric={metric!r}: no trial reported it (the reports held {reported or 'nothing'}); "
                              f"the results are in {experiment_dir}")
     return analysis
