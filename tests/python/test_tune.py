@@ -233,3 +233,71 @@ def test_a_metric_no_trial_reports_is_named_at_the_end_with_the_reported_keys(tm
         tune.run(reports_accuracy, {"x": 1}, metric="loss", hosts="localhost:2", workers_per_trial=2,
                  storage_path=str(tmp_path), name="nometric")
     assert (tmp_path / "nometric" / "results.csv").exists()
+
+
+def with_checkpoints(config):
+    """Three epochs; loss is lowest at epoch 1; each epoch's checkpoint holds its epoch."""
+    import tempfile
+
+    import hvd.numpy as hn
+    import hvd.train as train
+
+    hn.init()
+    for epoch in range(3):
+        loss = config["base"] + [2.0, 0.5, 1.0][epoch]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "epoch.txt"), "w") as f:
+                f.write(str(epoch))
+            train.report({"loss": loss, "epoch": epoch}, checkpoint=train.Checkpoint.from_directory(d))
+
+
+def test_get_best_checkpoint_is_the_best_trials_best_checkpoint(tmp_path):
+    analysis = tune.run(with_checkpoints, {"base": tune.grid_search([0.0, 10.0])}, metric="loss", mode="min",
+                        workers_per_trial=2, hosts="localhost:4", storage_path=str(tmp_path), name="ckpt")
+    assert analysis.best_config == {"base": 0.0}
+    best = analysis.get_best_checkpoint()
+    assert best is not None and open(os.path.join(best.path, "epoch.txt")).read() == "1"
+    assert best.path.startswith(analysis.best_logdir)
+
+
+def test_ctrl_c_stops_every_trial_and_resume_continues(tmp_path):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    results = str(tmp_path / "results")
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=False))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    for line in driver.stdout:
+        if "started" in line:
+            break
+    time.sleep(0.8)   # the first trial's ranks run
+    driver.send_signal(signal.SIGINT)
+    rest = driver.communicate(timeout=30)[0]
+    assert driver.returncode != 0 and "KeyboardInterrupt" in rest, rest
+    assert not _workers_of(tmp_path)  # stopped before the driver exited
+    study = optuna.load_study(study_name="resumable", storage=f"sqlite:///{results}/resumable/study.db")
+    interrupted = [t for t in study.trials if t.user_attrs.get("interrupted")]
+    assert len(interrupted) == 1 and interrupted[0].state == optuna.trial.TrialState.FAIL
+    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=True))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert out.returncode == 0 and "best 3.0 4" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_live_table_redraws_in_place():
+    import io
+
+    from hvd.tune.progress import Progress
+    from hvd.tune.trial import RUNNING, Trial
+
+    stream = io.StringIO()
+    progress = Progress("loss", "min", total=3, stream=stream, live=True)
+    a, b = Trial(0, 0, {"lr": 0.1}, "/tmp/a"), Trial(1, 1, {"lr": 0.2}, "/tmp/b")
+    a.status, a.started, a.history = TERMINATED, time.time() - 2, [{"loss": 0.5}]
+    b.status, b.started, b.history = RUNNING, time.time() - 1, [{"loss": 0.7}]
+    progress.table([a, b], force=True)
+    progress.table([a, b], force=True)
+    text = stream.getvalue()
+    assert text.count("== hvd.tune: 1 running, 1 pending, 1 done, 0 pruned, 0 error; best loss=0.5 (trial 00000)") == 2
+    assert "\x1b[4F\x1b[J" in text   # the second drawing replaces the first's 4 lines
+    assert "00001  RUNNING           0.7" in text
