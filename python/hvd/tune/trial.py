@@ -76,13 +76,14 @@ class Trial:
 
 class TrialRunner:
     def __init__(self, trial: Trial, make_executor: Callable[[Trial], Any], payload: bytes, max_failures: int,
-                 checkpoint_config: CheckpointConfig, experiment: str, events):
+                 checkpoint_config: CheckpointConfig, experiment: str, events, start_lock=None):
         self.trial = trial
         self._make_executor = make_executor
         self._payload = payload
         self._max_failures = max_failures
         self._events = events
         self._experiment = experiment
+        self._start_lock = start_lock  # held around start() where trials' executors must not start at once
         self._lock = threading.Lock()
         self._executor = None
         self._stopping = False
@@ -130,7 +131,11 @@ class TrialRunner:
                         break
                     executor = self._executor = self._make_executor(self.trial)
                 self._recorder.begin(attempt)
-                executor.start()
+                if self._start_lock is not None:
+                    with self._start_lock:
+                        executor.start()
+                else:
+                    executor.start()
                 executor.run(run_training, args=(self._payload, list(sys.path), {}, resume, self._experiment, None),
                              callbacks=[lambda value, a=attempt: self._on_report(a, value)])
             except (WorkerError, ExecutorError) as e:

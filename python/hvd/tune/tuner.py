@@ -33,6 +33,7 @@ import os
 import queue
 import random
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -255,11 +256,13 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     # ---- the study: created and planned by the first driver
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     direction = "minimize" if mode == "min" else "maximize"
+    storage_obj = _open_storage(url)
     try:
-        study = optuna.create_study(study_name=name, storage=url, sampler=sampler, pruner=pruner, direction=direction)
+        study = optuna.create_study(study_name=name, storage=storage_obj, sampler=sampler, pruner=pruner,
+                                    direction=direction)
         created = True
     except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=url, sampler=sampler, pruner=pruner)
+        study = optuna.load_study(study_name=name, storage=storage_obj, sampler=sampler, pruner=pruner)
         created = False
     except Exception as e:
         raise ValueError(f"storage={url!r}: {type(e).__name__}: {e}") from None
@@ -276,7 +279,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
                 raise ValueError(f"the study {name!r} in {url} was created but never planned (its driver died?); "
                                  "remove it or pass another name")
             time.sleep(0.2)
-            study = optuna.load_study(study_name=name, storage=url, sampler=sampler, pruner=pruner)
+            study = optuna.load_study(study_name=name, storage=storage_obj, sampler=sampler, pruner=pruner)
         if study.user_attrs.get("trials") != len(specs):
             raise ValueError(f"the experiment {name!r} was planned with {study.user_attrs.get('trials')} trials; this "
                              f"config and num_samples give {len(specs)}: pass the same search space to resume it")
@@ -303,6 +306,8 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         return Executor(hosts=hosts_arg, output=os.path.join(trial.directory, "output.log"),
                         launcher="slurm" if pool.kind == "slurm" else None, **kwargs)
 
+    # Dask places an executor's ranks on the workers that are free when it starts: one start at a time.
+    start_lock = threading.Lock() if pool.kind == "dask" else None
     progress = Progress(metric, mode, len(specs), live=verbose)
     started = time.time()
     limit = max_concurrent_trials or len(specs)
@@ -321,7 +326,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
                     break
                 trial.placement = placement
                 runner = TrialRunner(trial, make_executor, _pickler.dumps((train_fn, trial.config)), max_failures,
-                                     checkpoint_config, name, events)
+                                     checkpoint_config, name, events, start_lock)
                 search.runners[trial.number] = runner
                 runner.start()
                 running += 1
@@ -356,6 +361,21 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
             raise ValueError(f"metric={metric!r}: no trial reported it (the reports held {reported or 'nothing'}); "
                              f"the results are in {experiment_dir}")
     return analysis
+
+
+def _open_storage(url: str):
+    """Optuna's RDB storage at url. Two drivers starting on a fresh database both create its tables; the one that
+    loses that race finds them made by the other a moment later."""
+    import optuna
+
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except Exception as e:
+            if attempt == 4 or "already exists" not in str(e) and "UniqueViolation" not in str(e) and \
+                    "IntegrityError" not in type(e).__name__:
+                raise ValueError(f"storage={url!r}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+            time.sleep(0.5)
 
 
 def _ordered(search: _Search) -> List[Trial]:
