@@ -21,11 +21,12 @@ from hvd.tune.trial import ERROR, PRUNED, TERMINATED  # noqa: E402
 
 
 def quadratic(config):
-    """loss = (x - 3)^2 + offset, averaged over the ranks; one report per epoch, each rank's pid in a file."""
+    """loss = (x - 3)^2 + offset, averaged over the ranks; one report per epoch; each rank leaves a file
+ran.<pid>.<time> saying what it ran."""
     import hvd.numpy as hn
 
     hn.init()
-    with open(os.path.join(config["dir"], f"ran.{os.getpid()}"), "w") as f:
+    with open(os.path.join(config["dir"], f"ran.{os.getpid()}.{time.monotonic_ns()}"), "w") as f:
         json.dump({"x": config["x"], "rank": hn.rank(), "size": hn.size()}, f)
     for epoch in range(config.get("epochs", 1)):
         value = (config["x"] - 3.0) ** 2 + config.get("offset", 0.0) + epoch * 0.0
@@ -56,6 +57,9 @@ def test_a_grid_times_samples_runs_every_config_once_two_at_a_time_and_finds_the
     # Exactly once: each trial's two ranks ran it, nothing more.
     ran = [json.loads((tmp_path / name).read_text()) for name in os.listdir(tmp_path) if name.startswith("ran.")]
     assert len(ran) == 16 and all(r["size"] == 2 for r in ran), ran
+    # Tune's reuse_actors: the trials ran in the ranks of the first two jobs, started once.
+    pids = {name.split(".")[1] for name in os.listdir(tmp_path) if name.startswith("ran.")}
+    assert len(pids) == 4, pids
     assert analysis.best_config["x"] == 3.0
     assert analysis.best_result["loss"] == min(t.last("loss") for t in trials)
     # 4 slots, 2-rank trials: never more than 2 at once, and 2 at once at some point.
@@ -183,7 +187,7 @@ def _workers_of(directory):
     alive = []
     for pid in out:
         try:
-            if os.path.exists(directory / f"ran.{pid}"):
+            if list(directory.glob(f"ran.{pid}.*")):
                 alive.append(pid)
         except OSError:
             pass
@@ -301,3 +305,12 @@ def test_the_live_table_redraws_in_place():
     assert text.count("== hvd.tune: 1 running, 1 pending, 1 done, 0 pruned, 0 error; best loss=0.5 (trial 00000)") == 2
     assert "\x1b[4F\x1b[J" in text   # the second drawing replaces the first's 4 lines
     assert "00001  RUNNING           0.7" in text
+
+
+def test_without_reuse_every_trial_is_a_fresh_job(tmp_path):
+    analysis = tune.run(quadratic, {"x": tune.grid_search([1.0, 2.0, 3.0]), "dir": str(tmp_path)}, metric="loss",
+                        workers_per_trial=2, hosts="localhost:2", reuse_actors=False, storage_path=str(tmp_path / "r"),
+                        name="fresh")
+    assert [t.status for t in analysis.trials] == [TERMINATED] * 3
+    pids = {name.split(".")[1] for name in os.listdir(tmp_path) if name.startswith("ran.")}
+    assert len(pids) == 6, pids

@@ -143,7 +143,7 @@ _LAUNCHERS = ("auto", "local", "ssh", "slurm")
 
 
 class _LockedFile:
-    """A text file that two forwarding threads append whole lines to."""
+    """A text file that two forwarding threads append whole lines to; redirect() switches files between lines."""
 
     def __init__(self, path: str):
         self._file = open(path, "a", encoding="utf-8", errors="replace")
@@ -156,6 +156,12 @@ class _LockedFile:
     def flush(self) -> None:
         with self._lock:
             self._file.flush()
+
+    def redirect(self, path: str) -> None:
+        new = open(path, "a", encoding="utf-8", errors="replace")
+        with self._lock:
+            old, self._file = self._file, new
+        old.close()
 
 
 class _Tap:
@@ -244,6 +250,7 @@ class HvdrunEngine(Engine):
         self._started = threading.Event()
         self._done = threading.Event()
         self._spawn_error = None
+        self._output_file = None
         self._status = None
         self._lines = collections.deque(maxlen=64)
         self._forwarders = []
@@ -334,7 +341,7 @@ class HvdrunEngine(Engine):
             return
         out, err = "stdout", "stderr"
         if self._output is not None:
-            out = err = _LockedFile(self._output)
+            out = err = self._output_file = _LockedFile(self._output)
         self._forwarders = [
             threading.Thread(target=runner._forward, args=(self._proc.stdout, out), daemon=True,
                              name="hvd-executor-stdout"),
@@ -382,6 +389,12 @@ class HvdrunEngine(Engine):
 
     def exit_status(self) -> "str | None":
         return self._status if self._done.is_set() else None
+
+    def redirect_output(self, path) -> None:
+        """From now on the job's output goes to path (an engine made with output= only)."""
+        if self._output_file is None:
+            raise ValueError("redirect_output: this engine was not made with output=")
+        self._output_file.redirect(os.fspath(path))
 
     def stop(self, timeout: float) -> None:
         with self._lock:

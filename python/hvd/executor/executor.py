@@ -318,6 +318,23 @@ class Executor:
         if session is not None:
             session.close()
 
+    def redirect_output(self, path) -> None:
+        """A started executor made with output=: the job's output goes to path from now on (lines already on their
+        way may still reach the previous file). ValueError otherwise."""
+        with self._lock:
+            session = self._session
+        engine = getattr(session, "engine", None)
+        if not callable(getattr(engine, "redirect_output", None)):
+            raise ValueError("Executor.redirect_output: not started, or its workers' output is not a file of this "
+                             "driver's (output= with hosts, a hostfile or a Slurm allocation)")
+        engine.redirect_output(path)
+
+    @property
+    def usable(self) -> bool:
+        """Started, and no worker lost: calls may be made."""
+        with self._lock:
+            return self._session is not None and self._session.dead is None
+
     def __enter__(self) -> "Executor":
         return self
 

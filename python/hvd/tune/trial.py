@@ -2,12 +2,14 @@
 pool gave it) that runs train_fn(config) on every rank, records rank 0's reports in the trial's directory and is
 retried, from its latest checkpoint, up to max_failures times.
 
-Contract. TrialRunner(trial, make_executor, max_failures, events).start() runs the trial in a thread of its own and
+Contract. TrialRunner(trial, workers, payload, max_failures, ...).start() runs the trial in a thread of its own and
 puts events on the tuner's queue, in order: ("report", trial, row) per report (row: the metrics plus
 training_iteration, timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, as hvd.train records them),
 ("retry", trial, error) per failed attempt that is retried, then exactly one ("end", trial, error) (error None
 when train_fn returned on every rank). stop() ends the trial's job at once (its executor's shutdown: every rank
-ends within a second, its slots are free once "end" arrived) and marks the end as a stop, not a failure.
+ends within a second, its slots are free once "end" arrived) and marks the end as a stop, not a failure. The
+executor comes from Workers, which hands a finished trial's healthy executor to the next trial of the same
+placement (Tune's reuse_actors).
 
 The trial's directory holds output.log (the job's output, tagged by rank; not for Dask-hosted ranks, whose output
 is the Dask workers'), progress.jsonl (one line per report), params.json (the config), error.txt (the last failure
@@ -74,16 +76,76 @@ class Trial:
         return min(values) if mode == "min" else max(values)
 
 
+class Workers:
+    """The started executors of a search (Tune's reuse_actors): a trial that ended well hands its executor back, and
+    the next trial given the same placement takes it instead of starting a job (no process start, no rendezvous;
+    the ranks' modules and hvd stay initialised, as an actor's do). acquire() gives a started executor for a
+    trial (its output, where it has a file, redirected to the trial's output.log); release() keeps a healthy one
+    or shuts it down. Idle executors of other placements are shut down when a new one starts, so that idle ranks
+    never pile up on the slots. Thread-safe."""
+
+    def __init__(self, make: Callable[[Trial], Any], reuse: bool, start_lock=None):
+        self._make = make
+        self._reuse = reuse
+        self._start_lock = start_lock
+        self._lock = threading.Lock()
+        self._idle: Dict[tuple, List[Any]] = {}
+
+    @staticmethod
+    def _key(trial: Trial) -> tuple:
+        return tuple(trial.placement)
+
+    def acquire(self, trial: Trial, on_made: Callable[[Any], None]):
+        """A started executor for the trial; on_made(executor) is called before a new one starts (so that it can
+        be stopped while it starts)."""
+        with self._lock:
+            idle = self._idle.get(self._key(trial))
+            executor = idle.pop() if idle else None
+            others = [] if executor is not None else [e for k, v in self._idle.items() for e in v]
+            if executor is None:
+                self._idle.clear()
+        for other in others:
+            other.shutdown()
+        if executor is not None:
+            on_made(executor)
+            try:
+                executor.redirect_output(os.path.join(trial.directory, "output.log"))
+            except ValueError:
+                pass  # Dask-hosted ranks: their output is the Dask workers'
+            return executor
+        executor = self._make(trial)
+        on_made(executor)
+        if self._start_lock is not None:
+            with self._start_lock:
+                executor.start()
+        else:
+            executor.start()
+        return executor
+
+    def release(self, trial: Trial, executor, healthy: bool) -> None:
+        if healthy and self._reuse and executor.usable:
+            with self._lock:
+                self._idle.setdefault(self._key(trial), []).append(executor)
+            return
+        executor.shutdown()
+
+    def close(self) -> None:
+        with self._lock:
+            idle = [e for v in self._idle.values() for e in v]
+            self._idle.clear()
+        for executor in idle:
+            executor.shutdown()
+
+
 class TrialRunner:
-    def __init__(self, trial: Trial, make_executor: Callable[[Trial], Any], payload: bytes, max_failures: int,
-                 checkpoint_config: CheckpointConfig, experiment: str, events, start_lock=None):
+    def __init__(self, trial: Trial, workers: Workers, payload: bytes, max_failures: int,
+                 checkpoint_config: CheckpointConfig, experiment: str, events):
         self.trial = trial
-        self._make_executor = make_executor
+        self._workers = workers
         self._payload = payload
         self._max_failures = max_failures
         self._events = events
         self._experiment = experiment
-        self._start_lock = start_lock  # held around start() where trials' executors must not start at once
         self._lock = threading.Lock()
         self._executor = None
         self._stopping = False
@@ -116,6 +178,13 @@ class TrialRunner:
         if len(self._recorder.history) > before:
             self._events.put(("report", self.trial, dict(self._recorder.history[-1])))
 
+    def _made(self, executor) -> None:
+        with self._lock:
+            self._executor = executor
+            stopping = self._stopping
+        if stopping:
+            executor.shutdown()
+
     def _run(self) -> None:
         from hvd.executor import ExecutorError, WorkerError
 
@@ -126,16 +195,10 @@ class TrialRunner:
             error = None
             executor = None
             try:
-                with self._lock:
-                    if self._stopping:
-                        break
-                    executor = self._executor = self._make_executor(self.trial)
+                if self._stopping:
+                    break
                 self._recorder.begin(attempt)
-                if self._start_lock is not None:
-                    with self._start_lock:
-                        executor.start()
-                else:
-                    executor.start()
+                executor = self._workers.acquire(self.trial, self._made)
                 executor.run(run_training, args=(self._payload, list(sys.path), {}, resume, self._experiment, None),
                              callbacks=[lambda value, a=attempt: self._on_report(a, value)])
             except (WorkerError, ExecutorError) as e:
@@ -144,10 +207,10 @@ class TrialRunner:
                 error = e
             finally:
                 self._recorder.close()
-                if executor is not None:
-                    executor.shutdown()
                 with self._lock:
                     self._executor = None
+                if executor is not None:
+                    self._workers.release(self.trial, executor, healthy=error is None and not self._stopping)
             if self._recorder.error is not None and error is None:
                 error = self._recorder.error
             if error is None or self._stopping:

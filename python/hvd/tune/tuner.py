@@ -41,7 +41,7 @@ from hvd.tune import pool as pools
 from hvd.tune import space
 from hvd.tune.analysis import Analysis
 from hvd.tune.progress import Progress, describe, plot
-from hvd.tune.trial import ERROR, PRUNED, RUNNING, TERMINATED, Trial, TrialRunner
+from hvd.tune.trial import ERROR, PRUNED, RUNNING, TERMINATED, Trial, TrialRunner, Workers
 
 DEFAULT_STORAGE_PATH = "~/hvd_results"
 _SEARCH_ALGS = ("random", "grid", "optuna")
@@ -180,7 +180,8 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         max_concurrent_trials: Optional[int] = None, max_failures: int = 0, hosts: Optional[str] = None,
         hostfile=None, client=None, name: Optional[str] = None, storage_path=None, storage: Optional[str] = None,
         resume: bool = False, seed: Optional[int] = None, verbose: Optional[bool] = None,
-        env: Optional[Dict[str, str]] = None, num_to_keep: Optional[int] = None, settings=None) -> Analysis:
+        env: Optional[Dict[str, str]] = None, num_to_keep: Optional[int] = None, settings=None,
+        reuse_actors: bool = True) -> Analysis:
     """Runs the search (see the module docstring) and returns its Analysis.
 
     train_fn(config): runs on every rank of a trial (hvd.torch or hvd.numpy inside, hvd.tune.report to report).
@@ -197,7 +198,9 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     ("postgresql://user@host/db", "sqlite:////path/study.db"; default an SQLite file in the experiment
     directory). resume: continue the experiment of that name. seed: of the random draws and samplers.
     verbose: the live table (default: when stdout is a terminal). env: the ranks' base environment.
-    num_to_keep: checkpoints kept per trial. settings: hvd.Executor's ExecutorSettings.
+    num_to_keep: checkpoints kept per trial. settings: hvd.Executor's ExecutorSettings. reuse_actors: a trial that
+    ended well hands its started workers to the next trial placed on the same slots (Tune's default for function
+    trainables: no job start per trial; the ranks' module state carries over); False: a fresh job per trial.
     """
     import optuna
 
@@ -225,6 +228,8 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     _check_int(max_concurrent_trials, "max_concurrent_trials", 1, allow_none=True)
     _check_int(max_failures, "max_failures", 0)
     _check_int(num_to_keep, "num_to_keep", 1, allow_none=True)
+    if not isinstance(reuse_actors, bool):
+        raise TypeError(f"reuse_actors must be True or False, got {reuse_actors!r}")
     if isinstance(cpus_per_worker, bool) or not isinstance(cpus_per_worker, (int, float)) or cpus_per_worker < 1:
         raise ValueError(f"cpus_per_worker={cpus_per_worker!r}: expected a number >= 1")
     seed = random.SystemRandom().randrange(2 ** 31) if seed is None else _check_int(seed, "seed", 0)
@@ -308,6 +313,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
 
     # Dask places an executor's ranks on the workers that are free when it starts: one start at a time.
     start_lock = threading.Lock() if pool.kind == "dask" else None
+    workers = Workers(make_executor, reuse_actors, start_lock)
     progress = Progress(metric, mode, len(specs), live=verbose)
     started = time.time()
     limit = max_concurrent_trials or len(specs)
@@ -325,8 +331,8 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
                     exhausted = True
                     break
                 trial.placement = placement
-                runner = TrialRunner(trial, make_executor, _pickler.dumps((train_fn, trial.config)), max_failures,
-                                     checkpoint_config, name, events, start_lock)
+                runner = TrialRunner(trial, workers, _pickler.dumps((train_fn, trial.config)), max_failures,
+                                     checkpoint_config, name, events)
                 search.runners[trial.number] = runner
                 runner.start()
                 running += 1
@@ -348,6 +354,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     finally:
         for runner in list(search.runners.values()):
             runner.stop()
+        workers.close()
     trials = _ordered(search)
     progress.finish(trials)
     analysis = Analysis(trials, metric, mode, experiment_dir)
