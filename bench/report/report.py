@@ -26,7 +26,8 @@ NAMES = {
     "ddp": "torch DDP (gloo)", "ddp_malloc": "torch DDP, hvdrun's malloc settings", "horovod": "Horovod",
     "hvd_tcp": "hvd over TCP (--no-shared-memory)", "openmpi_yield": "Open MPI, mpi_yield_when_idle 1",
     "hvd_hier": "hvd hierarchical", "hvd_flat": "hvd flat Gloo", "hvd_autotune": "hvd (ours), --autotune",
-    "hvd_run": "hvd.run (ours, an hvdrun job per call)", "executor_dask": "hvd.Executor on Dask (ours)",
+    "hvd_run": "hvd.run (ours, an hvdrun job per call)", "hvd_tune": "hvd.tune.run (ours)",
+    "optuna_hvd_run": "Optuna n_jobs=2 + hvd.run per trial", "executor_dask": "hvd.Executor on Dask (ours)",
     "dask_submit": "Dask client.submit", "driver_floor": "the driver's imports alone",
     "trainer": "hvd.train.Trainer (ours)", "plain": "plain hvdrun job",
 }
@@ -236,6 +237,7 @@ def evaluate_targets(data):
     ts += elastic_targets(data)
     ts += shm_targets(data)
     ts += executor_targets(data)
+    ts += tune_targets(data)
     # The same targets read from the other measurement of ours, as a cross-check (not the verdict).
     alt = {"hvd_bench": ("hvd", "gloo"), "hvd": ("hvd_bench", "gloo_bench")}[o]
     checks = {"busbw-64m": (f"busbw.{64 << 20}.{alt[0]}", f"busbw.{64 << 20}.{alt[1]}", "GB/s"),
@@ -484,6 +486,7 @@ def render(data, chart_errors):
     L += train_md(data)
     L += elastic_md(data)
     L += executor_md(data)
+    L += tune_md(data)
     L += missed_md(data)
     L += failures_md(data)
     L += method_md(data)
@@ -888,6 +891,44 @@ def executor_targets(data):
                        "executor.noop.hvd_run", 20.0, "ms", absent + ["executor:hvd_run"]),
         quickstart_target(data),
     ]
+
+
+def tune_targets(data):
+    """Targets of the tune section (hvd.tune, bench/compare section `tune`)."""
+    absent = ["tune:tune", "tune", "hvdrun"]
+    return [
+        absolute_target(data, "tune-wall-vs-ideal", None, "hvd.tune.run of 20 trials of a 1-second 2-rank train_fn on "
+                        "4 slots: wall time <= 1.3x the ideal (10 s plus one job start)", "tune.ratio_to_ideal", 1.3,
+                        False, "x", absent),
+        absolute_target(data, "tune-overhead-per-trial", None, "hvd.tune: scheduling cost per trial beyond the job's "
+                        "own start <= 100 ms", "tune.overhead_per_trial", 100.0, False, "ms", absent),
+    ]
+
+
+def tune_md(data):
+    L = ["## Hyperparameter search: hvd.tune", ""]
+    absent = section_absent(data, "tune", "tune")
+    if absent and not any(k.startswith("tune.") for k in data["summary"]):
+        return L + absent
+    if absent:
+        L += absent
+    L += ["`bench/tune/tune_bench.py`, each subject a fresh driver process: 20 trials of a train_fn that initialises "
+          "hvd.numpy on 2 ranks, allreduces once, sleeps 1 s and reports, on 4 slots of this host (2 trials at a "
+          "time). hvd.tune.run reuses a finished trial's started workers for the next trial on its slots (Tune's "
+          "reuse_actors); the alternative, Optuna's `study.optimize(objective, n_trials=20, n_jobs=2)` whose "
+          "objective calls `hvd.run(fn, np=2)`, starts an hvdrun job per trial. Ideal: 10 s plus one job start "
+          "(hvd.run of the same init and allreduce, median of 3). Scheduling cost per trial: the median, over the "
+          "trials after the first two, of the wait after the trial before it on its slots ended plus its "
+          "driver-side time beyond the sleep.", ""]
+    owners = {"hvd_tune": ["tune:tune", "tune"], "optuna_hvd_run": ["tune:optuna_hvd_run", "tune"]}
+    rows = [[name(s), subject_cell(data, f"tune.wall.{s}", s, owners[s], failed_key=f"tune.wall.{s}")]
+            for s in owners]
+    rows.append(["hvd.tune ÷ the ideal (10 s + one job start)", cell(get(data, "tune.ratio_to_ideal"))])
+    rows.append(["hvd.tune's scheduling cost per trial, ms", cell(get(data, "tune.overhead_per_trial"))])
+    rows.append(["one 2-rank job's start (hvd.run), s", cell(get(data, "tune.job_start"))])
+    L += [table(["measure", "value"], rows), ""]
+    L += [f"hvd.tune ÷ Optuna with hvd.run: {ratio_str(get(data, 'tune.wall.hvd_tune'), get(data, 'tune.wall.optuna_hvd_run'), False)}", ""]
+    return L
 
 
 def quickstart_target(data):

@@ -225,7 +225,7 @@ class TrialRunner:
                 self._events.put(("retry", self.trial, error, attempt))
                 latest = self.trial.manager.latest
                 resume = pack_directory(latest.path) if latest is not None else resume
-        self.trial.history = list(self._recorder.history)
+        # The tuner's thread builds trial.history from the "report" events, which come before this one.
         self._events.put(("end", self.trial, None if self._stopping else error))
 
     @property
