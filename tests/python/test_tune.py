@@ -314,3 +314,32 @@ def test_without_reuse_every_trial_is_a_fresh_job(tmp_path):
     assert [t.status for t in analysis.trials] == [TERMINATED] * 3
     pids = {name.split(".")[1] for name in os.listdir(tmp_path) if name.startswith("ran.")}
     assert len(pids) == 6, pids
+
+
+def test_the_examples_run_as_they_are(tmp_path):
+    source = os.environ.get("HVD_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    simple = subprocess.run([sys.executable, os.path.join(source, "examples", "python", "tune_simple.py"), "--hosts",
+                             "localhost:4", "--storage-path", str(tmp_path)], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert simple.returncode == 0, simple.stdout + simple.stderr
+    assert simple.stdout.strip().splitlines()[-1] == "{'epochs': 3}", simple.stdout
+    deephyper = subprocess.run([sys.executable, os.path.join(source, "examples", "python", "tune_deephyper.py"),
+                                "--hosts", "localhost:4", "--evals", "4", "--storage-path", str(tmp_path)],
+                               capture_output=True, text=True, timeout=300, env=env)
+    assert deephyper.returncode == 0, deephyper.stdout + deephyper.stderr
+    assert deephyper.stdout.strip().splitlines()[-1].startswith("best objective -"), deephyper.stdout
+
+
+def test_distributed_trainable_creator_sizes_the_trials(tmp_path):
+    trainable = tune.DistributedTrainableCreator(quadratic, num_slots=2, num_hosts=1, timeout_s=20)
+    analysis = tune.run(trainable, {"x": tune.grid_search([3.0]), "dir": str(tmp_path)}, metric="loss",
+                        hosts="localhost:2", storage_path=str(tmp_path / "r"), name="creator")
+    assert analysis.trials[0].status == TERMINATED
+    ran = [json.loads((tmp_path / n).read_text()) for n in os.listdir(tmp_path) if n.startswith("ran.")]
+    assert sorted(r["rank"] for r in ran) == [0, 1] and all(r["size"] == 2 for r in ran)
+    with pytest.raises(ValueError, match=r"num_workers=2 and num_slots=2: pass one of them"):
+        tune.DistributedTrainableCreator(quadratic, num_workers=2, num_slots=2)
+    with pytest.raises(ValueError, match=r"replicate_pem=True"):
+        tune.DistributedTrainableCreator(quadratic, replicate_pem=True)

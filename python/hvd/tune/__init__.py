@@ -12,7 +12,8 @@ See hvd.tune.tuner for the search's semantics, hvd.tune.space for the search spa
 from hvd.tune.analysis import Analysis
 from hvd.tune.session import get_checkpoint, report
 from hvd.tune.space import choice, grid_search, loguniform, quniform, randint, uniform
+from hvd.tune.trainable import DistributedTrainableCreator
 from hvd.tune.tuner import run
 
-__all__ = ["Analysis", "choice", "get_checkpoint", "grid_search", "loguniform", "quniform", "randint", "report",
+__all__ = ["Analysis", "DistributedTrainableCreator", "choice", "get_checkpoint", "grid_search", "loguniform", "quniform", "randint", "report",
            "run", "uniform"]

@@ -46,6 +46,10 @@ class Analysis:
 
     @property
     def best_trial(self) -> Optional[Trial]:
+        """ValueError when the search had no metric (as Tune's: pass metric= and mode= to hvd.tune.run)."""
+        if self.metric is None:
+            raise ValueError("best_trial / best_config / best_result: the search had no metric; pass metric= and "
+                             "mode= to hvd.tune.run (or call get_best_trial(metric, mode))")
         return self.get_best_trial()
 
     @property

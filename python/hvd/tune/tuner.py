@@ -41,6 +41,7 @@ from hvd.tune import pool as pools
 from hvd.tune import space
 from hvd.tune.analysis import Analysis
 from hvd.tune.progress import Progress, describe, plot
+from hvd.tune.trainable import DistributedTrainable
 from hvd.tune.trial import ERROR, PRUNED, RUNNING, TERMINATED, Trial, TrialRunner, Workers
 
 DEFAULT_STORAGE_PATH = "~/hvd_results"
@@ -184,7 +185,9 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         reuse_actors: bool = True) -> Analysis:
     """Runs the search (see the module docstring) and returns its Analysis.
 
-    train_fn(config): runs on every rank of a trial (hvd.torch or hvd.numpy inside, hvd.tune.report to report).
+    train_fn(config): runs on every rank of a trial (hvd.torch or hvd.numpy inside, hvd.tune.report to report);
+    or a DistributedTrainableCreator(...) trainable, whose sizes replace workers_per_trial, nodes_per_trial,
+    cpus_per_worker and use_gpu.
     config: the search space (hvd.tune.space). num_samples: how often the grid is repeated (each repetition
     draws the other domains anew). metric/mode ("min" or "max", default "min"): what the search optimises and
     prunes on. search_alg: "random" (default), "grid", "optuna" (TPE) or an optuna sampler. scheduler: "asha",
@@ -210,6 +213,12 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     from hvd.train.session import takes_config
 
     # ---- arguments, all checked before anything runs
+    if isinstance(train_fn, DistributedTrainable):
+        # Ray Tune's form: the trainable says how big a trial's job is.
+        workers_per_trial, nodes_per_trial = train_fn.workers, train_fn.nodes
+        cpus_per_worker, use_gpu = train_fn.cpus, train_fn.use_gpu
+        settings = dataclasses.replace(settings or ExecutorSettings(), timeout_s=train_fn.timeout_s)
+        train_fn = train_fn.func
     if not callable(train_fn):
         raise TypeError(f"train_fn must be callable, got {type(train_fn).__name__}")
     takes_config(train_fn)
@@ -515,8 +524,9 @@ def _write_results(analysis: Analysis, experiment_dir: str) -> None:
         analysis.results.to_csv(os.path.join(experiment_dir, "results.csv"), index=False)
     except Exception as e:
         sys.stderr.write(f"hvd.tune: results.csv not written: {type(e).__name__}: {e}\n")
-    summary = {"best_trial": analysis.best_trial.trial_id if analysis.best_trial else None,
-               "best_config": analysis.best_config, "metric": analysis.metric, "mode": analysis.mode}
+    best = analysis.get_best_trial() if analysis.metric else None
+    summary = {"best_trial": best.trial_id if best else None, "best_config": best.config if best else None,
+               "metric": analysis.metric, "mode": analysis.mode}
     temp = os.path.join(experiment_dir, f".summary.json.{os.getpid()}")
     with open(temp, "w", encoding="utf-8") as f:
         json.dump(summary, f, default=repr, indent=1)
