@@ -343,3 +343,14 @@ def test_distributed_trainable_creator_sizes_the_trials(tmp_path):
         tune.DistributedTrainableCreator(quadratic, num_workers=2, num_slots=2)
     with pytest.raises(ValueError, match=r"replicate_pem=True"):
         tune.DistributedTrainableCreator(quadratic, replicate_pem=True)
+
+
+def test_asha_prunes_trials_worse_than_the_rung_before_them(tmp_path):
+    config = {"offset": tune.grid_search([0.0, 10.0, 20.0, 30.0, 40.0, 50.0]), "x": 3.0, "epochs": 6, "sleep": 0.15,
+              "dir": str(tmp_path)}
+    analysis = tune.run(quadratic, config, metric="loss", mode="min", scheduler="asha", workers_per_trial=2,
+                        hosts="localhost:2", max_concurrent_trials=1, storage_path=str(tmp_path / "r"), name="asha")
+    by_offset = {t.config["offset"]: t for t in analysis.trials}
+    assert by_offset[0.0].status == TERMINATED and len(by_offset[0.0].history) == 6
+    pruned = [o for o, t in by_offset.items() if t.status == PRUNED]
+    assert pruned and all(len(by_offset[o].history) < 6 for o in pruned), {o: t.status for o, t in by_offset.items()}
