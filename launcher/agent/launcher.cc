@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "launcher/cli.h"
+#include "launcher/helper_process.h"
 #include "launcher/output.h"
 #include "launcher/ssh/launcher.h"
 #include "launcher/ssh/proxy.h"
@@ -27,8 +28,6 @@
 #include "launcher/ssh/tcp_link.h"
 #include "rendezvous/error.h"
 #include "rendezvous/token.h"
-
-extern char** environ;
 
 namespace hvd::launcher::agent {
 
@@ -75,10 +74,10 @@ struct Joining {
   std::array<char, 512> buffer{};
 };
 
-class AgentLauncher : public Launcher, public ssh::ProxyTransport {
+class AgentLauncher : public Launcher, public ssh::ConnectBackTransport {
  public:
   AgentLauncher(asio::io_context& io, AgentOptions options)
-      : io_(io), options_(std::move(options)), acceptor_(io), watch_(io), token_(rendezvous::generateToken()) {
+      : ConnectBackTransport(io, options.stdin_fd), io_(io), options_(std::move(options)), acceptor_(io), watch_(io), token_(rendezvous::generateToken()) {
     if (options_.proxy_path.empty()) options_.proxy_path = ssh::proxyPath(ssh::ProxyOptions{});
   }
   ~AgentLauncher() override;
@@ -90,15 +89,7 @@ class AgentLauncher : public Launcher, public ssh::ProxyTransport {
                                 uint16_t port) override;
   std::unique_ptr<Worker> start(const LaunchSpec& spec, WorkerEvents& events) override;
 
-  // ProxyTransport
-  asio::io_context& jobLoop() override { return io_; }
-  int stdinFd() const override { return options_.stdin_fd; }
-  std::unique_ptr<Worker> startWithoutProxy(const LaunchSpec& spec, WorkerEvents&) override {
-    throw LaunchError(detail::concat("rank ", spec.rank, " on ", spec.host.name, ": no hvd-proxy"));
-  }
-
  private:
-  pid_t spawnAgent(const std::vector<std::string>& args, const std::string& name, int out_fd);
   void accept();
   void readJoinLine(std::shared_ptr<Joining> joining);
   void joined(std::shared_ptr<Joining> joining, const std::string& name, std::string rest);
@@ -183,41 +174,6 @@ void AgentLauncher::joined(std::shared_ptr<Joining> joining, const std::string& 
   if (!rest.empty()) agent.proxy->onData(Stream::kStdout, rest);
 }
 
-pid_t AgentLauncher::spawnAgent(const std::vector<std::string>& args, const std::string& name, int out_fd) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "HVD_PROXY_TOKEN=", 16) != 0 && std::strncmp(*e, "HVD_PROXY_NAME=", 15) != 0)
-      env.emplace_back(*e);
-  }
-  env.push_back(std::string(ssh::kProxyTokenEnv) + "=" + token_);
-  env.push_back(std::string(ssh::kProxyNameEnv) + "=" + name);
-  std::vector<char*> argv, envp;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const std::string exec_error = "cannot execute '" + args.front() + "': ";
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Its own process group: a terminal's Ctrl-C reaches hvdrun, which tears the job down in order.
-    ::setpgid(0, 0);
-    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(127);
-    const int null = ::open("/dev/null", O_RDONLY);
-    if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(out_fd, 2) < 0) ::_exit(127);
-    ::close_range(3, ~0U, 0);
-    resetSignalsForExec();
-    environ = envp.data();
-    ::execvp(argv[0], argv.data());
-    const std::string line = exec_error + std::strerror(errno) + "\n";
-    [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
-    ::_exit(127);
-  }
-  const int err = errno;
-  HVD_CHECK(pid > 0, LaunchError, "cannot start the launcher agent: fork failed: ", errnoText(err));
-  return pid;
-}
-
 std::unique_ptr<Worker> AgentLauncher::start(const LaunchSpec& spec, WorkerEvents& events) {
   HVD_CHECK(!spec.argv.empty(), LaunchError, "rank ", spec.rank, " on host ", spec.host.name, ": empty command");
   HVD_CHECK(acceptor_.is_open(), LaunchError, "rank ", spec.rank,
@@ -227,24 +183,19 @@ std::unique_ptr<Worker> AgentLauncher::start(const LaunchSpec& spec, WorkerEvent
                                            spec.host.name, options_.proxy_path);
   auto worker = std::make_unique<ProxyWorker>(*this, spec, events, proxy);
   proxy->add(worker.get(), spec.rank, io_);
-  int out[2];
-  HVD_CHECK(::pipe2(out, O_CLOEXEC) == 0, LaunchError, "cannot create a pipe for the launcher agent: ", errnoText(errno));
-  pid_t pid = -1;
-  try {
-    pid = spawnAgent(agentCommand(options_, spec.host.name, options_.proxy_path, connect_to_), name, out[1]);
-  } catch (...) {
-    ::close(out[0]);
-    ::close(out[1]);
-    throw;
-  }
-  ::close(out[1]);
+  // The agent alone gets the token and the proxy's name, to pass on to the proxy.
+  const HelperProcess helper =
+      startHelper(agentCommand(options_, spec.host.name, options_.proxy_path, connect_to_),
+                  {ssh::kProxyTokenEnv, ssh::kProxyNameEnv},
+                  {std::string(ssh::kProxyTokenEnv) + "=" + token_, std::string(ssh::kProxyNameEnv) + "=" + name},
+                  SIGTERM, "");
   Agent& agent = agents_[name];
   agent.rank = spec.rank;
   agent.host = spec.host.name;
   agent.proxy = proxy;
-  agent.pid = pid;
+  agent.pid = helper.pid;
   agent.deadline = Clock::now() + options_.join_timeout;
-  agent.output = std::make_unique<asio::posix::stream_descriptor>(io_, out[0]);
+  agent.output = std::make_unique<asio::posix::stream_descriptor>(io_, helper.output);
   readOutput(name);
   return worker;
 }

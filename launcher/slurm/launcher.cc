@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "launcher/cli.h"
+#include "launcher/helper_process.h"
 #include "launcher/output.h"
 #include "launcher/ssh/launcher.h"
 #include "launcher/ssh/proxy.h"
@@ -60,9 +61,10 @@ std::string describeStatus(int status) {
   return "exit code " + std::to_string(WEXITSTATUS(status));
 }
 
-class SlurmLauncher : public Launcher, public ssh::ProxyTransport {
+class SlurmLauncher : public Launcher, public ssh::ConnectBackTransport {
  public:
-  SlurmLauncher(asio::io_context& io, SlurmOptions options) : io_(io), options_(std::move(options)) {
+  SlurmLauncher(asio::io_context& io, SlurmOptions options)
+      : ConnectBackTransport(io, options.stdin_fd), io_(io), options_(std::move(options)) {
     if (options_.proxy_path.empty()) {
       ssh::ProxyOptions p;
       options_.proxy_path = ssh::proxyPath(p);
@@ -75,13 +77,6 @@ class SlurmLauncher : public Launcher, public ssh::ProxyTransport {
   void checkRendezvousReachable(const std::vector<HostSpec>& hosts, const std::string& address,
                                 uint16_t port) override;
   std::unique_ptr<Worker> start(const LaunchSpec& spec, WorkerEvents& events) override;
-
-  // ProxyTransport
-  asio::io_context& jobLoop() override { return io_; }
-  int stdinFd() const override { return options_.stdin_fd; }
-  std::unique_ptr<Worker> startWithoutProxy(const LaunchSpec& spec, WorkerEvents&) override {
-    throw LaunchError(detail::concat("rank ", spec.rank, " on ", spec.host.name, ": no hvd-proxy"));
-  }
 
  private:
   void spawnSrun(const std::vector<HostSpec>& hosts, const std::string& connect_to, const std::string& token);
@@ -127,43 +122,10 @@ void SlurmLauncher::forwardSrunOutput(const std::string& bytes) {
 void SlurmLauncher::spawnSrun(const std::vector<HostSpec>& hosts, const std::string& connect_to,
                               const std::string& token) {
   const auto args = srunCommand(options_, hosts, options_.proxy_path, connect_to);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "HVD_PROXY_TOKEN=", 16) != 0) env.emplace_back(*e);
-  }
-  env.push_back(std::string(ssh::kProxyTokenEnv) + "=" + token);
-  std::vector<char*> argv, envp;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int out[2];
-  HVD_CHECK(::pipe2(out, O_CLOEXEC) == 0, LaunchError, "cannot create a pipe for srun: ", errnoText(errno));
-  const std::string exec_error = "srun: cannot execute '" + args.front() + "': ";
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Its own process group: a terminal's Ctrl-C reaches hvdrun, which tears the job down in order.
-    ::setpgid(0, 0);
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
-    const int null = ::open("/dev/null", O_RDONLY);
-    if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(out[1], 2) < 0) ::_exit(127);
-    ::close_range(3, ~0U, 0);
-    resetSignalsForExec();
-    environ = envp.data();
-    ::execvp(argv[0], argv.data());
-    const std::string line = exec_error + std::strerror(errno) + "\n";
-    [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
-    ::_exit(127);
-  }
-  const int err = errno;
-  ::close(out[1]);
-  if (pid < 0) {
-    ::close(out[0]);
-    throw LaunchError(detail::concat("cannot start srun: fork failed: ", errnoText(err)));
-  }
-  srun_ = pid;
-  srun_out_ = out[0];
+  const HelperProcess srun = startHelper(args, {ssh::kProxyTokenEnv}, {std::string(ssh::kProxyTokenEnv) + "=" + token},
+                                         SIGKILL, "srun: ");
+  srun_ = srun.pid;
+  srun_out_ = srun.output;
   ::fcntl(srun_out_, F_SETFL, ::fcntl(srun_out_, F_GETFL) | O_NONBLOCK);
 }
 

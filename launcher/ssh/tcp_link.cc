@@ -55,6 +55,10 @@ std::optional<std::string> parseJoinLine(std::string_view line, std::string_view
   return std::string(name);
 }
 
+std::unique_ptr<Worker> ConnectBackTransport::startWithoutProxy(const LaunchSpec& spec, WorkerEvents&) {
+  throw LaunchError(detail::concat("rank ", spec.rank, " on ", spec.host.name, ": no hvd-proxy"));
+}
+
 TcpLink::TcpLink(asio::io_context& io, int fd, ProxyHost& host, std::string node)
     : socket_(io), timer_(io), host_(&host), node_(std::move(node)) {
   boost::system::error_code ec;

@@ -36,6 +36,20 @@ std::string connectTarget(const std::string& address, uint16_t port);
 // The name in a join line presenting `token`; nullopt for any other line (not a proxy of this job).
 std::optional<std::string> parseJoinLine(std::string_view line, std::string_view token);
 
+// The ProxyTransport of a launcher whose proxies connect back (srun, agents): the job's loop, rank 0's stdin,
+// and no fallback (a rank without its proxy cannot start another way).
+class ConnectBackTransport : public ProxyTransport {
+ public:
+  ConnectBackTransport(boost::asio::io_context& io, int stdin_fd) : io_(io), stdin_fd_(stdin_fd) {}
+  boost::asio::io_context& jobLoop() override { return io_; }
+  int stdinFd() const override { return stdin_fd_; }
+  std::unique_ptr<Worker> startWithoutProxy(const LaunchSpec& spec, WorkerEvents&) override;
+
+ private:
+  boost::asio::io_context& io_;
+  int stdin_fd_;
+};
+
 // One proxy's connection, on the job's loop: frames out (and heartbeats), bytes in to the ProxyHost.
 class TcpLink : public ProxyLink {
  public:

@@ -149,21 +149,29 @@ print("best", a.best_config["x"], len(a.trials), flush=True)
 """
 
 
-def test_a_killed_driver_leaves_nothing_running_and_resume_runs_only_what_did_not_finish(tmp_path):
-    tests = os.path.dirname(os.path.abspath(__file__))
-    results = str(tmp_path / "results")
+def driver(tmp_path, resume: bool, wait: bool):
+    """DRIVER's search (4 sequential trials into tmp_path/results): a Popen reading its output, or (wait) its
+    CompletedProcess."""
     script = tmp_path / "driver.py"
-    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=False))
-    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    script.write_text(DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__)), dir=str(tmp_path),
+                                    results=str(tmp_path / "results"), resume=resume))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    if wait:
+        return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+
+
+def test_a_killed_driver_leaves_nothing_running_and_resume_runs_only_what_did_not_finish(tmp_path):
+    driver_ = driver(tmp_path, resume=False, wait=False)
     started = 0
-    for line in driver.stdout:
+    for line in driver_.stdout:
         started += "started" in line
         if started == 2:  # the first trial finished, the second runs
             break
     time.sleep(0.5)
-    driver.kill()
-    driver.wait()
+    driver_.kill()
+    driver_.wait()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and _workers_of(tmp_path):
         time.sleep(0.1)
@@ -172,9 +180,7 @@ def test_a_killed_driver_leaves_nothing_running_and_resume_runs_only_what_did_no
     assert 1.0 in ran_before and 2.0 in ran_before
     for p in tmp_path.glob("ran.*"):
         p.unlink()
-    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=True))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    out = driver(tmp_path, resume=True, wait=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "best 3.0 4" in out.stdout, out.stdout
     rerun = sorted(json.loads(p.read_text())["x"] for p in tmp_path.glob("ran.*"))
@@ -265,26 +271,20 @@ def test_get_best_checkpoint_is_the_best_trials_best_checkpoint(tmp_path):
 
 
 def test_ctrl_c_stops_every_trial_and_resume_continues(tmp_path):
-    tests = os.path.dirname(os.path.abspath(__file__))
     results = str(tmp_path / "results")
-    script = tmp_path / "driver.py"
-    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=False))
-    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    for line in driver.stdout:
+    driver_ = driver(tmp_path, resume=False, wait=False)
+    for line in driver_.stdout:
         if "started" in line:
             break
     time.sleep(0.8)   # the first trial's ranks run
-    driver.send_signal(signal.SIGINT)
-    rest = driver.communicate(timeout=30)[0]
-    assert driver.returncode != 0 and "KeyboardInterrupt" in rest, rest
+    driver_.send_signal(signal.SIGINT)
+    rest = driver_.communicate(timeout=30)[0]
+    assert driver_.returncode != 0 and "KeyboardInterrupt" in rest, rest
     assert not _workers_of(tmp_path)  # stopped before the driver exited
     study = optuna.load_study(study_name="resumable", storage=f"sqlite:///{results}/resumable/study.db")
     interrupted = [t for t in study.trials if t.user_attrs.get("interrupted")]
     assert len(interrupted) == 1 and interrupted[0].state == optuna.trial.TrialState.FAIL
-    script.write_text(DRIVER.format(tests=tests, dir=str(tmp_path), results=results, resume=True))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    out = driver(tmp_path, resume=True, wait=True)
     assert out.returncode == 0 and "best 3.0 4" in out.stdout, out.stdout + out.stderr
 
 
