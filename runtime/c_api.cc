@@ -127,6 +127,16 @@ Request toRequest(const hvd_request& c, int set_size) {
               "' takes an element count in rows, with row_elements 1 (got ", c.rows, "x", c.row_elements, ")");
   }
   if (r.type == OpType::kAlltoall && c.splits && set_size > 0) r.splits.assign(c.splits, c.splits + set_size);
+  if (c.ndim >= 0) {
+    HVD_CHECK(c.ndim == 0 || c.shape != nullptr, hvd::UsageError, hvd::runtime::name(r.type), " '", r.name, "': ndim ",
+              c.ndim, " without a shape");
+    r.has_shape = true;
+    r.shape.assign(c.shape, c.shape + c.ndim);
+    int64_t product = 1;
+    for (const int64_t d : r.shape) product *= d;
+    HVD_CHECK(product == r.rows * r.row_elements, hvd::UsageError, hvd::runtime::name(r.type), " '", r.name,
+              "': its shape holds ", product, " elements, its rows x row_elements ", r.rows, "x", r.row_elements);
+  }
   return r;
 }
 

@@ -125,6 +125,12 @@ void Coordinator::requestShutdown(int rank) {
 
 namespace {
 
+// Whether two shapes agree beyond their first dimension (both empty: yes).
+bool sameTail(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (a.size() != b.size()) return false;
+  return a.size() <= 1 || std::equal(a.begin() + 1, a.end(), b.begin() + 1);
+}
+
 // Groups ranks by the value f(request) gives, for mismatch messages: "float32 on ranks [0], ...".
 template <typename F>
 std::optional<std::string> differing(const std::vector<std::optional<Request>>& by_rank, F f) {
@@ -171,7 +177,8 @@ std::optional<std::string> Coordinator::validate(const Key& key, const Pending& 
   bool uniform = true;
   for (const auto& q : v) {
     if (q && !(variable_rows ? q->type == first->type && q->dtype == first->dtype &&
-                                   q->row_elements == first->row_elements
+                                   q->row_elements == first->row_elements && q->has_shape == first->has_shape &&
+                                   sameTail(q->shape, first->shape)
                              : sameDescriptor(*q, *first))) {
       uniform = false;
       break;
@@ -209,6 +216,21 @@ std::optional<std::string> Coordinator::validate(const Key& key, const Pending& 
       break;
     default:
       break;
+  }
+  // Horovod compares shapes, not only element counts ([17, 1311] and [17, 23, 57] differ), where every rank
+  // gave one.
+  const bool shaped = std::all_of(v.begin(), v.end(), [](const auto& q) { return !q || q->has_shape; });
+  if (shaped && first->type != OpType::kBarrier && first->type != OpType::kJoin &&
+      first->type != OpType::kProcessSet) {
+    if (auto d = differing(v, [variable_rows](const Request& q) {
+          std::string text = "[";
+          for (size_t i = variable_rows ? 1 : 0; i < q.shape.size(); ++i) {
+            text += (text.size() > 1 ? ", " : "") + std::to_string(q.shape[i]);
+          }
+          return text + "]";
+        })) {
+      return mismatch(detail::concat(op, variable_rows ? " shapes (beyond the first dimension)" : " shapes").c_str(), *d);
+    }
   }
   if (first->type == OpType::kAllreduce || first->type == OpType::kReducescatter) {
     if (auto d = differing(v, [](const Request& q) { return std::string(gloo_backend::name(q.op)); })) {

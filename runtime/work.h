@@ -72,6 +72,9 @@ struct Request {
   // Process-set registration (kProcessSet): the ranks of a set to add (sorted), or empty to remove
   // process_set.
   std::vector<int32_t> members;
+  // The tensor's shape when the caller gave it (has_shape); the ranks' shapes are compared as Horovod does.
+  bool has_shape = false;
+  std::vector<int64_t> shape;
 
   const void* input = nullptr;
   void* output = nullptr;  // allreduce/broadcast: caller's buffer; others: the Work's result

@@ -186,7 +186,7 @@ def _kept_result(handle, dtype, tail):
 def _allreduce_async(array, output, name, op, prescale_factor, postscale_factor, process_set, code):
     handle = _enqueue(_ALLREDUCE, _name("allreduce", name), _address(array, False), _address(output, True),
                       array.size, 1, code, _reduce_op(op), _scale(prescale_factor, "prescale_factor"),
-                      _scale(postscale_factor, "postscale_factor"), 0, None, _id_of(process_set))
+                      _scale(postscale_factor, "postscale_factor"), 0, None, _id_of(process_set), array.shape)
     _handle_map[handle] = ((array, output), lambda h: output)
     return handle
 
@@ -232,7 +232,7 @@ def allgather_async(array, name=None, process_set=global_process_set):
     rows, row_elements = _rows(array, "allgather")
     tail, dtype = array.shape[1:], array.dtype
     handle = _enqueue(_ALLGATHER, _name("allgather", name), _address(array, False), 0, rows, row_elements, code,
-                      0, 1.0, 1.0, 0, None, _id_of(process_set))
+                      0, 1.0, 1.0, 0, None, _id_of(process_set), array.shape)
     _handle_map[handle] = ((array,), lambda h: _kept_result(h, dtype, tail))
     return handle
 
@@ -248,7 +248,7 @@ def _broadcast_async(output, root_rank, name, process_set, code, keep):
     if isinstance(root_rank, bool) or not isinstance(root_rank, (int, _np.integer)):
         raise ValueError(f"root_rank must be an int (a global rank), got {root_rank!r}")
     handle = _enqueue(_BROADCAST, _name("broadcast", name), 0, _address(output, True), output.size, 1, code, 0,
-                      1.0, 1.0, int(root_rank), None, _id_of(process_set))
+                      1.0, 1.0, int(root_rank), None, _id_of(process_set), output.shape)
     _handle_map[handle] = (keep, lambda h: output)
     return handle
 
@@ -311,7 +311,7 @@ def alltoall_async(array, splits=None, name=None, process_set=global_process_set
     split_list = None if splits is None else _split_list(splits, process_set)
     tail, dtype = array.shape[1:], array.dtype
     handle = _enqueue(_ALLTOALL, _name("alltoall", name), _address(array, False), 0, rows, row_elements, code, 0,
-                      1.0, 1.0, 0, split_list, _id_of(process_set))
+                      1.0, 1.0, 0, split_list, _id_of(process_set), array.shape)
     with_splits = splits is not None
 
     def finish(h):
@@ -347,7 +347,7 @@ def reducescatter_async(array, name=None, op=Average, process_set=global_process
     tail, dtype = array.shape[1:], array.dtype
     handle = _enqueue(_REDUCESCATTER, _name("reducescatter", name), _address(array, False), 0, rows, row_elements,
                       code, op, _scale(prescale_factor, "prescale_factor"),
-                      _scale(postscale_factor, "postscale_factor"), 0, None, _id_of(process_set))
+                      _scale(postscale_factor, "postscale_factor"), 0, None, _id_of(process_set), array.shape)
     _handle_map[handle] = ((array,), lambda h: _kept_result(h, dtype, tail))
     return handle
 

@@ -168,6 +168,16 @@ assert hvd.synchronize(12345) is None
 # Ranks disagreeing on a shape: every rank gets the mismatch error, and the job goes on.
 e = expect_error(HorovodInternalError, "", hvd.allreduce, np.ones(2 + r), name="bad.shape")
 assert isinstance(e, MismatchError), type(e)
+# The same element count in other shapes is a mismatch too (Horovod compares shapes).
+e = expect_error(HorovodInternalError, "Mismatched allreduce shapes", hvd.allreduce,
+                 np.ones((6, 2)) if r == 0 else np.ones((2, 6)), name="bad.shape2")
+assert "[6, 2]" in str(e) and "[2, 6]" in str(e), str(e)
+# A shape that does not hold the element count is refused by the C API before anything is sent.
+from hvd import _core
+x = np.ones(6)
+expect_error(ValueError, "allreduce 'bad.product': its shape holds 6 elements, its rows x row_elements 5x1",
+             _core.enqueue, _core.OPS["allreduce"], "bad.product", x.ctypes.data, x.ctypes.data, 5, 1,
+             _core.DTYPES["float64"], 1, 1.0, 1.0, 0, None, 0, (2, 3))
 # The same name twice in flight on one rank. A name is free again once its operation completes, which can
 # happen as soon as every rank has submitted: the holder submits only after the other ranks have checked.
 for holder in range(hvd.size()):

@@ -306,6 +306,16 @@ expect(hvd.HorovodInternalError, "Mismatched broadcast root ranks",
        hvd.broadcast, torch.ones(3), r % 2, name="mm.root")
 expect(hvd.HorovodInternalError, "Mismatched allgather shapes",
        hvd.allgather, torch.ones(2, 2 + (r == 1)), name="mm.ag")
+# Shapes, not only element counts, as Horovod compares them: [17, 1311] against [17, 23, 57].
+e = expect(hvd.HorovodInternalError, "Mismatched allreduce shapes",
+           hvd.allreduce, torch.ones(17, 23 * 57) if r == 0 else torch.ones(17, 23, 57), name="mm.shape2")
+assert "[17, 1311]" in str(e) and "[17, 23, 57]" in str(e), str(e)
+expect(hvd.HorovodInternalError, "Mismatched reducescatter shapes",
+       hvd.reducescatter, torch.ones(4, 6) if r == 0 else torch.ones(4, 2, 3), name="mm.rs")
+expect(hvd.HorovodInternalError, "Mismatched allgather shapes (beyond the first dimension)",
+       hvd.allgather, torch.ones(2, 2, 3) if r == 0 else torch.ones(2, 3, 2), name="mm.ag2")
+expect(ValueError, "splits must be a tensor of 32-bit integers (torch.int32), got torch.float32",
+       hvd.alltoall, torch.ones(n), torch.ones(n, dtype=torch.float32))
 assert torch.equal(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after"), torch.full((3,), float(n)))
 
 # a name in flight twice on one rank

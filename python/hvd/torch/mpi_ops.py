@@ -145,7 +145,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     code = _check_tensor(tensor, True)
     handle = _enqueue(_ALLREDUCE, _name("allreduce", name), tensor.data_ptr(), output.data_ptr(), tensor.numel(),
                       1, code, _reduce_op(op), prescale_factor, postscale_factor, 0, None,
-                      _process_set_id(process_set))
+                      _process_set_id(process_set), tuple(tensor.shape))
     _handle_map[handle] = (output, None) if output is tensor else ((tensor, output), _returns_output(output))
     return handle
 
@@ -373,7 +373,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         raise ValueError("allgather of a 0-dimensional tensor: gather tensors with at least one dimension")
     tail = tuple(tensor.shape[1:])
     handle = _enqueue(_ALLGATHER, _name("allgather", name), tensor.data_ptr(), 0, tensor.shape[0],
-                      _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, None, _process_set_id(process_set))
+                      _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, None, _process_set_id(process_set),
+                      tuple(tensor.shape))
     _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail))
     return handle
 
@@ -416,7 +417,7 @@ def _grouped_kept_async(kind, tensors, name, op, prescale_factor, postscale_fact
         if t.dim() == 0:
             raise ValueError(f"{kind} of a 0-dimensional tensor: use tensors with at least one dimension")
         ops.append((_OP[kind], n, t.data_ptr(), 0, t.shape[0], _row_elements(t.shape), code, op, prescale_factor,
-                    postscale_factor, 0, None, ps_id))
+                    postscale_factor, 0, None, ps_id, tuple(t.shape)))
     tails = [tuple(t.shape[1:]) for t in tensors]
     return _enqueue_group(ops, tensors, lambda handles: [_result_tensor(h, t, tail)
                                                          for h, t, tail in zip(handles, tensors, tails)])
@@ -455,7 +456,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     if output is not tensor:
         output.copy_(tensor)
     handle = _enqueue(_BROADCAST, _name("broadcast", name), 0, output.data_ptr(), output.numel(), 1, code, 0, 1.0,
-                      1.0, root_rank, None, _process_set_id(process_set))
+                      1.0, root_rank, None, _process_set_id(process_set), tuple(output.shape))
     _handle_map[handle] = ((tensor, output), _returns_output(output))
     return handle
 
@@ -514,6 +515,8 @@ def _alltoall_start(tensor, splits, name, process_set, with_received):
         if isinstance(splits, torch.Tensor):
             if splits.dim() != 1:
                 raise ValueError(f"splits must be a 1-D tensor, got shape {tuple(splits.shape)}")
+            if splits.dtype != torch.int32:
+                raise ValueError(f"splits must be a tensor of 32-bit integers (torch.int32), got {splits.dtype}")
             split_list = [int(x) for x in splits.tolist()]
         else:
             split_list = [int(x) for x in splits]
@@ -523,7 +526,8 @@ def _alltoall_start(tensor, splits, name, process_set, with_received):
                              f"({n})")
     tail = tuple(tensor.shape[1:])
     handle = _enqueue(_ALLTOALL, _name("alltoall", name), tensor.data_ptr(), 0, tensor.shape[0],
-                      _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, split_list, _process_set_id(process_set))
+                      _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, split_list, _process_set_id(process_set),
+                      tuple(tensor.shape))
 
     def finish(h):
         received = torch.tensor(_core.received_splits(h), dtype=torch.int32)
@@ -580,7 +584,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     tail = tuple(tensor.shape[1:])
     handle = _enqueue(_REDUCESCATTER, _name("reducescatter", name), tensor.data_ptr(), 0, tensor.shape[0],
                       _row_elements(tensor.shape), code, op, prescale_factor, postscale_factor, 0, None,
-                      _process_set_id(process_set))
+                      _process_set_id(process_set), tuple(tensor.shape))
     _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail))
     return handle
 

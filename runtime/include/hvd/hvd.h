@@ -152,7 +152,11 @@ int hvd_process_set_ids(int* ids, int capacity);
  *   reducescatter  input, rows x row_elements, reduce_op (AVERAGE or SUM), prescale, postscale; result kept
  *   barrier, join  nothing (join: global set only; hvd_result_int gives the last rank to join)
  * process_set is a registered id (HVD_GLOBAL_PROCESS_SET by default) that must include this rank.
- * An AVERAGE divides by the size of the process set. */
+ * An AVERAGE divides by the size of the process set.
+ * shape, ndim: optionally the tensor's shape (ndim >= 0 dims; ndim -1, the default: not given). When every rank
+ * gives one, the ranks' shapes must agree (allreduce, broadcast, reducescatter: all of it; allgather, alltoall:
+ * beyond the first dimension), else the operation fails on every rank naming the shapes, as Horovod's does;
+ * their product must be the element count (rows x row_elements), else HVD_ERR_INVALID_ARGUMENT. */
 typedef struct hvd_request {
   hvd_op op;
   const char* name; /* NULL or "": "<op>.noname.<n>", n counting this rank's unnamed operations */
@@ -167,10 +171,13 @@ typedef struct hvd_request {
   int root_rank;
   const int64_t* splits;
   int process_set;
+  const int64_t* shape;
+  int ndim;
 } hvd_request;
 
 #define HVD_REQUEST_INIT \
-  { HVD_OP_ALLREDUCE, NULL, NULL, NULL, 0, 1, HVD_FLOAT32, HVD_AVERAGE, 1.0, 1.0, 0, NULL, HVD_GLOBAL_PROCESS_SET }
+  { HVD_OP_ALLREDUCE, NULL, NULL, NULL, 0, 1, HVD_FLOAT32, HVD_AVERAGE, 1.0, 1.0, 0, NULL, HVD_GLOBAL_PROCESS_SET, \
+    NULL, -1 }
 
 /* Queues one operation; returns its handle (>= 0) or a negative hvd_status. Results are kept with the
  * handle for allgather, alltoall, reducescatter and join (read them after hvd_wait, then hvd_release). */
