@@ -23,7 +23,8 @@ std::string formatRanks(const std::vector<int>& ranks) {
   return out + "]";
 }
 
-Coordinator::Coordinator(CoordinatorOptions options) : options_(options) {
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(options), waiting_(static_cast<size_t>(std::max(options.size, 0))) {
   std::vector<int> all(static_cast<size_t>(options_.size));
   std::iota(all.begin(), all.end(), 0);
   sets_[0] = std::move(all);
@@ -121,6 +122,43 @@ std::optional<Coordinator::Clock::time_point> Coordinator::holdUntil(Clock::time
 void Coordinator::requestShutdown(int rank) {
   if (!shutdown_reason_) shutdown_reason_ = "";
   (void)rank;
+}
+
+void Coordinator::setWaiting(int rank, std::vector<std::pair<int32_t, std::string>> names) {
+  if (rank >= 0 && static_cast<size_t>(rank) < waiting_.size()) waiting_[static_cast<size_t>(rank)] = std::move(names);
+}
+
+std::optional<std::string> Coordinator::deadlock() const {
+  if (!ready_.empty() || pending_.empty()) return std::nullopt;
+  std::string text;
+  for (int r = 0; r < options_.size; ++r) {
+    if (joined_.count(r)) {
+      text += detail::concat(text.empty() ? "" : "; ", "rank ", r, " has joined");
+      continue;
+    }
+    const auto& waits = waiting_[static_cast<size_t>(r)];
+    if (waits.empty()) return std::nullopt;  // not blocked: it may still submit what the others wait for
+    for (const auto& key : waits) {
+      const auto it = pending_.find(key);
+      // A name the coordinator does not hold pending has completed (or its request is still on its way):
+      // that rank may go on.
+      if (it == pending_.end() || it->second.queued) return std::nullopt;
+      const Pending& p = it->second;
+      std::vector<int> present, missing;
+      for (int m : members(key.first)) {
+        if (p.by_rank[static_cast<size_t>(m)]) {
+          present.push_back(m);
+        } else if (key.first != 0 || !joined_.count(m)) {
+          missing.push_back(m);
+        }
+      }
+      const char* op = present.empty() ? "operation" : runtime::name(p.by_rank[static_cast<size_t>(present[0])]->type);
+      text += detail::concat(text.empty() ? "" : "; ", "rank ", r, " waits for ", op, " '", key.second, "'",
+                             key.first ? detail::concat(" (process set ", key.first, ")") : std::string(),
+                             ", submitted by ranks ", formatRanks(present), ", never by ranks ", formatRanks(missing));
+    }
+  }
+  return text;
 }
 
 namespace {
@@ -473,6 +511,23 @@ ResponseList Coordinator::next() {
 
 std::string Coordinator::checkStalls(Clock::time_point now) {
   if (!options_.stall_check || shutdown_reason_) return "";
+  if (const auto cycle = deadlock()) {
+    if (!deadlock_since_) deadlock_since_ = now;
+    if (now - *deadlock_since_ >= options_.stall_warning_time) {
+      // Every rank waits for an operation that a rank which is itself blocked never submitted: nothing can
+      // ever complete. The job ends now, every pending operation failing with the account of who waits for what.
+      shutdown_reason_ = detail::concat(
+          "deadlock: every rank is blocked waiting for an operation that other blocked ranks never submitted (for ",
+          std::chrono::duration_cast<std::chrono::seconds>(now - *deadlock_since_).count(),
+          " s, HOROVOD_STALL_CHECK_TIME_SECONDS=", options_.stall_warning_time.count() / 1000.0, "): ", *cycle);
+      for (const auto& [key, p] : pending_) {
+        if (!p.queued) stalled_names_.push_back(key);
+      }
+      return "";
+    }
+  } else {
+    deadlock_since_.reset();
+  }
   std::string report;
   std::string first_shut;  // the stalled name that reached the shutdown time
   for (auto& [key, p] : pending_) {
@@ -558,6 +613,7 @@ std::vector<rendezvous::CollectiveWait> Coordinator::waits(Clock::time_point now
 std::optional<Coordinator::Clock::time_point> Coordinator::nextStallCheck() const {
   if (!options_.stall_check) return std::nullopt;
   std::optional<Clock::time_point> next;
+  if (deadlock_since_) next = *deadlock_since_ + options_.stall_warning_time;
   for (const auto& [key, p] : pending_) {
     if (p.queued) continue;
     auto t = p.first_seen + (p.warned ? options_.stall_shutdown_time : options_.stall_warning_time);

@@ -54,12 +54,18 @@ class Coordinator {
   const Request& cachedRequest(uint32_t id) const;
   // Rank asks the job to shut down (hvd_shutdown()).
   void requestShutdown(int rank);
+  // What rank's user threads are blocked waiting for (process set, name); replaces what it said before.
+  void setWaiting(int rank, std::vector<std::pair<int32_t, std::string>> names);
 
   // Responses for every name ready now, and the shutdown decision. Empty list when nothing is ready.
   ResponseList next();
 
   // Warning text (empty: nothing newly stalled) for names pending on some ranks for longer than the
   // warning time; each name is reported once. Arms the stall shutdown when its time has passed.
+  // Deadlock: when every rank is blocked (setWaiting) on names that are pending, missing ranks that are
+  // themselves blocked, and no name is ready, nothing can ever complete; once that has lasted the warning
+  // time, the job shuts down and every pending operation fails with a message naming, per rank, what it
+  // waits for and which ranks never submitted it (stall checks off: never).
   std::string checkStalls(Clock::time_point now);
   // When checkStalls() should run next (nullopt: nothing pending or stall checks disabled).
   std::optional<Clock::time_point> nextStallCheck() const;
@@ -116,6 +122,10 @@ class Coordinator {
   int last_joined_ = -1;
   std::optional<std::string> shutdown_reason_;
   std::vector<Key> stalled_names_;  // to fail with the stall shutdown
+  std::vector<std::vector<Key>> waiting_;            // by rank: what its user threads are blocked on
+  std::optional<Clock::time_point> deadlock_since_;  // since when every rank has been blocked so
+  // The deadlock's description when every rank is blocked on pending names (see checkStalls), else nullopt.
+  std::optional<std::string> deadlock() const;
   // Response cache: names whose descriptor was identical on every rank, by id - 1. Ids are never
   // reused or evicted (when full, new names are simply not cached), so every rank's copy stays valid.
   std::vector<Request> cache_;

@@ -184,6 +184,15 @@ class Runtime::Impl {
 
   // Control plane.
   int wake_fd_ = -1;
+  // What user threads block on (Work::wait), reported to the coordinator once unchanged for
+  // kWaitReportDelay: the coordinator's deadlock check needs it, a training step's quick waits do not.
+  static constexpr std::chrono::milliseconds kWaitReportDelay{100};
+  static constexpr int kIdleWakeMs = 250;
+  std::shared_ptr<WaitRegistry> waits_ = std::make_shared<WaitRegistry>();
+  uint64_t waits_sent_version_ = 0;
+  std::vector<WaitRegistry::Key> waits_sent_;
+  // The waits to report now (see waits_), or nullopt.
+  std::optional<std::vector<WaitRegistry::Key>> dueWaitReport();
   Clock::time_point busy_until_;  // the background thread polls without sleeping until then
   std::chrono::microseconds busy_poll_{0};  // RuntimeOptions::busy_poll, resolved
   std::unique_ptr<Channel> coordinator_channel_;           // workers
@@ -602,6 +611,7 @@ std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
             "'. If you want to request another tensor, use a different tensor name.");
   names_in_flight_.insert(keyOf(r));
   auto work = std::make_shared<Work>(r.name, busy_poll_ / 2);
+  work->watch(waits_, r.process_set);
   queue_.push_back({std::move(r), work, Clock::now(), static_set});
   return work;
 }
@@ -800,6 +810,10 @@ void Runtime::Impl::loop() {
         wake_at = next_waits_;
       }
     }
+    if (waits_->version() != waits_sent_version_) {
+      const auto due = waits_->snapshot().changed_at + kWaitReportDelay;
+      if (!wake_at || due < *wake_at) wake_at = due;
+    }
     int rv = 0;
     if (!buffered && Clock::now() < busy_until_) {
       // Busy-poll window after activity (see RuntimeOptions::busy_poll): the next request or response
@@ -820,6 +834,9 @@ void Runtime::Impl::loop() {
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(*wake_at - Clock::now()).count();
         timeout_ms = static_cast<int>(std::max<int64_t>(0, (left + 999) / 1000));
       }
+      // Never asleep for long: a user thread that began to block meanwhile (waits_) is reported within
+      // kWaitReportDelay plus this.
+      if (timeout_ms < 0 || timeout_ms > kIdleWakeMs) timeout_ms = kIdleWakeMs;
       rv = ::poll(fds.data(), fds.size(), timeout_ms);
     }
     HVD_CHECK(rv >= 0 || errno == EINTR, NetworkError, "poll failed: ", errnoText(errno));
@@ -832,10 +849,12 @@ void Runtime::Impl::loop() {
     std::vector<Request> fresh;
     bool shutdown_requested = false;
     takeQueue(fresh, shutdown_requested);
+    const auto waits_report = dueWaitReport();
 
     if (coordinator_) {
       const auto now = Clock::now();
       for (const auto& q : fresh) addRequest(0, q, now);
+      if (waits_report) coordinator_->setWaiting(0, *waits_report);
       if (shutdown_requested) coordinator_->requestShutdown(0);
       for (size_t r = 1; r < worker_channels_.size(); ++r) {
         auto& channel = worker_channels_[r];
@@ -850,6 +869,13 @@ void Runtime::Impl::loop() {
                                                  batch.cached.size(), " response cache hits"));
           }
           if (batch.shutdown) coordinator_->requestShutdown(static_cast<int>(r));
+          if (batch.has_waiting) {
+            std::vector<WaitRegistry::Key> waiting;
+            for (size_t i = 0; i < batch.waiting_sets.size(); ++i) {
+              waiting.emplace_back(batch.waiting_sets[i], batch.waiting_names[i]);
+            }
+            coordinator_->setWaiting(static_cast<int>(r), std::move(waiting));
+          }
         }
         if (!open) {
           // A worker vanished: tell every other rank, then stop. Its error text names the peer.
@@ -885,8 +911,15 @@ void Runtime::Impl::loop() {
       continue;
     }
 
-    if (!fresh.empty() || (shutdown_requested && !shutdown_sent_)) {
+    if (!fresh.empty() || (shutdown_requested && !shutdown_sent_) || waits_report) {
       RequestBatch batch;
+      if (waits_report) {
+        batch.has_waiting = true;
+        for (const auto& [set, name] : *waits_report) {
+          batch.waiting_sets.push_back(set);
+          batch.waiting_names.push_back(name);
+        }
+      }
       for (auto& q : fresh) {
         auto hit = response_cache_.find(keyOf(q));
         if (hit != response_cache_.end() && sameDescriptor(hit->second.second, q)) {
@@ -918,6 +951,16 @@ void Runtime::Impl::loop() {
       return;  // size 1 has no coordinator_channel_ but always has a coordinator_; not reached
     }
   }
+}
+
+std::optional<std::vector<WaitRegistry::Key>> Runtime::Impl::dueWaitReport() {
+  if (waits_->version() == waits_sent_version_) return std::nullopt;
+  auto snap = waits_->snapshot();
+  if (Clock::now() - snap.changed_at < kWaitReportDelay) return std::nullopt;
+  waits_sent_version_ = snap.version;
+  if (snap.keys == waits_sent_) return std::nullopt;
+  waits_sent_ = snap.keys;
+  return std::move(snap.keys);
 }
 
 void Runtime::Impl::publishWaits() {

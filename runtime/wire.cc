@@ -133,6 +133,10 @@ std::vector<char> encode(const RequestBatch& m) {
     w.put(q.shape);
   }
   w.put(m.cached);
+  w.put(static_cast<uint8_t>(m.has_waiting));
+  w.put(m.waiting_sets);
+  w.put(static_cast<uint64_t>(m.waiting_names.size()));
+  for (const auto& n : m.waiting_names) w.put(n);
   return w.take();
 }
 
@@ -162,6 +166,11 @@ RequestBatch decodeRequestBatch(const std::vector<char>& payload) {
     q.shape = r.getVector<int64_t>();
   }
   m.cached = r.getVector<uint32_t>();
+  m.has_waiting = r.get<uint8_t>() != 0;
+  m.waiting_sets = r.getVector<int32_t>();
+  m.waiting_names = r.getStrings();
+  HVD_CHECK(m.waiting_sets.size() == m.waiting_names.size(), BackendError, "corrupt request batch (",
+            m.waiting_sets.size(), " waiting sets, ", m.waiting_names.size(), " names)");
   return m;
 }
 

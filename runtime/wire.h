@@ -17,7 +17,7 @@ namespace hvd::runtime {
 enum class MessageKind : uint8_t { kHello = 1, kRequests = 2, kResponses = 3 };
 
 struct Hello {
-  static constexpr uint64_t kMagic = 0x68766431'00000004ull;  // "hvd1", protocol 4 (Request::shape)
+  static constexpr uint64_t kMagic = 0x68766431'00000005ull;  // "hvd1", protocol 5 (RequestBatch::waiting)
   uint64_t magic = kMagic;
   uint64_t nonce = 0;  // the coordinator's per-job secret, read from the store
   int32_t rank = -1;
@@ -29,6 +29,11 @@ struct RequestBatch {
   // again unchanged (steady-state training steps send 4 bytes per tensor instead of its descriptor).
   std::vector<uint32_t> cached;
   bool shutdown = false;          // this rank asks the job to shut down
+  // What this rank's user threads are blocked waiting for, when it changed since the last batch (else
+  // has_waiting is false): process set ids and names, pairwise.
+  bool has_waiting = false;
+  std::vector<int32_t> waiting_sets;
+  std::vector<std::string> waiting_names;
 };
 
 struct Response {

@@ -101,8 +101,38 @@ bool Work::spinUntilFinished() const {
 void Work::wait() const {
   spinUntilFinished();
   std::unique_lock lock(mutex_);
+  if (!done_ && registry_) {
+    // Blocked: the coordinator learns what this rank waits for (a deadlock is every rank blocked so).
+    const WaitRegistry::Key key{set_, name_};
+    lock.unlock();
+    registry_->enter(key);
+    lock.lock();
+    done_cv_.wait(lock, [&] { return done_; });
+    lock.unlock();
+    registry_->leave(key);
+    lock.lock();
+  }
   done_cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
+}
+
+void WaitRegistry::change(const Key& key, int delta) {
+  std::lock_guard lock(mutex_);
+  auto& count = waiting_[key];
+  count += delta;
+  if (count <= 0) waiting_.erase(key);
+  changed_at_ = Clock::now();
+  version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+WaitRegistry::Snapshot WaitRegistry::snapshot() const {
+  std::lock_guard lock(mutex_);
+  Snapshot s;
+  s.keys.reserve(waiting_.size());
+  for (const auto& [key, count] : waiting_) s.keys.push_back(key);
+  s.version = version_.load(std::memory_order_acquire);
+  s.changed_at = changed_at_;
+  return s;
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) const {

@@ -12,9 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gloo_backend/types.h"
@@ -137,6 +139,33 @@ class ResultBuffer {
   size_t size_ = 0;
 };
 
+// The operations this process's user threads are blocked in Work::wait() for, by (process set, name): what the
+// coordinator needs to tell a certain deadlock (every rank blocked on operations other ranks never submit)
+// from ranks that are merely busy. Work::wait() enters and leaves; the background thread, seeing version()
+// change, takes a snapshot() and reports it once it has not changed for a while (quick waits, every training
+// step's, are never reported: no traffic on the hot path). Threading: any thread.
+class WaitRegistry {
+ public:
+  using Key = std::pair<int32_t, std::string>;
+  using Clock = std::chrono::steady_clock;
+  struct Snapshot {
+    std::vector<Key> keys;
+    uint64_t version = 0;
+    Clock::time_point changed_at;  // of the last enter or leave
+  };
+  void enter(const Key& key) { change(key, +1); }
+  void leave(const Key& key) { change(key, -1); }
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  Snapshot snapshot() const;
+
+ private:
+  void change(const Key& key, int delta);
+  mutable std::mutex mutex_;
+  std::map<Key, int> waiting_;  // how many threads wait for each
+  std::atomic<uint64_t> version_{0};
+  Clock::time_point changed_at_;
+};
+
 class Work {
  public:
   // spin: how long wait() polls for completion (yielding the core) before it sleeps.
@@ -155,6 +184,11 @@ class Work {
 
   // Called once by the background thread; wakes waiters.
   void finish(std::exception_ptr error = nullptr);
+  // While a wait() blocks, the operation (process set `set`, this work's name) is listed in `registry`.
+  void watch(std::shared_ptr<WaitRegistry> registry, int32_t set) {
+    registry_ = std::move(registry);
+    set_ = set;
+  }
 
   // Results (valid after a successful wait()).
   ResultBuffer result;                       // allgather, alltoall, reducescatter output
@@ -173,6 +207,8 @@ class Work {
   mutable std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::shared_ptr<WaitRegistry> registry_;
+  int32_t set_ = 0;
 };
 
 }  // namespace hvd::runtime
