@@ -21,6 +21,8 @@ pkgs=(
   # hvd.tune: Optuna's samplers, pruners and storage (SQLite by default, PostgreSQL tested against a real
   # server), and the per-trial metric plot
   python3-optuna python3-matplotlib python3-psycopg2 postgresql
+  # Horovod's own test_torch.py (when HVD_HOROVOD_SOURCE names a checkout): its test utilities import mock
+  python3-mock
   # a real Slurm cluster for the Slurm tests (slurmctld, slurmd per network namespace, munge), and real
   # mpirun/mpiexec for workers started without hvdrun
   slurmctld slurmd slurm-client munge openmpi-bin mpich
