@@ -21,6 +21,12 @@ std::optional<std::string> findPackageDir() {
   for (const fs::path& candidate : {bin / "python", bin.parent_path() / HVD_INSTALL_PYTHONDIR}) {
     if (fs::exists(candidate / "hvd" / "__init__.py", ec)) return candidate.lexically_normal().string();
   }
+  // Installed by pip into a virtual environment: <env>/bin/hvdrun, <env>/lib/python3.X/site-packages/hvd.
+  for (const auto& entry : fs::directory_iterator(bin.parent_path() / "lib", ec)) {
+    const fs::path candidate = entry.path() / "site-packages";
+    if (entry.path().filename().string().rfind("python3", 0) == 0 && fs::exists(candidate / "hvd" / "__init__.py", ec))
+      return candidate.lexically_normal().string();
+  }
   return std::nullopt;
 }
 
