@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 from setuptools import Distribution, setup
 from setuptools.command.build import build

@@ -811,7 +811,7 @@ void Runtime::Impl::loop() {
       }
     }
     if (waits_->version() != waits_sent_version_) {
-      const auto due = waits_->snapshot().changed_at + kWaitReportDelay;
+      const auto due = waits_->changedAt() + kWaitReportDelay;
       if (!wake_at || due < *wake_at) wake_at = due;
     }
     int rv = 0;
@@ -954,9 +954,10 @@ void Runtime::Impl::loop() {
 }
 
 std::optional<std::vector<WaitRegistry::Key>> Runtime::Impl::dueWaitReport() {
-  if (waits_->version() == waits_sent_version_) return std::nullopt;
+  if (waits_->version() == waits_sent_version_ || Clock::now() - waits_->changedAt() < kWaitReportDelay) {
+    return std::nullopt;
+  }
   auto snap = waits_->snapshot();
-  if (Clock::now() - snap.changed_at < kWaitReportDelay) return std::nullopt;
   waits_sent_version_ = snap.version;
   if (snap.keys == waits_sent_) return std::nullopt;
   waits_sent_ = snap.keys;

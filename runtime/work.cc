@@ -101,18 +101,11 @@ bool Work::spinUntilFinished() const {
 void Work::wait() const {
   spinUntilFinished();
   std::unique_lock lock(mutex_);
-  if (!done_ && registry_) {
-    // Blocked: the coordinator learns what this rank waits for (a deadlock is every rank blocked so).
-    const WaitRegistry::Key key{set_, name_};
-    lock.unlock();
-    registry_->enter(key);
-    lock.lock();
-    done_cv_.wait(lock, [&] { return done_; });
-    lock.unlock();
-    registry_->leave(key);
-    lock.lock();
-  }
+  // Blocked: the coordinator learns what this rank waits for (a deadlock is every rank blocked so).
+  const bool blocks = !done_ && registry_;
+  if (blocks) registry_->enter({set_, name_});
   done_cv_.wait(lock, [&] { return done_; });
+  if (blocks) registry_->leave({set_, name_});
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -123,6 +116,11 @@ void WaitRegistry::change(const Key& key, int delta) {
   if (count <= 0) waiting_.erase(key);
   changed_at_ = Clock::now();
   version_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+WaitRegistry::Clock::time_point WaitRegistry::changedAt() const {
+  std::lock_guard lock(mutex_);
+  return changed_at_;
 }
 
 WaitRegistry::Snapshot WaitRegistry::snapshot() const {

@@ -156,6 +156,7 @@ class WaitRegistry {
   void enter(const Key& key) { change(key, +1); }
   void leave(const Key& key) { change(key, -1); }
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  Clock::time_point changedAt() const;
   Snapshot snapshot() const;
 
  private:

@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +10,6 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <array>
-#include <cstring>
 #include <iostream>
 #include <map>
 #include <sstream>

@@ -7,7 +7,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,8 +35,6 @@
 #include "launcher/ssh/tcp_link.h"
 #include "rendezvous/error.h"
 #include "rendezvous/token.h"
-
-extern char** environ;
 
 namespace hvd::launcher::slurm {
 

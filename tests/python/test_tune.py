@@ -26,6 +26,8 @@ ran.<pid>.<time> saying what it ran."""
     import hvd.numpy as hn
 
     hn.init()
+    if hn.rank() == 0:
+        print(f"quadratic x={config['x']} offset={config.get('offset', 0.0)}", flush=True)
     with open(os.path.join(config["dir"], f"ran.{os.getpid()}.{time.monotonic_ns()}"), "w") as f:
         json.dump({"x": config["x"], "rank": hn.rank(), "size": hn.size()}, f)
     for epoch in range(config.get("epochs", 1)):
@@ -77,7 +79,9 @@ def test_a_grid_times_samples_runs_every_config_once_two_at_a_time_and_finds_the
     first = experiment / "trial_00000"
     assert json.loads((first / "params.json").read_text())["x"] == trials[0].config["x"]
     assert len((first / "progress.jsonl").read_text().splitlines()) == 2
-    assert "[0]<stdout>" in (first / "output.log").read_text() or (first / "output.log").exists()
+    for t in trials:  # each trial's output.log holds its own rank 0's line (the reused jobs' output follows them)
+        log = (experiment / f"trial_{t.trial_id}" / "output.log").read_text()
+        assert f"[0]<stdout>:quadratic x={t.config['x']} offset={t.config['offset']}" in log, (t.trial_id, log)
     # The same name again without resume is refused.
     with pytest.raises(ValueError, match=r"exists: pass resume=True to continue it, or another name"):
         tune.run(quadratic, config, metric="loss", hosts="localhost:4", storage_path=str(tmp_path / "results"),

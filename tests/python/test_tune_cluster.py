@@ -3,7 +3,6 @@ hosts of two worker processes, each a network namespace), and one search shared 
 PostgreSQL server (postgres_lab.py), each trial run by exactly one of them. Skips with the reason where the lab
 cannot run (not root, no Dask or PostgreSQL)."""
 
-import json
 import os
 import subprocess
 import sys

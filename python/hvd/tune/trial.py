@@ -186,8 +186,6 @@ class TrialRunner:
             executor.shutdown()
 
     def _run(self) -> None:
-        from hvd.executor import ExecutorError, WorkerError
-
         error: Optional[BaseException] = None
         resume = None
         for attempt in range(1, self._max_failures + 2):
@@ -201,9 +199,7 @@ class TrialRunner:
                 executor = self._workers.acquire(self.trial, self._made)
                 executor.run(run_training, args=(self._payload, list(sys.path), {}, resume, self._experiment, None),
                              callbacks=[lambda value, a=attempt: self._on_report(a, value)])
-            except (WorkerError, ExecutorError) as e:
-                error = e
-            except Exception as e:  # the executor could not be made or started: the trial's failure, never lost
+            except Exception as e:  # a rank's failure, a lost job, or an executor that could not start: the trial's
                 error = e
             finally:
                 self._recorder.close()

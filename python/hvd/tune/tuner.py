@@ -42,7 +42,7 @@ from hvd.tune import space
 from hvd.tune.analysis import Analysis
 from hvd.tune.progress import Progress, describe, plot
 from hvd.tune.trainable import DistributedTrainable
-from hvd.tune.trial import ERROR, PRUNED, RUNNING, TERMINATED, Trial, TrialRunner, Workers
+from hvd.tune.trial import ERROR, PRUNED, TERMINATED, Trial, TrialRunner, Workers
 
 DEFAULT_STORAGE_PATH = "~/hvd_results"
 _SEARCH_ALGS = ("random", "grid", "optuna")
@@ -492,6 +492,9 @@ def _load_finished(search: _Search) -> None:
     """The trials earlier drivers finished (resume): shown in the Analysis, not run again."""
     import optuna
 
+    from hvd.train.checkpoint import CheckpointManager
+    from hvd.train.config import CheckpointConfig
+
     state = optuna.trial.TrialState
     for t in search.study.get_trials(deepcopy=False):
         if "index" not in t.user_attrs or "config" not in t.user_attrs:
@@ -512,8 +515,6 @@ def _load_finished(search: _Search) -> None:
                 trial.history = [json.loads(line) for line in f if line.strip()]
         except OSError:
             pass
-        from hvd.train.checkpoint import CheckpointManager
-        from hvd.train.config import CheckpointConfig
         if os.path.isdir(directory):
             trial.manager = CheckpointManager(directory, CheckpointConfig())
         search.trials[t.number] = trial
@@ -537,7 +538,8 @@ def _first_line(error: BaseException) -> str:
     """A rank's own failure when the job's end carries it ("rank 1 raised ..."), else the error's first line."""
     from hvd.executor import WorkerError
 
+    from hvd.train.trainer import _first_line as first_line
+
     if not isinstance(error, WorkerError) and isinstance(error.__cause__, WorkerError):
         error = error.__cause__
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    return first_line(error)
