@@ -45,6 +45,10 @@ void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
   HVD_INTERNAL_ASSERT(rank >= 0 && rank < options_.size, "request from rank ", rank);
   last_add_ = now;
   if (request.type == OpType::kJoin) {
+    if (joined_.empty()) {
+      join_since_ = now;
+      join_warned_ = false;
+    }
     joined_.insert(rank);
     last_joined_ = rank;
     // Names waiting only for this rank are ready now.
@@ -505,6 +509,15 @@ ResponseList Coordinator::next() {
       s.error = *shutdown_reason_;
       list.responses.push_back(std::move(s));
     }
+    if (join_stalled_) {  // no name: every rank fails its pending join, if it has one
+      Response s;
+      s.kind = Response::Kind::kError;
+      s.error_class = Response::ErrorClass::kStalled;
+      s.type = OpType::kJoin;
+      s.error = *shutdown_reason_;
+      list.responses.push_back(std::move(s));
+      join_stalled_ = false;
+    }
   }
   return list;
 }
@@ -557,6 +570,26 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
       first_shut = line;
     }
   }
+  // A join that some ranks never reach stalls like a name: the joined ranks wait in it.
+  if (!joined_.empty() && static_cast<int>(joined_.size()) < options_.size &&
+      now - join_since_ >= options_.stall_warning_time) {
+    std::vector<int> present(joined_.begin(), joined_.end()), missing;
+    for (int r = 0; r < options_.size; ++r) {
+      if (!joined_.count(r)) missing.push_back(r);
+    }
+    const auto age = now - join_since_;
+    const std::string line =
+        detail::concat("join submitted by ranks ", formatRanks(present), " ",
+                       std::chrono::duration_cast<std::chrono::seconds>(age).count(), " s ago, missing on ranks ",
+                       formatRanks(missing));
+    if (!join_warned_) {
+      report += (report.empty() ? "" : "; ") + line;
+      join_warned_ = true;
+    }
+    if (options_.stall_shutdown_time.count() > 0 && age >= options_.stall_shutdown_time && first_shut.empty()) {
+      first_shut = line;
+    }
+  }
   if (!first_shut.empty()) {
     // Horovod's stall shutdown ends the job; every stalled operation reports why.
     shutdown_reason_ = detail::concat("stall shutdown (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=",
@@ -564,6 +597,7 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
     for (const auto& [key, p] : pending_) {
       if (p.warned && !p.queued) stalled_names_.push_back(key);
     }
+    if (join_warned_) join_stalled_ = true;
   }
   if (report.empty()) return report;
   return "One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks "

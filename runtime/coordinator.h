@@ -120,6 +120,9 @@ class Coordinator {
   Clock::time_point last_add_;
   std::set<int> joined_;
   int last_joined_ = -1;
+  Clock::time_point join_since_;    // when the first rank of the pending join joined
+  bool join_warned_ = false;        // the stall inspector has logged the pending join
+  bool join_stalled_ = false;       // the stall shutdown fails the pending join
   std::optional<std::string> shutdown_reason_;
   std::vector<Key> stalled_names_;  // to fail with the stall shutdown
   std::vector<std::vector<Key>> waiting_;            // by rank: what its user threads are blocked on

@@ -1080,6 +1080,15 @@ void Runtime::Impl::execute(const Response& s) {
       error = std::make_exception_ptr(MismatchError(s.error));
     }
     for (const auto& name : s.names) complete(s.process_set, name, error);
+    if (s.type == OpType::kJoin && s.names.empty()) {  // the stalled join: each rank's has its own name
+      for (auto& [key, entry] : table_) {
+        if (entry.request.type == OpType::kJoin) {
+          const Key pending = key;
+          complete(pending.first, pending.second, error);
+          break;
+        }
+      }
+    }
     return;
   }
   if (s.type == OpType::kProcessSet) return executeProcessSet(s);

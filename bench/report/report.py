@@ -864,7 +864,42 @@ def elastic_md(data):
             keys = {x: f"elastic.{fig}.{x}" for x in subs}
             rows.append([label] + [subject_cell(data, keys[x], x, owners[x], failed_key=f"elastic.{scenario}.{x}")
                                    for x in subs] + [ratio_str(get(data, keys["hvd"]), get(data, keys["horovod"]), False)])
-    return L + [table(["measure"] + [name(x) for x in subs] + ["ours ÷ Horovod"], rows), ""]
+    return L + [table(["measure"] + [name(x) for x in subs] + ["ours ÷ Horovod"], rows), ""] + chaos_md(data)
+
+
+CHAOS_KINDS = {
+    "kill": "a worker SIGKILLed",
+    "stop": "a worker SIGSTOPped for 5 s, then SIGCONT",
+    "cut": "a host cut from the network for 3 s",
+    "proxy": "a host's hvd-proxy SIGKILLed",
+    "flood": "64 garbage, half-sent and silent connections at the rendezvous port",
+}
+
+
+def chaos_md(data):
+    """The chaos soak's table (bench/compare --chaos-faults N, run once in the elastic section)."""
+    raw = (data.get("raw") or {}).get("elastic.chaos")
+    if not raw:
+        return []
+    report = raw[0]
+    failed = [k for k, v in report["checks"].items() if not v]
+    L = ["### Chaos soak", "",
+         f"`tests/chaos/chaos_soak.py` (seed {report['seed']}, {report['steps']} steps): an elastic PyTorch job, "
+         "np=4 over three ssh hosts in network namespaces (2, 1 and 1 slots), through faults injected one at a time "
+         "at random steps, each once the job is back at 4 ranks. Recovery: from the fault to the first step completed "
+         "beyond the last one before it; full size: to the first step at 4 ranks again; steps lost: steps trained "
+         "again after the rollback to the last commit (commits every 4 steps). Seconds; median and max over the "
+         "faults of each kind.", "",
+         "Checks: " + ("all held (" if not failed else "FAILED: " + ", ".join(failed) + " (of ")
+         + "; ".join(report["checks"]) + ").", ""]
+    rows = []
+    for kind, k in report["kinds"].items():
+        rows.append([CHAOS_KINDS.get(kind, kind), str(k["count"]),
+                     f"{k['recovery_median']:.2f} / {k['recovery_max']:.2f}",
+                     f"{k['full_median']:.2f} / {k['full_max']:.2f}",
+                     f"{k['steps_lost_median']:g} / {k['steps_lost_max']:g}"])
+    return L + [table(["fault", "count", "recovery s (median / max)", "full size s (median / max)",
+                       "steps lost (median / max)"], rows), ""]
 
 
 def speedup_target(data, tid, text, ours_key, peer_key, limit, unit, absent):

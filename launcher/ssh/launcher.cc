@@ -437,7 +437,9 @@ std::shared_ptr<ProxyHost> SshLauncher::proxySync(const Target& target) {
 
 std::shared_ptr<ProxyHost> SshLauncher::proxyOnJobLoop(const Target& target) {
   auto& host = proxies_[target.describe()];
-  if (host) return host;  // a failed one stays failed: its ranks are reported lost with its error
+  // A proxy that failed (killed, its connection lost, the watchdog gave up) has already reported its ranks
+  // lost; a rank started on the host later (an elastic job taking the host back) gets a new one.
+  if (host && host->state() != ProxyHost::State::kFailed) return host;
   host = makeProxyHost(target, proxy_.path);
   withSession(target, [weak = std::weak_ptr<ProxyHost>(host), path = proxy_.path](
                           const std::shared_ptr<Session>& session, const std::string& error) {

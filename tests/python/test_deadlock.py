@@ -95,3 +95,88 @@ print("OK")
     assert_ok(job, 2)
     assert time.monotonic() - started >= 5
     assert "deadlock" not in job.stdout + job.stderr, job
+
+
+
+SHUTDOWN = dict(STALL, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="3")
+
+ENDED = PRELUDE + """
+from hvd.common.exceptions import HorovodInternalError
+
+def ended(fn, *args, **kwargs):
+    # fn must fail (the job was shut down); prints the error's class, the seconds since start and its text.
+    try:
+        fn(*args, **kwargs)
+    except HorovodInternalError as e:
+        print("ENDED", type(e).__name__, round(time.monotonic() - T0, 1), str(e), flush=True)
+        return
+    raise AssertionError(f"{fn.__name__} returned")
+
+T0 = time.monotonic()
+"""
+
+
+def ended_line(job, rank):
+    lines = [line for line in job.rank_output(rank) if line.startswith("ENDED ")]
+    assert len(lines) == 1, job
+    return lines[0]
+
+
+def test_a_peer_that_never_submits_ends_every_rank_after_the_stall_shutdown(hvdrun):
+    # Rank 1 computes and never submits: not a deadlock (it is not blocked), so the stall shutdown the user set
+    # ends the job. Rank 0's allreduce fails naming the tensor, the operation and the missing rank; rank 1's
+    # next operation fails at once, saying why.
+    job = hvdrun(2, ENDED + """
+if r == 0:
+    ended(hvd.allreduce, np.ones(2), name="lonely")
+else:
+    time.sleep(8)   # the check (2 s) and the shutdown (3 s) happen meanwhile
+    ended(hvd.allreduce, np.ones(2), name="late")
+print("OK")
+""", env=SHUTDOWN, timeout=60)
+    assert_ok(job, 2)
+    line = ended_line(job, 0)
+    assert line.startswith("ENDED StalledError"), line
+    assert "'allreduce.lonely' (allreduce) submitted by ranks [0]" in line and "missing on ranks [1]" in line, line
+    assert float(line.split()[2]) < 8, line  # within the stall settings (2 s + 3 s), with room for a loaded machine
+    line = ended_line(job, 1)
+    assert "'allreduce.lonely'" in line, line
+
+
+def test_a_join_that_never_comes_ends_every_rank_after_the_stall_shutdown(hvdrun):
+    # Rank 0 has run out of data and joins; rank 1 never joins (and never submits anything).
+    job = hvdrun(2, ENDED + """
+import hvd.torch as ht  # join is hvd.torch's (Horovod's API has it there)
+if r == 0:
+    ended(ht.join)
+else:
+    time.sleep(8)
+    ended(ht.join)
+print("OK")
+""", env=SHUTDOWN, timeout=60)
+    assert_ok(job, 2)
+    line = ended_line(job, 0)
+    assert line.startswith("ENDED StalledError"), line
+    assert "join" in line and "missing on ranks [1]" in line, line
+    assert float(line.split()[2]) < 8, line
+
+
+def test_a_mismatch_found_when_the_last_rank_submits_late_fails_every_rank(hvdrun):
+    # Rank 1 submits 3 s after rank 0, with another shape: both fail with the mismatch, naming the tensor and
+    # the ranks on each side, and the job goes on.
+    job = hvdrun(2, PRELUDE + """
+from hvd.common.exceptions import MismatchError
+if r == 1:
+    time.sleep(3)
+try:
+    hvd.allreduce(np.ones(2 + r), name="late")
+    raise AssertionError("the mismatch was not found")
+except MismatchError as e:
+    print("MISMATCH", str(e), flush=True)
+assert float(hvd.allreduce(np.ones(1), op=hvd.Sum)[0]) == 2.0
+print("OK")
+""", env=STALL, timeout=60)
+    assert_ok(job, 2)
+    for rank in (0, 1):
+        line = [x for x in job.rank_output(rank) if x.startswith("MISMATCH ")]
+        assert len(line) == 1 and "'allreduce.late'" in line[0] and "ranks [0]" in line[0] and "ranks [1]" in line[0], job
