@@ -200,6 +200,9 @@ class Driver : public WorkerEvents {
       workerFailed(id, w, status);
     }
     if ((stopping_ || finishing_) && !anyRunning()) finish();
+    // An ended worker's launcher object (its channel, pipes, buffers) is not needed any more: a job that
+    // replaces workers for days must not keep one per replacement. Destroyed after this callback returns.
+    asio::post(ioc_, [keep = std::shared_ptr<Worker>(std::move(w.worker))] {});
   }
 
  private:
@@ -320,7 +323,7 @@ class Driver : public WorkerEvents {
     } else {
       h.blacklisted_until = Clock::time_point::max();
     }
-    lost_.push_back(detail::concat("host ", h.spec.name, " blacklisted: ", reason));
+    recordLoss(detail::concat("host ", h.spec.name, " blacklisted: ", reason));
     message(Stream::kStderr, detail::concat("hvdrun: blacklisting host ", h.spec.name, " ", period, ": ", reason, "\n"));
     // Its other workers go too.
     for (auto& [id, w] : workers_) {
@@ -575,8 +578,18 @@ class Driver : public WorkerEvents {
   std::string lostSummary() const {
     if (lost_.empty()) return "";
     std::string out = " (lost: ";
+    if (lost_earlier_) out += detail::concat(lost_earlier_, " earlier losses; ");
     for (size_t i = 0; i < lost_.size(); ++i) out += (i ? "; " : "") + lost_[i];
     return out + ")";
+  }
+
+  // Records a loss for failure messages: the latest kLostKept in full, a count of the earlier ones.
+  void recordLoss(std::string what) {
+    lost_.push_back(std::move(what));
+    if (lost_.size() > kLostKept) {
+      lost_.pop_front();
+      ++lost_earlier_;
+    }
   }
 
   void belowMinimum(size_t usable) {
@@ -778,7 +791,7 @@ class Driver : public WorkerEvents {
     HostState& h = *findHost(w.host);
     const std::string who = w.standby ? detail::concat("the standby process of slot ", w.slot, " (worker ", id, ")")
                                       : detail::concat("rank ", w.rank, " (slot ", w.slot, ", worker ", id, ") on ", w.host);
-    lost_.push_back(detail::concat(who, ": ", status.describe()));
+    recordLoss(detail::concat(who, ": ", status.describe()));
     const auto now = Clock::now();
     h.failures.push_back(now);
     while (!h.failures.empty() && now - h.failures.front() > kFailureWindow) h.failures.pop_front();
@@ -927,7 +940,9 @@ class Driver : public WorkerEvents {
   bool reform_requested_ = false;          // a member asked for a round after the current one
   bool growth_stopped_ = false;            // --reset-limit reached: no more processes are taken in
   std::map<std::string, int> live_;   // slot -> its live worker
-  std::vector<std::string> lost_;     // what the job lost, for failure messages
+  std::deque<std::string> lost_;     // what the job lost, for failure messages
+  size_t lost_earlier_ = 0;         // losses no longer in lost_
+  static constexpr size_t kLostKept = 16;
   std::optional<Clock::time_point> below_since_;
   std::string discovery_problem_;
   bool discovery_timed_out_ = false;

@@ -171,7 +171,7 @@ void OutputForwarder::close(int rank, Stream stream) {
   if (s.pending.empty()) return;
   std::string out;
   emit(rank, stream, s.pending, true, out);
-  s.pending.clear();
+  std::string().swap(s.pending);  // the stream has ended: give its buffer back
   flush(stream, s, out);
 }
 

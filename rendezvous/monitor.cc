@@ -211,6 +211,11 @@ void Monitor::workerExited(int id, std::optional<int> exit_code, std::optional<i
   w.exit_detail = std::move(detail);
   w.ended = Clock::now();
   if (peak_rss_bytes) w.peak_rss_bytes = peak_rss_bytes;
+  ended_tails_.push_back(id);
+  if (ended_tails_.size() > kEndedTails) {
+    if (auto it = workers_.find(ended_tails_.front()); it != workers_.end()) std::deque<std::string>().swap(it->second->tail);
+    ended_tails_.pop_front();
+  }
 }
 
 void Monitor::roundBegan(uint64_t round) {
