@@ -32,8 +32,9 @@ def deadlocked(fn, *args, **kwargs):
 STALL = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "2"}
 
 
-def stalled_line(job, rank):
-    lines = [line for line in job.rank_output(rank) if line.startswith("STALLED ")]
+def marked_line(job, rank, mark="STALLED"):
+    """The one line of rank's output that starts with mark."""
+    lines = [line for line in job.rank_output(rank) if line.startswith(mark + " ")]
     assert len(lines) == 1, job
     return lines[0]
 
@@ -48,7 +49,7 @@ print("OK")
 """, env=STALL, timeout=60)
     assert_ok(job, 2)
     for rank in (0, 1):
-        line = stalled_line(job, rank)
+        line = marked_line(job, rank)
         assert "deadlock: every rank is blocked waiting for an operation that other blocked ranks never submitted" in line
         assert "rank 0 waits for barrier 'barrier.noname.0', submitted by ranks [0], never by ranks [1]" in line, line
         assert "rank 1 waits for allgather 'allgather.x', submitted by ranks [1], never by ranks [0]" in line, line
@@ -62,7 +63,7 @@ deadlocked(hvd.allreduce, np.ones(3), name=first)
 print("OK")
 """, env=STALL, timeout=60)
     assert_ok(job, 3)
-    line = stalled_line(job, 2)
+    line = marked_line(job, 2)
     assert "rank 0 waits for allreduce 'allreduce.a', submitted by ranks [0, 1], never by ranks [2]" in line, line
     assert "rank 2 waits for allreduce 'allreduce.b', submitted by ranks [2], never by ranks [0, 1]" in line, line
 
@@ -77,7 +78,7 @@ else:
 print("OK")
 """, env=dict(STALL, HOROVOD_DYNAMIC_PROCESS_SETS="1"), timeout=60)
     assert_ok(job, 3)
-    line = stalled_line(job, 0)
+    line = marked_line(job, 0)
     assert "rank 0 waits for allreduce 'allreduce.pair' (process set 1), submitted by ranks [0], never by ranks [1]" \
         in line, line
     assert "rank 1 waits for broadcast 'broadcast.all', submitted by ranks [1, 2], never by ranks [0]" in line, line
@@ -116,12 +117,6 @@ T0 = time.monotonic()
 """
 
 
-def ended_line(job, rank):
-    lines = [line for line in job.rank_output(rank) if line.startswith("ENDED ")]
-    assert len(lines) == 1, job
-    return lines[0]
-
-
 def test_a_peer_that_never_submits_ends_every_rank_after_the_stall_shutdown(hvdrun):
     # Rank 1 computes and never submits: not a deadlock (it is not blocked), so the stall shutdown the user set
     # ends the job. Rank 0's allreduce fails naming the tensor, the operation and the missing rank; rank 1's
@@ -135,11 +130,11 @@ else:
 print("OK")
 """, env=SHUTDOWN, timeout=60)
     assert_ok(job, 2)
-    line = ended_line(job, 0)
+    line = marked_line(job, 0, "ENDED")
     assert line.startswith("ENDED StalledError"), line
     assert "'allreduce.lonely' (allreduce) submitted by ranks [0]" in line and "missing on ranks [1]" in line, line
     assert float(line.split()[2]) < 8, line  # within the stall settings (2 s + 3 s), with room for a loaded machine
-    line = ended_line(job, 1)
+    line = marked_line(job, 1, "ENDED")
     assert "'allreduce.lonely'" in line, line
 
 
@@ -155,7 +150,7 @@ else:
 print("OK")
 """, env=SHUTDOWN, timeout=60)
     assert_ok(job, 2)
-    line = ended_line(job, 0)
+    line = marked_line(job, 0, "ENDED")
     assert line.startswith("ENDED StalledError"), line
     assert "join" in line and "missing on ranks [1]" in line, line
     assert float(line.split()[2]) < 8, line
