@@ -416,6 +416,7 @@ ResponseList Coordinator::next() {
       s.last_joined_rank = last_joined_;
       list.responses.push_back(std::move(s));
       joined_.clear();
+      join_warned_ = false;
       continue;
     }
     auto it = pending_.find(key);
