@@ -74,6 +74,13 @@ std::optional<bool> blocksSigpipe(const std::string& tid) {
   std::ifstream status("/proc/self/task/" + tid + "/status");
   std::string line;
   while (std::getline(status, line)) {
+    // A thread that has exited but is still listed (a zombie, or dead and not yet reaped) has given up its
+    // signal state: the kernel shows an empty SigBlk for it. Gloo's and init's short-lived threads end
+    // this way, and the scan below may meet one: it holds no mask, so it is not counted.
+    if (line.rfind("State:", 0) == 0) {
+      const size_t at = line.find_first_not_of(" \t", 6);
+      if (at != std::string::npos && (line[at] == 'Z' || line[at] == 'X')) return std::nullopt;
+    }
     if (line.rfind("SigBlk:", 0) == 0) {
       const unsigned long long mask = std::stoull(line.substr(7), nullptr, 16);
       return (mask >> (SIGPIPE - 1)) & 1u;
@@ -566,6 +573,16 @@ int main(int argc, char** argv) {
       if (!blocks) continue;
       ++threads;
       blocked += *blocks ? 1 : 0;
+      if (!*blocks) {  // which thread, for the failure message (its status again: name, state, masks)
+        std::ifstream status("/proc/self/task/" + tid + "/status");
+        std::string line, about;
+        while (std::getline(status, line)) {
+          if (line.rfind("Name:", 0) == 0 || line.rfind("State:", 0) == 0 || line.rfind("SigBlk:", 0) == 0)
+            about += " " + line;
+        }
+        std::printf("rank %d thread %s does not block SIGPIPE:%s\n", rank, tid.c_str(),
+                    about.empty() ? " (it has ended since)" : about.c_str());
+      }
     }
     ::closedir(dir);
     struct sigaction action {};
