@@ -213,7 +213,9 @@ void Monitor::workerExited(int id, std::optional<int> exit_code, std::optional<i
   if (peak_rss_bytes) w.peak_rss_bytes = peak_rss_bytes;
   ended_tails_.push_back(id);
   if (ended_tails_.size() > kEndedTails) {
-    if (auto it = workers_.find(ended_tails_.front()); it != workers_.end()) std::deque<std::string>().swap(it->second->tail);
+    if (auto it = workers_.find(ended_tails_.front()); it != workers_.end()) {
+      std::deque<std::string>().swap(it->second->tail);
+    }
     ended_tails_.pop_front();
   }
 }

@@ -2,9 +2,9 @@
 // summary is made from.
 //
 // Three sources feed it, each through its own calls:
-//   - the launcher, about processes: started (host, pid), output lines (the last kTailLines kept, of running
-//     workers and of the kEndedTails that ended last), exited (code or signal, peak RSS when the launcher could
-//     measure it);
+//   - the launcher, about processes: started (host, pid), output lines (the last kTailLines kept, of
+//     running workers and of the kEndedTails that ended last), exited (code or signal, peak RSS when the
+//     launcher could measure it);
 //   - the workers, about the runtime: a RankReport about once a second (PUT /_hvd/report/<rank> on the
 //     rendezvous port, with the job token), and a last one with state "shutdown" from hvd_shutdown();
 //   - the rendezvous server, about itself: every request it answered (method, status, seconds).
@@ -141,8 +141,8 @@ class Monitor {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr size_t kTailLines = 5;
-  // Ended workers whose output tail is kept (the latest to end); older ones keep their summary facts only, so
-  // that an elastic job replacing workers for days holds about a summary row per worker, not their output.
+  // Ended workers whose output tail is kept (the latest to end); older ones keep their summary facts only,
+  // so that an elastic job replacing workers for days holds about a summary row per worker, not its output.
   static constexpr size_t kEndedTails = 32;
   static constexpr int kHistorySeconds = 300;
   static constexpr std::chrono::milliseconds kStuckAfter{1000};

@@ -579,17 +579,15 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
       if (!joined_.count(r)) missing.push_back(r);
     }
     const auto age = now - join_since_;
-    const std::string line =
-        detail::concat("join submitted by ranks ", formatRanks(present), " ",
-                       std::chrono::duration_cast<std::chrono::seconds>(age).count(), " s ago, missing on ranks ",
-                       formatRanks(missing));
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(age).count();
+    const std::string line = detail::concat("join submitted by ranks ", formatRanks(present), " ", seconds,
+                                            " s ago, missing on ranks ", formatRanks(missing));
     if (!join_warned_) {
       report += (report.empty() ? "" : "; ") + line;
       join_warned_ = true;
     }
-    if (options_.stall_shutdown_time.count() > 0 && age >= options_.stall_shutdown_time && first_shut.empty()) {
-      first_shut = line;
-    }
+    const bool shut = options_.stall_shutdown_time.count() > 0 && age >= options_.stall_shutdown_time;
+    if (shut && first_shut.empty()) first_shut = line;
   }
   if (!first_shut.empty()) {
     // Horovod's stall shutdown ends the job; every stalled operation reports why.

@@ -271,8 +271,9 @@ def run_job(lab, args, workdir, log):
     argv = [args.hvdrun, "-np", str(SIZE), "--min-np", "2", "--max-np", str(SIZE), "-H", hosts,
             "--ssh-identity-file", lab.key, "--blacklist-cooldown-range", "1", "2",
             "-x", f"PYTHONPATH={args.pythonpath}",
-            PYTHON, TRAIN, "--steps", "1000000", "--stop-file", stop, "--commit-every", str(COMMIT_EVERY), "--size", str(SIZE),
-            "--step-seconds", str(args.step_seconds), "--gate", gate, "--out", os.path.join(workdir, "faulty.bin")]
+            PYTHON, TRAIN, "--steps", "1000000", "--stop-file", stop, "--commit-every", str(COMMIT_EVERY),
+            "--size", str(SIZE), "--step-seconds", str(args.step_seconds), "--gate", gate,
+            "--out", os.path.join(workdir, "faulty.bin")]
     shm_before = set(os.listdir("/dev/shm"))
     proc = subprocess.Popen(argv, env=lab.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=workdir, start_new_session=True)
@@ -339,8 +340,8 @@ def run_job(lab, args, workdir, log):
         open(os.path.join(gate, "go"), "w").close()
         rc = proc.wait(timeout=60)
         w.thread.join(10)
-        report.update(rc=rc, final=w.final, steps=w.final[0] if w.final else None, gate=gated, fds=(fds_start, fds_end), rss=(rss_start, rss_end),
-                      digests=digests, uncut=uncut)
+        report.update(rc=rc, final=w.final, steps=w.final[0] if w.final else None, gate=gated,
+                      fds=(fds_start, fds_end), rss=(rss_start, rss_end), digests=digests, uncut=uncut)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

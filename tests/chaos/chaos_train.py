@@ -14,9 +14,9 @@ whatever n is, and a step redone after a rollback computes what it computed the 
 sum in an order that depends on n.
 
 The state (model, optimizer, step) is committed every --commit-every steps. With --stop-file the job stops at
-the first commit after that file appears (rank 0 looks and tells the others), or after --steps. After the last step the job waits,
-committing every 0.2 s (a commit takes in processes that wait on standby), until it has --size ranks again,
-up to --full-timeout seconds, so that it ends with the membership it started with.
+the first commit after that file appears (rank 0 looks and tells the others), or after --steps. After the last
+step the job waits, committing every 0.2 s (a commit takes in processes that wait on standby), until it has
+--size ranks again, up to --full-timeout seconds, so that it ends with the membership it started with.
 
 Output (rank 0, flushed at once; t is time.time()):
   rendezvous ADDR PORT                          once, at the start (the hvdrun rendezvous server)

@@ -1,23 +1,13 @@
-"""Helpers that make every rank start from the same state: parameters, optimizer state, Python objects."""
+"""Helpers that make every rank start from the same state: parameters, optimizer state, Python objects
+(broadcast_object and allgather_object live in hvd.torch.objects and are exported here too, as Horovod does)."""
 
 import collections
-import io
 
 import torch
 
-from hvd.torch.mpi_ops import (
-    allgather_async,
-    broadcast_async,
-    broadcast_async_,
-    global_process_set,
-    rank,
-    synchronize,
-)
-
-try:
-    import cloudpickle as _pickler
-except ImportError:  # Debian's python3-cloudpickle is optional; plain pickle cannot serialize lambdas
-    import pickle as _pickler
+from hvd.torch.mpi_ops import broadcast_async, broadcast_async_, synchronize
+from hvd.torch.objects import allgather_object, broadcast_object  # noqa: F401
+from hvd.torch.optimizer import _DistributedOptimizer
 
 
 def broadcast_parameters(params, root_rank):
@@ -67,8 +57,6 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     optimizer on zero gradients (sparse for SparseAdam, and for SGD on the sparse embeddings of `model`).
     Note that this step applies weight decay to the parameters. An optimizer that still has no state
     (plain SGD) has nothing to broadcast. torch.optim.LBFGS raises ValueError."""
-    from hvd.torch.optimizer import _DistributedOptimizer
-
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state: its nested state has no tensor form")
     state_dict = optimizer.state_dict()
@@ -134,48 +122,3 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     scalars = broadcast_object(scalars, root_rank, name="broadcast_optimizer_state.scalars")
     for key, value in scalars.items():
         setters[key](value)
-
-
-def _dumps(obj):
-    buffer = io.BytesIO()
-    _pickler.dump(obj, buffer)
-    return buffer.getvalue()
-
-
-def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """root_rank's `obj` (any picklable object, serialized with cloudpickle) on every rank of the set.
-
-    root_rank is a global rank. The root returns `obj` itself, the others an unpickled copy. Two
-    broadcasts are made: the length as int32 (`<name>.sz`) and the bytes as uint8 (`<name>.t`). name
-    defaults to "broadcast_object" on every rank, so ranks may pass objects of different types (such as
-    None where they are not the root)."""
-    if name is None:
-        name = "broadcast_object"
-    if rank() == root_rank:
-        payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
-        length = torch.tensor([payload.numel()], dtype=torch.int32)
-        synchronize(broadcast_async_(length, root_rank, f"{name}.sz", process_set))
-        synchronize(broadcast_async_(payload, root_rank, f"{name}.t", process_set))
-        return obj
-    length = torch.zeros(1, dtype=torch.int32)
-    synchronize(broadcast_async_(length, root_rank, f"{name}.sz", process_set))
-    payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    synchronize(broadcast_async_(payload, root_rank, f"{name}.t", process_set))
-    return _pickler.loads(payload.numpy().tobytes())
-
-
-def allgather_object(obj, name=None):
-    """A list of every rank's `obj` (any picklable object), indexed by rank. Two allgathers over the global
-    set: the lengths (`<name>.sz`) and the bytes (`<name>.t`). name defaults to "allgather_object" on
-    every rank, so the objects' types may differ between ranks."""
-    if name is None:
-        name = "allgather_object"
-    payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
-    length = torch.tensor([payload.numel()], dtype=torch.int32)
-    lengths = synchronize(allgather_async(length, name=f"{name}.sz")).tolist()
-    gathered = synchronize(allgather_async(payload, name=f"{name}.t")).numpy().tobytes()
-    objects, offset = [], 0
-    for n in lengths:
-        objects.append(_pickler.loads(gathered[offset:offset + n]))
-        offset += n
-    return objects

@@ -18,6 +18,7 @@ import torch
 
 from hvd.common.process_sets import ProcessSet
 from hvd.torch.compression import Compression
+from hvd.torch.objects import broadcast_object
 from hvd.torch.mpi_ops import (
     Adasum,
     Average,
@@ -109,8 +110,6 @@ class _DistributedOptimizer:
     def _form_groups(self, trainable):
         """Fixes the groups of parameters reduced together, in the parameter order of the set's first rank
         (a collective over the process set, so every rank forms the same groups)."""
-        from hvd.torch.functions import broadcast_object
-
         names = [self._parameter_names.get(p) for p in trainable]
         root = self.process_set.ranks[0] if self.process_set.ranks else 0
         root_names = broadcast_object(names, root_rank=root, name="DistributedOptimizer.parameter_order",
