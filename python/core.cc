@@ -117,6 +117,7 @@ struct Op {
   std::optional<std::vector<int64_t>> splits;
   int process_set;
   std::optional<std::vector<int64_t>> shape;
+  int device;
 };
 
 PyObject* makeException(py::module_& m, const char* name, PyObject* base, const char* doc) {
@@ -244,14 +245,15 @@ PYBIND11_MODULE(_core, m) {
   });
 
   // Operations. enqueue(op, name, input, output, rows, row_elements, dtype, reduce_op, prescale,
-  // postscale, root, splits, process_set[, shape]) -> handle; positional, because it is on every step's path.
-  // shape: the tensor's dims, compared across ranks (Horovod's mismatched-shape errors).
+  // postscale, root, splits, process_set[, shape[, device]]) -> handle; positional, because it is on every
+  // step's path. shape: the tensor's dims, compared across ranks (Horovod's mismatched-shape errors).
+  // device: -1 for a CPU tensor, else the CUDA ordinal of the tensor whose host copy input/output point to.
   m.def(
       "enqueue",
       [](int op, const std::optional<std::string>& name, uintptr_t input, uintptr_t output, size_t rows,
          size_t row_elements, int dtype, int reduce_op, double prescale, double postscale, int root,
          const std::optional<std::vector<int64_t>>& splits, int process_set,
-         const std::optional<std::vector<int64_t>>& shape) {
+         const std::optional<std::vector<int64_t>>& shape, int device) {
         hvd_request r = makeRequest(op, name ? name->c_str() : nullptr, input, output, rows, row_elements, dtype,
                                     reduce_op, prescale, postscale, root, process_set);
         if (splits) r.splits = splits->data();
@@ -259,11 +261,13 @@ PYBIND11_MODULE(_core, m) {
           r.shape = shape->data();
           r.ndim = static_cast<int>(shape->size());
         }
+        r.device = device;
         return checked(hvd_enqueue(&r));
       },
       py::arg("op"), py::arg("name"), py::arg("input"), py::arg("output"), py::arg("rows"), py::arg("row_elements"),
       py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-      py::arg("splits"), py::arg("process_set"), py::arg("shape") = py::none());
+      py::arg("splits"), py::arg("process_set"), py::arg("shape") = py::none(),
+      py::arg("device") = HVD_CPU_DEVICE);
   // The allreduce every training step issues, with nothing but what it needs (a third of enqueue()'s
   // argument conversions): enqueue_allreduce(name or None, input, output, count, dtype, reduce_op,
   // prescale, postscale, process_set) -> handle.
@@ -274,18 +278,22 @@ PYBIND11_MODULE(_core, m) {
     return checked(hvd_enqueue(&r));
   });
   // enqueue_group([(op, name, input, output, rows, row_elements, dtype, reduce_op, prescale, postscale, root,
-  // splits, process_set), ...]) -> [handle, ...]: negotiated as one unit; all queued or none.
+  // splits, process_set[, shape[, device]]), ...]) -> [handle, ...]: negotiated as one unit; all queued or
+  // none.
   m.def("enqueue_group", [](const std::vector<py::tuple>& tuples) {
     std::vector<Op> group;
     group.reserve(tuples.size());
     for (const auto& t : tuples) {
-      if (t.size() != 13 && t.size() != 14)
-        throw py::value_error("enqueue_group: each operation is a 13-tuple, or a 14-tuple with its shape");
+      if (t.size() < 13 || t.size() > 15)
+        throw py::value_error("enqueue_group: each operation is a 13-tuple, a 14-tuple with its shape, or a "
+                              "15-tuple with its shape and device; got a " +
+                              std::to_string(t.size()) + "-tuple");
       group.push_back({t[0].cast<int>(), t[1].cast<std::optional<std::string>>(), t[2].cast<uintptr_t>(),
                        t[3].cast<uintptr_t>(), t[4].cast<size_t>(), t[5].cast<size_t>(), t[6].cast<int>(),
                        t[7].cast<int>(), t[8].cast<double>(), t[9].cast<double>(), t[10].cast<int>(),
                        t[11].cast<std::optional<std::vector<int64_t>>>(), t[12].cast<int>(),
-                       t.size() == 14 ? t[13].cast<std::optional<std::vector<int64_t>>>() : std::nullopt});
+                       t.size() >= 14 ? t[13].cast<std::optional<std::vector<int64_t>>>() : std::nullopt,
+                       t.size() == 15 ? t[14].cast<int>() : HVD_CPU_DEVICE});
     }
     std::vector<hvd_request> requests;
     requests.reserve(group.size());
@@ -297,6 +305,7 @@ PYBIND11_MODULE(_core, m) {
         requests.back().shape = o.shape->data();
         requests.back().ndim = static_cast<int>(o.shape->size());
       }
+      requests.back().device = o.device;
     }
     std::vector<int> handles(group.size());
     checked(hvd_enqueue_group(requests.data(), static_cast<int>(requests.size()), handles.data()));

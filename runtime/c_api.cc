@@ -121,6 +121,9 @@ Request toRequest(const hvd_request& c, int set_size) {
   r.postscale = c.postscale;
   r.root = c.root_rank;
   r.process_set = c.process_set;
+  HVD_CHECK(c.device >= HVD_CPU_DEVICE, hvd::UsageError, hvd::runtime::name(r.type), " '", r.name,
+            "': device ", c.device, " is neither HVD_CPU_DEVICE (-1) nor a CUDA device ordinal");
+  r.device = c.device;
   if (r.type == OpType::kBroadcast) r.input = r.output;
   if (r.type == OpType::kAllreduce || r.type == OpType::kBroadcast) {
     HVD_CHECK(c.row_elements == 1 || c.rows == 0, hvd::UsageError, hvd::runtime::name(r.type), " '", r.name,

@@ -220,7 +220,7 @@ std::optional<std::string> Coordinator::validate(const Key& key, const Pending& 
   for (const auto& q : v) {
     if (q && !(variable_rows ? q->type == first->type && q->dtype == first->dtype &&
                                    q->row_elements == first->row_elements && q->has_shape == first->has_shape &&
-                                   sameTail(q->shape, first->shape)
+                                   q->onGpu() == first->onGpu() && sameTail(q->shape, first->shape)
                              : sameDescriptor(*q, *first))) {
       uniform = false;
       break;
@@ -237,6 +237,11 @@ std::optional<std::string> Coordinator::validate(const Key& key, const Pending& 
   const char* op = runtime::name(first->type);
   if (auto d = differing(v, [](const Request& q) { return std::string(gloo_backend::name(q.dtype)); })) {
     return mismatch(detail::concat(op, " data types").c_str(), *d);
+  }
+  // A GPU tensor's data reaches libhvd through host staging, so mixing would run; Horovod refuses it, and
+  // so do we, since it is almost always a rank that forgot to move its model.
+  if (auto d = differing(v, [](const Request& q) { return std::string(q.onGpu() ? "GPU" : "CPU"); })) {
+    return mismatch(detail::concat(op, " CPU/GPU device selection").c_str(), *d);
   }
   switch (first->type) {
     case OpType::kAllreduce:

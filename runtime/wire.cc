@@ -90,7 +90,8 @@ bool sameDescriptor(const Request& a, const Request& b) {
   return a.type == b.type && a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
          a.postscale == b.postscale && a.root == b.root && a.rows == b.rows && a.row_elements == b.row_elements &&
          a.splits == b.splits && a.process_set == b.process_set && a.group == b.group &&
-         a.group_size == b.group_size && a.members == b.members && a.has_shape == b.has_shape && a.shape == b.shape;
+         a.group_size == b.group_size && a.members == b.members && a.has_shape == b.has_shape &&
+         a.shape == b.shape && a.onGpu() == b.onGpu();
 }
 
 std::vector<char> encode(const Hello& m) {
@@ -131,6 +132,7 @@ std::vector<char> encode(const RequestBatch& m) {
     w.put(q.members);
     w.put(static_cast<uint8_t>(q.has_shape));
     w.put(q.shape);
+    w.put(q.device);
   }
   w.put(m.cached);
   w.put(static_cast<uint8_t>(m.has_waiting));
@@ -164,6 +166,7 @@ RequestBatch decodeRequestBatch(const std::vector<char>& payload) {
     q.members = r.getVector<int32_t>();
     q.has_shape = r.get<uint8_t>() != 0;
     q.shape = r.getVector<int64_t>();
+    q.device = r.get<int32_t>();
   }
   m.cached = r.getVector<uint32_t>();
   m.has_waiting = r.get<uint8_t>() != 0;

@@ -17,7 +17,7 @@ namespace hvd::runtime {
 enum class MessageKind : uint8_t { kHello = 1, kRequests = 2, kResponses = 3 };
 
 struct Hello {
-  static constexpr uint64_t kMagic = 0x68766431'00000005ull;  // "hvd1", protocol 5 (RequestBatch::waiting)
+  static constexpr uint64_t kMagic = 0x68766431'00000006ull;  // "hvd1", protocol 6 (Request::device)
   uint64_t magic = kMagic;
   uint64_t nonce = 0;  // the coordinator's per-job secret, read from the store
   int32_t rank = -1;

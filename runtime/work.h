@@ -77,6 +77,10 @@ struct Request {
   // The tensor's shape when the caller gave it (has_shape); the ranks' shapes are compared as Horovod does.
   bool has_shape = false;
   std::vector<int64_t> shape;
+  // Where the caller's tensor lives: -1 the CPU, else a CUDA device ordinal (the data itself is host
+  // memory either way). Ranks must agree on CPU against GPU, as in Horovod; ordinals may differ.
+  int32_t device = -1;
+  bool onGpu() const { return device >= 0; }
 
   const void* input = nullptr;
   void* output = nullptr;  // allreduce/broadcast: caller's buffer; others: the Work's result

@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# GPU pinning and hvd.torch's CUDA-tensor refusal, checked on a machine with a CUDA GPU.
+# GPU pinning and hvd.torch's CUDA tensors, checked on a machine with a CUDA GPU.
 #
 #   bench/gpu/check_pinning.sh [DIR] [OUTDIR]
 #
-# DIR (default .gpucheck) holds what was built elsewhere: bin/hvdrun, lib/libhvd.so* and the non-glibc
-# libraries hvdrun and libhvd need (lib/extra/ is added to LD_LIBRARY_PATH only when ldd reports a library
-# missing), include/hvd/config.h (the generated header). Run from the repository root; it needs cc, c++,
-# python3 with torch and pybind11 (it builds hvd._core for that python3 with python/core.cc). Logs and a
-# table go to OUTDIR (default $OUT, else /tmp/hvd-gpucheck). Cases, each under hvdrun:
+# DIR (default .gpucheck) is the bundle bench/gpu/make_bundle.sh made from a build elsewhere; bench/gpu/setup.sh
+# sets it up here. Run from the repository root; it needs cc, c++, python3 with torch and pybind11 (it builds
+# hvd._core for that python3 with python/core.cc). Logs and a table go to OUTDIR (default $OUT, else /tmp/hvd-gpucheck). Cases, each under hvdrun:
 #   C worker (hvd_init, hvd_device, the driver's current context, cudaGetDevice of the libcudart libhvd
 #   loaded, one allreduce): -np 1, -np 2, -np 2 with HVD_DISABLE_GPU_PINNING=1, CUDA_VISIBLE_DEVICES=0,
 #   "" and 99;
-#   Python worker (import torch, hvd.torch; hvd_device(); CUDA tensors refused with ValueError naming the
-#   device and .cpu(); torch.cuda.set_device(local_rank % device count); CPU allreduce/allgather/broadcast):
+#   Python worker (import torch, hvd.torch; hvd_device(); every collective on a CUDA tensor, its result on
+#   the tensor's device; torch.cuda.set_device(local_rank % device count); CPU allreduce/allgather/broadcast):
 #   -np 2, -np 1, -np 2 with HVD_DISABLE_GPU_PINNING=1;
 #   both again with each libcudart folder on LD_LIBRARY_PATH, and (as root, with unshare) the Python case with
 #   every libcudart outside site-packages hidden, as on a machine with PyTorch's pip wheels and no toolkit.
@@ -26,13 +24,10 @@ mkdir -p "$OUTDIR"
 LOG=$OUTDIR/check.log
 TABLE=$OUTDIR/table.txt
 : >"$LOG"
-WORK=$(mktemp -d)
+WORK=${HVD_GPU_WORK:-$(mktemp -d)}  # run_all.sh shares its set-up
 REPO=$(pwd)
 
-export LD_LIBRARY_PATH=$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if ldd "$DIR/bin/hvdrun" "$DIR/lib/libhvd.so" | grep -q "not found"; then
-  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$DIR/lib/extra
-fi
+. "$REPO/bench/gpu/setup.sh"  # LD_LIBRARY_PATH, hvd._core for this python3, PYTHONPATH
 {
   echo "== environment"
   uname -srm; ldd --version | head -1; python3 --version
@@ -129,7 +124,7 @@ hvd.init()
 rank, size, lrank = hvd.rank(), hvd.size(), hvd.local_rank()
 expect = int(os.environ.get("EXPECT_DEVICE", "0"))
 fails = []
-dev, ctx_state, before, after, refused, cpu_ok, literal = "?", "?", "?", "?", 0, "?", "?"
+dev, ctx_state, before, after, accepted, cpu_ok, literal = "?", "?", "?", "?", 0, "?", "?"
 calls = {}
 try:
     dev = basics.device()
@@ -157,19 +152,18 @@ try:
         "alltoall": lambda: hvd.alltoall(x, name="g.alltoall"),
         "reducescatter": lambda: hvd.reducescatter(x, name="g.reducescatter"),
     }
-    refused = 0
+    # Every collective takes the CUDA tensor (staged through host memory) and gives its result on its device.
     for name, call in calls.items():
         try:
-            call()
-            fails.append(f"{name}: no error")
-        except ValueError as e:
-            msg = str(e)
-            if rank == 0:
-                print(f"[rank 0] {name}: ValueError: {msg}", file=sys.stderr)
-            if "cuda:0" in msg and ".cpu()" in msg:
-                refused += 1
+            out = call()
+            if isinstance(out, int):  # a handle
+                out = hvd.synchronize(out)
+            if isinstance(out, (list, tuple)):
+                out = out[0]
+            if out.device == x.device:
+                accepted += 1
             else:
-                fails.append(f"{name}: message {msg!r}")
+                fails.append(f"{name}: result on {out.device}")
         except Exception as e:  # noqa: BLE001
             fails.append(f"{name}: {type(e).__name__}: {e}")
     # Horovod's idiom. With more ranks than GPUs on the host (np 2 on one GPU) torch refuses local rank 1
@@ -198,19 +192,14 @@ hvd.shutdown()
 verdict = "PASS" if not fails else "FAIL(" + "; ".join(fails) + ")"
 print(f"RESULT rank={rank} hvd_device={dev} expect={expect} ctx={ctx_state} torch_dev={before}->{after} "
       f"set_device(local_rank)={literal} "
-      f"refused={refused}/{len(calls)} cpu_ok={cpu_ok} verdict={verdict}")
+      f"accepted={accepted}/{len(calls)} cpu_ok={cpu_ok} verdict={verdict}")
 EOF
 
 {
   echo "== build"
   cc -O1 -std=c11 -I"$REPO/runtime/include" -I"$DIR/include" "$WORK/pin_worker.c" -L"$DIR/lib" -lhvd -ldl \
     -Wl,-rpath,"$DIR/lib" -o "$WORK/pin_worker" && echo "pin_worker built"
-  mkdir -p "$WORK/py" && cp -r "$REPO/python/hvd" "$WORK/py/"
-  c++ -O2 -shared -fPIC -std=c++20 $(python3 -m pybind11 --includes) "$REPO/python/core.cc" -I"$REPO/runtime/include" \
-    -I"$DIR/include" -L"$DIR/lib" -lhvd -Wl,-rpath,"$DIR/lib" \
-    -o "$WORK/py/hvd/_core$(python3-config --extension-suffix)" && echo "hvd._core built"
 } >>"$LOG" 2>&1
-export PYTHONPATH=$WORK/py${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 HOROVOD_LOG_LEVEL=debug
 
 printf '%-34s %s\n' CASE RESULT >"$TABLE"

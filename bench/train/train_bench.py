@@ -36,7 +36,12 @@ params_spread: max - min over ranks of a checksum of the parameters after the ti
 with allreduce_async_ (named, Sum), then each handle synchronized, in that order; --reps batches
 after 5 warm-up batches; per batch the slower rank's time. Also the submit part alone.
 
-Each rank 0 prints one JSON line: {"bench", "framework", "model", ...figures}.
+--device cuda (train only): the model and batches on the rank's GPU (local rank % device count, so ranks
+share a GPU when there are fewer); hvd and horovod stage gradients through host memory, DDP runs its gloo
+buckets on the CUDA tensors (device_ids given). The timed loop ends each step with torch.cuda.synchronize(),
+so samples_per_s counts finished steps; step_ms and comm_wait_ms are then host-side times.
+
+Each rank 0 prints one JSON line: {"bench", "framework", "model", "device", ...figures}.
 """
 import argparse
 import copy
@@ -57,6 +62,7 @@ def parse():
     ap.add_argument("--framework", choices=("hvd", "horovod", "ddp"), required=True)
     ap.add_argument("--bench", choices=("train", "latency"), default="train")
     ap.add_argument("--model", choices=("resnet18", "mlp"), default="resnet18")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--batch", type=int, help="per-rank batch (resnet18 16, mlp 2)")
     ap.add_argument("--image", type=int, default=64, help="resnet18 image side")
     ap.add_argument("--width", type=int, default=2048, help="mlp layer width")
@@ -85,7 +91,7 @@ class HorovodLike:
             import horovod.torch as h
         self.h = h
         h.init()
-        self.rank, self.size = h.rank(), h.size()
+        self.rank, self.size, self.local_rank = h.rank(), h.size(), h.local_rank()
         self.module = os.path.dirname(h.__file__)
 
     def max_each(self, values):
@@ -132,6 +138,7 @@ class DDP:
         self.dist = dist
         dist.init_process_group("gloo")
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.module = os.path.dirname(dist.__file__)
         self.nosync_backward = []
 
@@ -148,7 +155,8 @@ class DDP:
 
     def wrap(self, model, opt):
         from torch.nn.parallel import DistributedDataParallel
-        return DistributedDataParallel(model), opt
+        on_gpu = next(model.parameters()).is_cuda
+        return DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if on_gpu else None), opt
 
     def train_step(self, model, opt, x, y, sync=True):
         t0 = time.perf_counter()
@@ -191,8 +199,14 @@ def make_model(args):
 def make_batches(args, rank, n=4):
     g = torch.Generator().manual_seed(1 + rank)
     shape = (args.batch, 3, args.image, args.image) if args.model == "resnet18" else (args.batch, args.width)
-    return [(torch.randn(shape, generator=g), torch.randint(0, NUM_CLASSES, (args.batch,), generator=g))
-            for _ in range(n)]
+    return [(torch.randn(shape, generator=g).to(args.dev),
+             torch.randint(0, NUM_CLASSES, (args.batch,), generator=g).to(args.dev)) for _ in range(n)]
+
+
+def finish_step(args):
+    """Waits for the GPU's queued work, so that a timed step is a finished one."""
+    if args.dev.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def checksum(model):
@@ -204,7 +218,7 @@ def checksum(model):
 
 
 def bench_train(fw, args):
-    model = make_model(args)
+    model = make_model(args).to(args.dev)
     bare = copy.deepcopy(model) if args.local else None
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model, opt = fw.wrap(model, opt)
@@ -214,12 +228,14 @@ def bench_train(fw, args):
     for i in range(args.warmup):
         x, y = batches[i % len(batches)]
         fw.train_step(model, opt, x, y)
+    finish_step(args)
     step_t, wait_t = [], []
     fw.max_each([0.0])  # both ranks start the timed loop together
     start = time.perf_counter()
     for i in range(args.steps):
         x, y = batches[i % len(batches)]
         loss, step_s, wait_s = fw.train_step(model, opt, x, y)
+        finish_step(args)
         step_t.append(step_s)
         wait_t.append(wait_s)
     elapsed = time.perf_counter() - start
@@ -254,6 +270,7 @@ def bench_train(fw, args):
             bopt.zero_grad()
             F.cross_entropy(bare(x), y).backward()
             bopt.step()
+            finish_step(args)
             if i >= args.warmup:
                 local_t.append(time.perf_counter() - t0)
         out["local_step_ms"] = statistics.median(fw.max_each(local_t)) * 1e3
@@ -303,9 +320,17 @@ def main():
     if args.batch is None:
         args.batch = 16 if args.model == "resnet18" else 2
     fw = DDP() if args.framework == "ddp" else HorovodLike(args.framework)
+    args.dev = torch.device("cpu")
+    if args.device == "cuda":
+        if args.bench != "train":
+            sys.exit("--device cuda is for --bench train")
+        if not torch.cuda.is_available():
+            sys.exit("--device cuda: torch sees no CUDA device")
+        args.dev = torch.device("cuda", fw.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(args.dev)
     if args.bench == "train":
         out = bench_train(fw, args)
-        head = {"bench": "train", "framework": args.framework, "model": args.model}
+        head = {"bench": "train", "framework": args.framework, "model": args.model, "device": args.device}
     else:
         out = bench_latency(fw, args)
         head = {"bench": "latency", "framework": args.framework}

@@ -15,7 +15,9 @@ import pytest
 
 BUILD_DIR = Path(os.environ.get("HVD_BUILD_DIR", Path(__file__).resolve().parents[2] / "build"))
 HVDRUN = BUILD_DIR / "hvdrun"
-PYTHON = "/usr/bin/python3"
+# The workers' interpreter: Debian's, which has torch; HVD_TEST_PYTHON names another (the GPU checks run
+# where the interpreter with CUDA torch is elsewhere).
+PYTHON = os.environ.get("HVD_TEST_PYTHON", "/usr/bin/python3")
 PACKAGE_DIR = BUILD_DIR / "python"
 
 # The test process itself imports hvd (hvd.run, single-process checks).

@@ -7,7 +7,8 @@
 
 --source (default $HVD_HOROVOD_SOURCE): a Horovod checkout holding test/parallel/test_torch.py and
 test/utils/ (`git archive v0.28.1 test/parallel/test_torch.py test/utils` of Horovod's repository is enough).
---hvdrun (default: next to the hvd package in use, else on PATH), --np (2), -k (a pytest -k filter), --timeout
+--hvdrun (default: next to the hvd package in use, else on PATH), --python (the workers' interpreter, default
+$HVD_TEST_PYTHON or /usr/bin/python3), --np (2), -k (a pytest -k filter), --timeout
 (seconds per job: a job past it counts as a hang). Prints a Markdown table (test, outcome, seconds), then one line
 "passed N, failed N, skipped N, hung N"; exits 0 when nothing failed or hung, 1 otherwise, 2 for bad input
 (naming it). Needs python3-mock (Horovod's test utilities import mock).
@@ -45,8 +46,8 @@ def counts(text):
     return found
 
 
-def run_job(hvdrun, np_, directory, selector, timeout, target="test_torch.py"):
-    cmd = [hvdrun, "-np", str(np_), "-H", f"localhost:{np_}", "--horovod-compat", "/usr/bin/python3", "-m",
+def run_job(hvdrun, python, np_, directory, selector, timeout, target="test_torch.py"):
+    cmd = [hvdrun, "-np", str(np_), "-H", f"localhost:{np_}", "--horovod-compat", python, "-m",
            "pytest", "-q", "-p", "no:cacheprovider", target] + (["-k", selector] if selector else [])
     started = time.monotonic()
     try:
@@ -61,6 +62,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default=os.environ.get("HVD_HOROVOD_SOURCE"))
     ap.add_argument("--hvdrun")
+    ap.add_argument("--python", default=os.environ.get("HVD_TEST_PYTHON", "/usr/bin/python3"))
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("-k", dest="selector")
     ap.add_argument("--session", action="store_true", help="the whole file as one pytest session")
@@ -81,7 +83,7 @@ def main() -> int:
     totals = {"passed": 0, "failed": 0, "skipped": 0, "hung": 0}
     print("| test | outcome | s |\n|---|---|---|")
     if args.session:
-        found, seconds, out, hung = run_job(hvdrun, args.np, directory, args.selector, args.timeout or 1800)
+        found, seconds, out, hung = run_job(hvdrun, args.python, args.np, directory, args.selector, args.timeout or 1800)
         for kind in ("passed", "failed", "skipped"):
             totals[kind] += found.get(kind, 0) + (found.get("error", 0) if kind == "failed" else 0)
         totals["hung"] += int(hung)
@@ -94,7 +96,7 @@ def main() -> int:
         for name in names:
             if args.selector and args.selector not in name:
                 continue
-            found, seconds, _, hung = run_job(hvdrun, args.np, directory, None, args.timeout or 300,
+            found, seconds, _, hung = run_job(hvdrun, args.python, args.np, directory, None, args.timeout or 300,
                                               f"test_torch.py::TorchTests::{name}")
             if hung:
                 outcome = "hung"

@@ -178,6 +178,23 @@ x = np.ones(6)
 expect_error(ValueError, "allreduce 'bad.product': its shape holds 6 elements, its rows x row_elements 5x1",
              _core.enqueue, _core.OPS["allreduce"], "bad.product", x.ctypes.data, x.ctypes.data, 5, 1,
              _core.DTYPES["float64"], 1, 1.0, 1.0, 0, None, 0, (2, 3))
+# The device a tensor lives on is compared as Horovod does: CPU on one rank and a GPU on another is a
+# mismatch on every rank (a GPU tensor's bindings pass its host copy with the CUDA ordinal); GPUs of
+# different ordinals agree. A device below -1 is refused before anything is sent.
+x = np.ones(4)
+others = ", ".join(str(i) for i in range(1, hvd.size()))
+e = expect_error(HorovodInternalError, "Mismatched allreduce CPU/GPU device selection for tensor 'dev.mixed': "
+                 f"CPU on ranks [{others}], GPU on ranks [0]",
+                 lambda: _core.wait(_core.enqueue(_core.OPS["allreduce"], "dev.mixed", x.ctypes.data, x.ctypes.data,
+                                                  4, 1, _core.DTYPES["float64"], 1, 1.0, 1.0, 0, None, 0, (4,),
+                                                  0 if r == 0 else -1)))
+assert isinstance(e, MismatchError), type(e)
+_core.wait(_core.enqueue(_core.OPS["allreduce"], "dev.ordinals", x.ctypes.data, x.ctypes.data, 4, 1,
+                         _core.DTYPES["float64"], 1, 1.0, 1.0, 0, None, 0, (4,), r))
+assert np.array_equal(x, np.full(4, float(hvd.size()))), x
+expect_error(ValueError, "allreduce 'dev.bad': device -2 is neither HVD_CPU_DEVICE (-1) nor a CUDA device ordinal",
+             _core.enqueue, _core.OPS["allreduce"], "dev.bad", x.ctypes.data, x.ctypes.data, 4, 1,
+             _core.DTYPES["float64"], 1, 1.0, 1.0, 0, None, 0, (4,), -2)
 # The same name twice in flight on one rank. A name is free again once its operation completes, which can
 # happen as soon as every rank has submitted: the holder submits only after the other ranks have checked.
 for holder in range(hvd.size()):

@@ -429,6 +429,8 @@ TEST_CASE("mismatches fail the operation on every rank with the tensor, values a
        "Mismatched allreduce prescale factors for tensor 'm_prescale': 1 on ranks [0, 2], 2 on ranks [1]"},
       {"type", [](Request& q, int r) { if (r == 2) { q.type = OpType::kBroadcast; q.root = 0; } },
        "Mismatched operations for tensor 'm_type': allreduce on ranks [0, 1], broadcast on ranks [2]"},
+      {"device", [](Request& q, int r) { q.device = r == 1 ? 0 : -1; },
+       "Mismatched allreduce CPU/GPU device selection for tensor 'm_device': CPU on ranks [0, 2], GPU on ranks [1]"},
   };
   cluster.forEach([&](int r) {
     for (const auto& v : variants) {
@@ -447,12 +449,14 @@ TEST_CASE("mismatches fail the operation on every rank with the tensor, values a
         REQUIRE(std::string(e.what()) == v.expect);
       }
     }
-    // The runtime keeps working after mismatches.
+    // The runtime keeps working after mismatches; GPUs of different ordinals on different ranks agree
+    // (each rank drives its own device).
     std::vector<float> ok(2, 1.0f);
     Request q;
     q.name = "after_mismatch";
     q.op = ReduceOp::kSum;
     q.rows = 2;
+    q.device = r;
     q.input = q.output = ok.data();
     cluster[r].enqueue(q)->wait();
     REQUIRE(ok[0] == 3.0f);

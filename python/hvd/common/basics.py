@@ -111,7 +111,8 @@ def device():
     return _core.device()
 
 
-# Build and runtime probes: libhvd runs collectives on CPU memory over Gloo.
+# Build and runtime probes: libhvd runs collectives on CPU memory over Gloo and links no CUDA, so
+# cuda_built() is False; hvd.torch still takes CUDA tensors, staging them through pinned host memory.
 def mpi_built():
     return False
 

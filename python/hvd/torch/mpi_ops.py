@@ -1,7 +1,10 @@
-"""Horovod's horovod.torch.mpi_ops on libhvd: collectives on CPU tensors, async handles, autograd.
+"""Horovod's horovod.torch.mpi_ops on libhvd: collectives on CPU and CUDA tensors, async handles, autograd.
 
-Every operation is queued in libhvd with the tensor's address (no copy for contiguous tensors); the
-tensors stay referenced in _handle_map until their handle is synchronized, as Horovod keeps them.
+Every operation on CPU tensors is queued in libhvd with the tensor's address (no copy for contiguous
+tensors); the tensors stay referenced in _handle_map until their handle is synchronized, as Horovod keeps
+them. An operation on CUDA tensors runs on pinned host copies (hvd.torch.cuda_staging), and synchronize()
+gives its result on the input's device; libhvd is told the device, so that ranks mixing CPU and GPU
+tensors under one name get Horovod's mismatch error.
 Names follow Horovod's: "<op>.<name>" for named operations, "<op>.noname.<n>" otherwise (n counts this
 rank's unnamed operations, so ranks must issue unnamed operations in the same order), and
 "grouped_<op>.<name>_<i>of<n>" for the members of a group.
@@ -39,6 +42,7 @@ from hvd.common.basics import (  # noqa: F401  (Horovod exports these from mpi_o
 )
 from hvd.common.exceptions import HorovodInternalError
 from hvd.common import process_sets as _process_sets
+from hvd.torch import cuda_staging as _cuda
 from hvd.common.process_sets import (  # noqa: F401
     ProcessSet,
     add_process_set,
@@ -81,13 +85,29 @@ def _check_tensor(tensor, in_place):
     if code is None:
         raise ValueError(f"Tensor type {tensor.type()} is not supported.")
     if tensor.device.type != "cpu":
-        raise ValueError(f"tensor on {tensor.device}: this build of hvd runs collectives on CPU tensors only "
-                         f"(hvd.cuda_built() is False); move it with .cpu()")
+        _check_device(tensor)
+        # Every entry point stages a CUDA tensor first: libhvd must never get a device address.
+        raise HorovodInternalError(f"internal error: a tensor on {tensor.device} reached libhvd without host "
+                                   f"staging")
     if in_place and not tensor.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
     if tensor.is_sparse:
         raise ValueError("sparse tensors go through sparse_allreduce_async")
     return code
+
+
+def _check_device(tensor):
+    """ValueError for a tensor on a device other than the CPU and CUDA (meta, mps, xpu...)."""
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"tensor on {tensor.device}: hvd runs collectives on CPU and CUDA tensors; move it with "
+                         f".cpu()")
+
+
+def _check_gpu_in_place(tensors):
+    """What in-place operations refuse on the CPU, refused for CUDA tensors before they are copied."""
+    for t in tensors:
+        if not t.is_contiguous():
+            raise ValueError("Tensor is required to be contiguous.")
 
 
 def _contiguous(tensor):
@@ -139,13 +159,36 @@ def _returns_output(output):
     return lambda handle: output
 
 
+def _via_host(tensors, start, into=None):
+    """Starts an operation on CUDA tensors (one device): start(host copies, device ordinal) queues it on
+    pinned host copies and returns its handle; synchronize() then gives the result on the tensors'
+    device, copied into the tensors of `into` when given. A list result stays a list; of a tuple result
+    (alltoall's output and received splits) the first item moves (the splits are already where Horovod
+    puts them)."""
+    device = tensors[0].device
+    handle = start(_cuda.to_host(tensors), _cuda.device_id(tensors[0]))
+    keep, finisher = _handle_map[handle]
+    host_result = finisher if finisher is not None else (lambda h: keep)
+
+    def on_device(h):
+        result = host_result(h)
+        if isinstance(result, list):
+            return _cuda.to_device(result, device, into)
+        if isinstance(result, tuple):
+            return (_cuda.to_device(result[:1], device, into)[0],) + result[1:]
+        return _cuda.to_device([result], device, into)[0]
+
+    _handle_map[handle] = (keep, on_device)
+    return handle
+
+
 # --- allreduce -------------------------------------------------------------------------------------------
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set, device=-1):
     code = _check_tensor(tensor, True)
     handle = _enqueue(_ALLREDUCE, _name("allreduce", name), tensor.data_ptr(), output.data_ptr(), tensor.numel(),
                       1, code, _reduce_op(op), prescale_factor, postscale_factor, 0, None,
-                      _process_set_id(process_set), tuple(tensor.shape))
+                      _process_set_id(process_set), tuple(tensor.shape), device)
     _handle_map[handle] = (output, None) if output is tensor else ((tensor, output), _returns_output(output))
     return handle
 
@@ -155,6 +198,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Starts an allreduce of tensor into a new tensor; returns a handle for synchronize()."""
     op = handle_average_backwards_compatibility(op, average)
     tensor = _contiguous(tensor)
+    if tensor.is_cuda:
+        return _via_host([tensor], lambda hosts, device: _allreduce_async(
+            hosts[0], hosts[0], name, op, prescale_factor, postscale_factor, process_set, device))
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
 
@@ -184,6 +230,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
             _handle_map[handle] = (tensor, None)
             return handle
     op = handle_average_backwards_compatibility(op, average)
+    if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+        _check_gpu_in_place([tensor])
+        return _via_host([tensor], lambda hosts, device: _allreduce_async(
+            hosts[0], hosts[0], name, op, prescale_factor, postscale_factor, process_set, device), into=[tensor])
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -266,13 +316,14 @@ _group_members = {}
 _basics._shutdown_hooks.append(_group_members.clear)
 
 
-def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set):
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set,
+                             device=-1):
     _check_group(tensors)
     op = _reduce_op(op)
     ps_id = _process_set_id(process_set)
     names = _group_names("allreduce", name, len(tensors))
     ops = [(_ALLREDUCE, n, t.data_ptr(), o.data_ptr(), t.numel(), 1, _check_tensor(t, True), op, prescale_factor,
-            postscale_factor, 0, None, ps_id) for n, t, o in zip(names, tensors, outputs)]
+            postscale_factor, 0, None, ps_id, tuple(t.shape), device) for n, t, o in zip(names, tensors, outputs)]
     return _enqueue_group(ops, (tensors, outputs), lambda handles: list(outputs))
 
 
@@ -280,6 +331,10 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             process_set=global_process_set):
     op = handle_average_backwards_compatibility(op, average)
     tensors = [_contiguous(t) for t in tensors]
+    _check_group(tensors)
+    if tensors[0].is_cuda:
+        return _via_host(tensors, lambda hosts, device: _grouped_allreduce_async(
+            hosts, hosts, name, op, prescale_factor, postscale_factor, process_set, device))
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
 
@@ -287,8 +342,13 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=global_process_set):
     op = handle_average_backwards_compatibility(op, average)
-    return _grouped_allreduce_async(list(tensors), list(tensors), name, op, prescale_factor, postscale_factor,
-                                    process_set)
+    tensors = list(tensors)
+    _check_group(tensors)
+    if tensors[0].is_cuda:
+        _check_gpu_in_place(tensors)
+        return _via_host(tensors, lambda hosts, device: _grouped_allreduce_async(
+            hosts, hosts, name, op, prescale_factor, postscale_factor, process_set, device), into=tensors)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -356,10 +416,11 @@ def _row_elements(shape):
     return n
 
 
-def _result_tensor(handle, like, shape_tail):
-    """A new tensor holding the kept result of handle, shaped (rows, *shape_tail); releases the handle."""
+def _result_tensor(handle, like, shape_tail, pinned=False):
+    """A new tensor holding the kept result of handle, shaped (rows, *shape_tail); releases the handle.
+    pinned: in page-locked memory, for a result that goes on to a CUDA device."""
     rows = _core.result_rows(handle)
-    out = torch.empty((rows, *shape_tail), dtype=like.dtype)
+    out = torch.empty((rows, *shape_tail), dtype=like.dtype, pin_memory=pinned)
     _core.copy_result(handle, out.data_ptr(), out.numel() * out.element_size())
     _core.release(handle)
     return out
@@ -368,14 +429,20 @@ def _result_tensor(handle, like, shape_tail):
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: rows (dim 0) of every rank in set-rank order; only dim 0 may differ."""
     tensor = _contiguous(tensor)
+    if tensor.is_cuda:
+        return _via_host([tensor], lambda hosts, device: _allgather_async(hosts[0], name, process_set, device))
+    return _allgather_async(tensor, name, process_set)
+
+
+def _allgather_async(tensor, name, process_set, device=-1):
     code = _check_tensor(tensor, False)
     if tensor.dim() == 0:
         raise ValueError("allgather of a 0-dimensional tensor: gather tensors with at least one dimension")
     tail = tuple(tensor.shape[1:])
     handle = _enqueue(_ALLGATHER, _name("allgather", name), tensor.data_ptr(), 0, tensor.shape[0],
                       _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, None, _process_set_id(process_set),
-                      tuple(tensor.shape))
-    _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail))
+                      tuple(tensor.shape), device)
+    _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail, device >= 0))
     return handle
 
 
@@ -409,6 +476,13 @@ def _grouped_kept_async(kind, tensors, name, op, prescale_factor, postscale_fact
     the list of result tensors."""
     _check_group(tensors)
     tensors = [_contiguous(t) for t in tensors]
+    if tensors[0].is_cuda:
+        return _via_host(tensors, lambda hosts, device: _grouped_kept_start(
+            kind, hosts, name, op, prescale_factor, postscale_factor, process_set, device))
+    return _grouped_kept_start(kind, tensors, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _grouped_kept_start(kind, tensors, name, op, prescale_factor, postscale_factor, process_set, device=-1):
     ps_id = _process_set_id(process_set)
     names = _group_names(kind, name, len(tensors))
     ops = []
@@ -417,9 +491,9 @@ def _grouped_kept_async(kind, tensors, name, op, prescale_factor, postscale_fact
         if t.dim() == 0:
             raise ValueError(f"{kind} of a 0-dimensional tensor: use tensors with at least one dimension")
         ops.append((_OP[kind], n, t.data_ptr(), 0, t.shape[0], _row_elements(t.shape), code, op, prescale_factor,
-                    postscale_factor, 0, None, ps_id, tuple(t.shape)))
+                    postscale_factor, 0, None, ps_id, tuple(t.shape), device))
     tails = [tuple(t.shape[1:]) for t in tensors]
-    return _enqueue_group(ops, tensors, lambda handles: [_result_tensor(h, t, tail)
+    return _enqueue_group(ops, tensors, lambda handles: [_result_tensor(h, t, tail, device >= 0)
                                                          for h, t, tail in zip(handles, tensors, tails)])
 
 
@@ -451,23 +525,30 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # --- broadcast -------------------------------------------------------------------------------------------
 
-def _broadcast_async(tensor, output, root_rank, name, process_set):
+def _broadcast_async(tensor, output, root_rank, name, process_set, device=-1):
     code = _check_tensor(output, True)
     if output is not tensor:
         output.copy_(tensor)
     handle = _enqueue(_BROADCAST, _name("broadcast", name), 0, output.data_ptr(), output.numel(), 1, code, 0, 1.0,
-                      1.0, root_rank, None, _process_set_id(process_set), tuple(output.shape))
+                      1.0, root_rank, None, _process_set_id(process_set), tuple(output.shape), device)
     _handle_map[handle] = ((tensor, output), _returns_output(output))
     return handle
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts a broadcast of root_rank's (global rank) tensor into a new tensor."""
+    if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+        return _via_host([tensor], lambda hosts, device: _broadcast_async(
+            hosts[0], hosts[0], root_rank, name, process_set, device))
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _broadcast_async(tensor, output, root_rank, name, process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+        _check_gpu_in_place([tensor])
+        return _via_host([tensor], lambda hosts, device: _broadcast_async(
+            hosts[0], hosts[0], root_rank, name, process_set, device), into=[tensor])
     return _broadcast_async(tensor, tensor, root_rank, name, process_set)
 
 
@@ -507,6 +588,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 def _alltoall_start(tensor, splits, name, process_set, with_received):
     """alltoall_async; synchronize() gives (output, received splits) when with_received, else output."""
     tensor = _contiguous(tensor)
+    if tensor.is_cuda:
+        return _via_host([tensor], lambda hosts, device: _alltoall_queue(hosts[0], splits, name, process_set,
+                                                                         with_received, device))
+    return _alltoall_queue(tensor, splits, name, process_set, with_received)
+
+
+def _alltoall_queue(tensor, splits, name, process_set, with_received, device=-1):
     code = _check_tensor(tensor, False)
     if tensor.dim() == 0:
         raise ValueError("alltoall of a 0-dimensional tensor: exchange tensors with at least one dimension")
@@ -527,11 +615,13 @@ def _alltoall_start(tensor, splits, name, process_set, with_received):
     tail = tuple(tensor.shape[1:])
     handle = _enqueue(_ALLTOALL, _name("alltoall", name), tensor.data_ptr(), 0, tensor.shape[0],
                       _row_elements(tensor.shape), code, 0, 1.0, 1.0, 0, split_list, _process_set_id(process_set),
-                      tuple(tensor.shape))
+                      tuple(tensor.shape), device)
 
     def finish(h):
-        received = torch.tensor(_core.received_splits(h), dtype=torch.int32)
-        out = _result_tensor(h, tensor, tail)
+        # On the device of the splits given, else on the CPU, as Horovod gives them.
+        received = torch.tensor(_core.received_splits(h), dtype=torch.int32,
+                                device=splits.device if isinstance(splits, torch.Tensor) else "cpu")
+        out = _result_tensor(h, tensor, tail, device >= 0)
         return (out, received) if with_received else out
 
     _handle_map[handle] = ((tensor,), finish)
@@ -577,6 +667,13 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Starts a reducescatter: reduces over ranks and gives set rank r its block of dim-0 rows (the first
     rows % n ranks one extra)."""
     tensor = _contiguous(tensor)
+    if tensor.is_cuda:
+        return _via_host([tensor], lambda hosts, device: _reducescatter_async(
+            hosts[0], name, op, process_set, prescale_factor, postscale_factor, device))
+    return _reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor)
+
+
+def _reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor, device=-1):
     code = _check_tensor(tensor, False)
     if tensor.dim() == 0:
         raise ValueError("reducescatter of a 0-dimensional tensor: use tensors with at least one dimension")
@@ -584,8 +681,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     tail = tuple(tensor.shape[1:])
     handle = _enqueue(_REDUCESCATTER, _name("reducescatter", name), tensor.data_ptr(), 0, tensor.shape[0],
                       _row_elements(tensor.shape), code, op, prescale_factor, postscale_factor, 0, None,
-                      _process_set_id(process_set), tuple(tensor.shape))
-    _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail))
+                      _process_set_id(process_set), tuple(tensor.shape), device)
+    _handle_map[handle] = ((tensor,), lambda h: _result_tensor(h, tensor, tail, device >= 0))
     return handle
 
 

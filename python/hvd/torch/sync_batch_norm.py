@@ -20,9 +20,9 @@ class SyncBatchNorm(_BatchNorm):
     statistics, same results as BatchNorm over the batch gathered from every rank, in rank order.
 
     Unlike Horovod, whose kernels are CUDA-only and which raises "SyncBatchNorm expected input tensor to be
-    on GPU" for any CPU input, this SyncBatchNorm runs on CPU tensors (hvd runs its collectives on CPU
-    memory); a CUDA input raises the ValueError the collectives raise for CUDA tensors. Also unlike
-    Horovod, momentum=None gives the cumulative moving average, as in torch.nn.BatchNorm.
+    on GPU" for any CPU input, this SyncBatchNorm runs on CPU and CUDA tensors (the statistics are computed
+    on the input's device; the collectives stage CUDA tensors through host memory). Also unlike Horovod,
+    momentum=None gives the cumulative moving average, as in torch.nn.BatchNorm.
 
     Forward (training, or no running statistics): each rank computes its per-channel count, mean and
     sum of squared deviations; one allgather brings every rank's values, which are combined exactly
@@ -42,8 +42,7 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
     def forward(self, input):
-        if input.device.type != "cpu":
-            mpi_ops._check_tensor(input, False)  # the collectives' error for a tensor off the CPU
+        mpi_ops._check_device(input)  # the collectives' error, also where size() == 1 needs none
         self._check_input_dim(input)
 
         factor = 0.0
@@ -78,9 +77,9 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             mean = mean.to(_STATS_DTYPE)
             m2 = var.to(_STATS_DTYPE) * count
         else:  # an empty batch on this rank contributes nothing
-            mean = torch.zeros(channels, dtype=_STATS_DTYPE)
-            m2 = torch.zeros(channels, dtype=_STATS_DTYPE)
-        row = torch.cat([torch.tensor([float(count)], dtype=_STATS_DTYPE), mean, m2]).unsqueeze(0)
+            mean = torch.zeros(channels, dtype=_STATS_DTYPE, device=x.device)
+            m2 = torch.zeros(channels, dtype=_STATS_DTYPE, device=x.device)
+        row = torch.cat([torch.tensor([float(count)], dtype=_STATS_DTYPE, device=x.device), mean, m2]).unsqueeze(0)
         stats = synchronize(allgather_async(row, name="sync_batch_norm.stats"))
         counts = stats[:, :1]
         total = float(counts.sum())

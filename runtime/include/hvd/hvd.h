@@ -156,7 +156,12 @@ int hvd_process_set_ids(int* ids, int capacity);
  * shape, ndim: optionally the tensor's shape (ndim >= 0 dims; ndim -1, the default: not given). When every rank
  * gives one, the ranks' shapes must agree (allreduce, broadcast, reducescatter: all of it; allgather, alltoall:
  * beyond the first dimension), else the operation fails on every rank naming the shapes, as Horovod's does;
- * their product must be the element count (rows x row_elements), else HVD_ERR_INVALID_ARGUMENT. */
+ * their product must be the element count (rows x row_elements), else HVD_ERR_INVALID_ARGUMENT.
+ * device: where the caller's tensor lives, HVD_CPU_DEVICE (the default) or a CUDA device ordinal. The data
+ * libhvd reads and writes is always host memory (a GPU tensor's bindings stage it through pinned buffers);
+ * the device is compared across ranks as Horovod does: one rank on the CPU and another on a GPU fail the
+ * operation on every rank naming both, rather than reducing one rank's host copy with another's tensor. */
+#define HVD_CPU_DEVICE (-1)
 typedef struct hvd_request {
   hvd_op op;
   const char* name; /* NULL or "": "<op>.noname.<n>", n counting this rank's unnamed operations */
@@ -173,11 +178,12 @@ typedef struct hvd_request {
   int process_set;
   const int64_t* shape;
   int ndim;
+  int device;
 } hvd_request;
 
 #define HVD_REQUEST_INIT \
   { HVD_OP_ALLREDUCE, NULL, NULL, NULL, 0, 1, HVD_FLOAT32, HVD_AVERAGE, 1.0, 1.0, 0, NULL, HVD_GLOBAL_PROCESS_SET, \
-    NULL, -1 }
+    NULL, -1, HVD_CPU_DEVICE }
 
 /* Queues one operation; returns its handle (>= 0) or a negative hvd_status. Results are kept with the
  * handle for allgather, alltoall, reducescatter and join (read them after hvd_wait, then hvd_release). */
