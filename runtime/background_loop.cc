@@ -1,0 +1,295 @@
+// The background thread: takes submissions, runs the coordinator's rounds (rank 0) or sends the requests
+// to it (other ranks), executes each response list in order, and completes or fails every pending
+// operation. See runtime_impl.h.
+
+#include "runtime/runtime_impl.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include "rendezvous/round.h"
+#include "runtime/hierarchical.h"
+
+namespace hvd::runtime {
+
+void Runtime::Impl::run() {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    // Stopped first: it must not run once the teardown below closes the connections it watches.
+    watcher_.reset();
+    reason_ = e.what();
+    abort_ = true;
+    peer_lost_ = dynamic_cast<const PeerLostError*>(&e) != nullptr;
+    if (peer_lost_) takeCoordinatorsReason();
+    log(LogLevel::kError, detail::concat("background loop stopped: ", reason_));
+    if (coordinator_ && !abort_sent_) {
+      // The workers learn why at once (they may be idle, waiting for the next list), and whether it was a
+      // lost peer, rather than only that the coordinator's connection closed.
+      ResponseList abort;
+      abort.shutdown = true;
+      abort.abort = true;
+      abort.peer_lost = peer_lost_;
+      abort.shutdown_reason = detail::concat("rank 0 stopped: ", reason_);
+      broadcastToWorkers(abort);
+    }
+  }
+  // After a normal end of the loop, before the orderly close: a peer leaving its last barrier first closes
+  // its connections, and that is no loss.
+  watcher_.reset();
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    stop_reason_ = reason_;
+    stopped_peer_lost_ = peer_lost_;
+  }
+  failAll(reason_);
+  if (waits_shown_) report_stats_->publishWaits({}, Clock::now());  // nothing waits once stopped
+  // Orderly close in the rendezvous order, the same on every rank (see Communicator::close()); close()
+  // is idempotent, so an aliased context closes once.
+  if (shm_ && peer_lost_) shm_->leavingAfterLostPeer();
+  if (shm_) shm_->close(!abort_);
+  global_->close(!abort_);
+  local_->close(!abort_);
+  cross_->close(!abort_);
+  // Process sets in id order, the same on every member.
+  for (auto& [id, comm] : set_comms_) comm->close(!abort_);
+  coordinator_channel_.reset();
+  worker_channels_.clear();
+  timeline_.reset();  // closes the JSON array
+}
+
+void Runtime::Impl::takeQueue(std::vector<Request>& fresh, bool& shutdown_requested) {
+  std::deque<Entry> taken;
+  {
+    std::lock_guard lock(mutex_);
+    taken.swap(queue_);
+    shutdown_requested = shutdown_requested_;
+  }
+  const auto now = Clock::now();
+  for (auto& e : taken) {
+    timeline_->queued(e.request.name, e.enqueued, now);
+    fresh.push_back(e.request);
+    table_.emplace(keyOf(e.request), std::move(e));
+  }
+}
+
+void Runtime::Impl::loop() {
+  std::vector<pollfd> fds;
+  std::vector<std::vector<char>> messages;
+  for (;;) {
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    if (coordinator_channel_) fds.push_back({coordinator_channel_->fd(), POLLIN, 0});
+    for (const auto& c : worker_channels_) {
+      if (c) fds.push_back({c->fd(), POLLIN, 0});
+    }
+    bool buffered = coordinator_channel_ && coordinator_channel_->hasBuffered();
+    for (const auto& c : worker_channels_) buffered = buffered || (c && c->hasBuffered());
+    std::optional<Clock::time_point> wake_at;  // coordinator: the next stall check or the fusion window's end
+    if (coordinator_ && !buffered) {
+      wake_at = coordinator_->nextStallCheck();
+      if (hold_ && (!wake_at || *hold_ < *wake_at)) wake_at = hold_;
+      if (next_round_check_ && (!wake_at || *next_round_check_ < *wake_at)) wake_at = next_round_check_;
+      // The waits' list follows names that wait (and is emptied once they are gone); an idle job sleeps.
+      if (next_waits_ && (waits_shown_ || !coordinator_->idle()) && (!wake_at || *next_waits_ < *wake_at)) {
+        wake_at = next_waits_;
+      }
+    }
+    if (waits_->version() != waits_sent_version_) {
+      const auto due = waits_->changedAt() + kWaitReportDelay;
+      if (!wake_at || due < *wake_at) wake_at = due;
+    }
+    int rv = 0;
+    if (!buffered && Clock::now() < busy_until_) {
+      // Busy-poll window after activity (see RuntimeOptions::busy_poll): the next request or response
+      // usually comes within microseconds, and a sleeping thread takes tens of them to wake. The spin
+      // ends early where the coordinator has something due.
+      const auto spin_end = wake_at ? std::min(busy_until_, *wake_at) : busy_until_;
+      while (rv == 0 && Clock::now() < spin_end) {
+        rv = ::poll(fds.data(), fds.size(), 0);
+        if (rv == 0) ::sched_yield();
+      }
+    }
+    if (rv == 0) {
+      int timeout_ms = -1;
+      if (buffered) {
+        timeout_ms = 0;
+      } else if (wake_at) {
+        // Round up: waking a little late only delays by less than a millisecond.
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(*wake_at - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::max<int64_t>(0, (left + 999) / 1000));
+      }
+      // Never asleep for long: a user thread that began to block meanwhile (waits_) is reported within
+      // kWaitReportDelay plus this.
+      if (timeout_ms < 0 || timeout_ms > kIdleWakeMs) timeout_ms = kIdleWakeMs;
+      rv = ::poll(fds.data(), fds.size(), timeout_ms);
+    }
+    HVD_CHECK(rv >= 0 || errno == EINTR, NetworkError, "poll failed: ", errnoText(errno));
+    if (rv > 0 && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
+    if (fds[0].revents) {
+      uint64_t count;
+      [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);
+    }
+
+    std::vector<Request> fresh;
+    bool shutdown_requested = false;
+    takeQueue(fresh, shutdown_requested);
+    const auto waits_report = dueWaitReport();
+
+    if (coordinator_) {
+      const auto now = Clock::now();
+      for (const auto& q : fresh) addRequest(0, q, now);
+      if (waits_report) coordinator_->setWaiting(0, *waits_report);
+      if (shutdown_requested) coordinator_->requestShutdown(0);
+      for (size_t r = 1; r < worker_channels_.size(); ++r) {
+        auto& channel = worker_channels_[r];
+        messages.clear();
+        const bool open = channel->receive(messages);
+        for (const auto& m : messages) {
+          RequestBatch batch = decodeRequestBatch(m);
+          for (const auto& q : batch.requests) addRequest(static_cast<int>(r), q, now);
+          for (uint32_t id : batch.cached) addRequest(static_cast<int>(r), coordinator_->cachedRequest(id), now);
+          if (options_.log_level <= LogLevel::kTrace) {
+            log(LogLevel::kTrace, detail::concat("rank ", r, ": ", batch.requests.size(), " requests, ",
+                                                 batch.cached.size(), " response cache hits"));
+          }
+          if (batch.shutdown) coordinator_->requestShutdown(static_cast<int>(r));
+          if (batch.has_waiting) {
+            std::vector<WaitRegistry::Key> waiting;
+            for (size_t i = 0; i < batch.waiting_sets.size(); ++i) {
+              waiting.emplace_back(batch.waiting_sets[i], batch.waiting_names[i]);
+            }
+            coordinator_->setWaiting(static_cast<int>(r), std::move(waiting));
+          }
+        }
+        if (!open) {
+          // A worker vanished: tell every other rank, then stop. Its error text names the peer.
+          ResponseList abort;
+          abort.shutdown = true;
+          abort.abort = true;
+          abort.peer_lost = true;
+          abort.shutdown_reason = detail::concat("rank ", r, " disconnected from the coordinator (",
+                                                 channel->error(), "); the job cannot continue");
+          worker_channels_[r].reset();
+          broadcastToWorkers(abort);
+          throw PeerLostError(abort.shutdown_reason);
+        }
+      }
+      if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
+        log(LogLevel::kWarning, stall);
+        if (report_stats_) report_stats_->stallWarning();
+      }
+      if (next_waits_ && Clock::now() >= *next_waits_) publishWaits();
+      if (next_round_check_ && Clock::now() >= *next_round_check_) checkRoundNews();
+      hold_ = coordinator_->holdUntil(Clock::now(), cycle_time_);
+      if (hold_) continue;
+      ResponseList list = coordinator_->next();
+      if (list.responses.empty() && !list.shutdown) continue;
+      list.path = std::exchange(pending_path_, ResponseList::kPathUnchanged);
+      timeline_->cycleStart();
+      for (const auto& response : list.responses) {
+        for (const auto& name : response.names) timeline_->negotiateEnd(name);
+      }
+      broadcastToWorkers(list);
+      if (!execute(list)) return;
+      if (autotuner_) autotune(list);
+      continue;
+    }
+
+    if (!fresh.empty() || (shutdown_requested && !shutdown_sent_) || waits_report) {
+      RequestBatch batch;
+      if (waits_report) {
+        batch.has_waiting = true;
+        for (const auto& [set, name] : *waits_report) {
+          batch.waiting_sets.push_back(set);
+          batch.waiting_names.push_back(name);
+        }
+      }
+      for (auto& q : fresh) {
+        auto hit = response_cache_.find(keyOf(q));
+        if (hit != response_cache_.end() && sameDescriptor(hit->second.second, q)) {
+          batch.cached.push_back(hit->second.first);
+        } else {
+          batch.requests.push_back(std::move(q));
+        }
+      }
+      batch.shutdown = shutdown_requested && !shutdown_sent_;
+      shutdown_sent_ = shutdown_sent_ || batch.shutdown;
+      try {
+        coordinator_channel_->send(encode(batch));
+      } catch (const NetworkError& e) {
+        throw PeerLostError(detail::concat("lost the connection to the coordinator (rank 0): ", e.what()));
+      }
+    }
+    if (coordinator_channel_) {
+      messages.clear();
+      const bool open = coordinator_channel_->receive(messages);
+      for (const auto& m : messages) {
+        if (!execute(decodeResponseList(m))) return;
+      }
+      if (!open) {
+        abort_ = true;
+        throw PeerLostError(detail::concat("lost the connection to the coordinator (rank 0): ",
+                                           coordinator_channel_->error()));
+      }
+    } else if (shutdown_requested) {
+      return;  // size 1 has no coordinator_channel_ but always has a coordinator_; not reached
+    }
+  }
+}
+
+bool Runtime::Impl::execute(const ResponseList& list) {
+  if (list.path != ResponseList::kPathUnchanged) {
+    hierarchical_ = list.path == ResponseList::kPathHierarchical;
+    HVD_CHECK(!hierarchical_ || hierarchical_possible_, BackendError,
+              "the coordinator switched to the hierarchical allreduce, which this rank cannot run");
+    set_comms_[0] = globalTransport();
+  }
+  for (const auto& s : list.responses) execute(s);
+  // The next request usually follows a completed operation at once: poll for it before sleeping.
+  if (!list.responses.empty() && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
+  if (!list.shutdown) return true;
+  reason_ = list.shutdown_reason;
+  abort_ = list.abort;
+  peer_lost_ = list.peer_lost;
+  return false;
+}
+
+Runtime::Impl::Entry* Runtime::Impl::find(int32_t set, const std::string& name) {
+  auto it = table_.find(Key{set, name});
+  return it == table_.end() ? nullptr : &it->second;
+}
+
+void Runtime::Impl::complete(int32_t set, const std::string& name, std::exception_ptr error) {
+  auto it = table_.find(Key{set, name});
+  if (it == table_.end()) return;
+  const Key key = it->first;  // name may live in the node erased below
+  if (report_stats_ && !error) report_stats_->completed(it->second.request.type, it->second.request.bytes());
+  auto work = std::move(it->second.work);
+  table_.erase(it);
+  {
+    std::lock_guard lock(mutex_);
+    names_in_flight_.erase(key);
+  }
+  work->finish(std::move(error));
+}
+
+void Runtime::Impl::failAll(const std::string& reason) {
+  std::deque<Entry> queued;
+  {
+    std::lock_guard lock(mutex_);
+    queued.swap(queue_);
+  }
+  for (auto& e : queued) table_.emplace(keyOf(e.request), std::move(e));
+  const auto error = stopError(reason, peer_lost_);
+  while (!table_.empty()) {
+    const Key key = table_.begin()->first;
+    complete(key.first, key.second, error);
+  }
+}
+
+}  // namespace hvd::runtime

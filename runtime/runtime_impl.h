@@ -1,0 +1,237 @@
+// Runtime::Impl: the state of one libhvd instance (runtime/runtime.h's Runtime), shared by the files that
+// implement it, each with one job:
+//   runtime.cc          init (the constructor: rendezvous, control plane, data paths, background thread),
+//                       what user threads call (enqueue, groups, process-set changes, shutdown), the public
+//                       Runtime
+//   control_plane.cc    the TCP connections between rank 0 (the coordinator) and the other ranks, the
+//                       watcher that turns a closed connection into PeerLostError, rank 0's reports of
+//                       waits and its checks for a re-formed elastic job
+//   background_loop.cc  the background thread: submissions to the coordinator, responses back, each list
+//                       executed in order, completion and failure of every pending operation
+//   collectives.cc      executing one negotiated response on the data paths (Gloo, shared memory,
+//                       hierarchical), fusion, process-set registration, timeline and autotune
+// Internal to libhvd (not installed). Threading: members are the background thread's unless their comment
+// names mutex_ or sets_mutex_ (shared with user threads).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gloo_backend/abort_signal.h"
+#include "gloo_backend/communicator.h"
+#include "rendezvous/http_store.h"
+#include "runtime/autotune.h"
+#include "runtime/channel.h"
+#include "runtime/coordinator.h"
+#include "runtime/log.h"
+#include "runtime/loss_watcher.h"
+#include "runtime/reporter.h"
+#include "runtime/runtime.h"
+#include "runtime/shm/transport.h"
+#include "runtime/timeline.h"
+#include "runtime/wire.h"
+
+namespace hvd::runtime {
+
+using gloo_backend::Communicator;
+using gloo_backend::CommunicatorOptions;
+using Clock = std::chrono::steady_clock;
+
+// The store key under which rank 0 publishes its control-plane address ("host port nonce").
+inline constexpr const char* kControlKey = "hvd_control/coordinator";
+// How often rank 0 of an elastic job asks the rendezvous server whether the job re-formed without a member.
+inline constexpr std::chrono::milliseconds kRoundCheckInterval{500};
+
+// The error of every operation pending or submitted once the job stopped: PeerLostError when a peer process
+// was lost (an elastic job re-forms on it), else ShutDownError.
+std::exception_ptr stopError(const std::string& reason, bool peer_lost);
+
+class Runtime::Impl {
+ public:
+  Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> store);
+  ~Impl();
+
+  std::shared_ptr<Work> enqueue(Request request);
+  std::vector<std::shared_ptr<Work>> enqueueGroup(std::vector<Request> requests);
+  std::shared_ptr<Work> changeProcessSet(Request request, bool is_static);
+  void shutdown();
+
+  // A registered process set as user threads see it (guarded by sets_mutex_).
+  struct SetInfo {
+    std::vector<int> ranks;  // sorted global ranks
+    bool is_static = false;
+  };
+  std::optional<SetInfo> processSet(int32_t id) const {
+    std::lock_guard lock(sets_mutex_);
+    auto it = set_info_.find(id);
+    if (it == set_info_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::vector<int32_t> processSetIds() const {
+    std::lock_guard lock(sets_mutex_);
+    std::vector<int32_t> ids;
+    for (const auto& [id, info] : set_info_) ids.push_back(id);
+    return ids;
+  }
+  bool stopped() const {
+    std::lock_guard lock(mutex_);
+    return stopped_;
+  }
+
+  RuntimeOptions options_;
+  int device_ = -1;
+
+ private:
+  struct Entry {
+    Request request;
+    std::shared_ptr<Work> work;
+    Clock::time_point enqueued;
+    bool static_set = false;  // kProcessSet: registered by init
+  };
+  // A name within its process set (names are scoped per set, as Horovod scopes them).
+  using Key = std::pair<int32_t, std::string>;
+  static Key keyOf(const Request& r) { return {r.process_set, r.name}; }
+
+  // Checks r against this rank's view of the job; names an unnamed r. Requires mutex_ and sets_mutex_.
+  void check(Request& r);
+  std::shared_ptr<Work> push(Request r, bool static_set = false);  // requires mutex_
+
+  void connectControlPlane();
+  // Starts watcher_ over the control connections (runtime/loss_watcher.h); size > 1.
+  void watchForLostPeers();
+  // A worker whose collective the abort signal failed: the coordinator's reason, from the abort list it
+  // sent before closing its connection (when it came), replaces the watcher's.
+  void takeCoordinatorsReason();
+  void wake();
+  void run();
+  // Runs until shutdown; throws on a lost peer or a failed collective. Sets abort_ when the job is
+  // being torn down because of a failure.
+  void loop();
+  void takeQueue(std::vector<Request>& fresh, bool& shutdown_requested);
+  void addRequest(int rank, const Request& request, Clock::time_point now) {
+    if (request.type != OpType::kJoin) timeline_->negotiateRank(request.name, request.type, rank);
+    coordinator_->add(rank, request, now);
+  }
+  // Timeline bracket of one response's execution on this rank (no-op unless rank 0 writes one).
+  void timelineStart(const Response& s);
+  void timelineEnd(const Response& s);
+  void coordinatorStep();
+  void broadcastToWorkers(const ResponseList& list);
+  // Rank 0 with a reporter: lists the waits for it (ReportStats::publishWaits) and when to do so next.
+  void publishWaits();
+  // Elastic jobs, rank 0: throws PeerLostError (after telling the workers) when the driver has begun a round
+  // without a member of this one.
+  void checkRoundNews();
+  bool execute(const ResponseList& list);  // false: leave the loop
+  void execute(const Response& response);
+  void executeAllreduce(const Response& s, Transport& comm);
+  void executeOther(const Response& s, Transport& comm, int set_rank);
+  // Every rank of the job runs on this host (the same answer on every rank, unlike cross_size).
+  bool singleHost() const { return options_.local_size == options_.size; }
+  // The data path of the global set: shared memory on one host, Gloo otherwise (see init).
+  std::shared_ptr<Transport> globalTransport();
+  // Rank 0 under autotune, once a list has executed: feeds its allreduces to the tuner as one record and
+  // applies what it decides. A path change waits in pending_path_ for the next list, which carries it to
+  // every rank.
+  void autotune(const ResponseList& list);
+  void executeProcessSet(const Response& s);
+  Entry* find(int32_t set, const std::string& name);
+  void complete(int32_t set, const std::string& name, std::exception_ptr error = nullptr);
+  void failAll(const std::string& reason);
+  std::byte* scratch(size_t bytes);
+  void log(LogLevel level, const std::string& message) const {
+    logLine(options_.log_level, level, options_.rank, message);
+  }
+
+  std::shared_ptr<rendezvous::Store> store_;
+  std::shared_ptr<gloo_backend::Device> gloo_device_;
+  // local_ and cross_ are global_ itself where their members are the same ranks in the same order (one
+  // host; one rank per host): Gloo would otherwise connect and close a second identical mesh.
+  std::shared_ptr<Communicator> global_, local_, cross_;
+  // The ranks of this host over shared memory (HVD_SHARED_MEMORY, more than one local rank).
+  std::shared_ptr<shm::Transport> shm_;
+  bool hierarchical_ = false;  // allreduce: shared memory within hosts, Gloo across (all ranks agree)
+  bool hierarchical_possible_ = false;  // every host has as many ranks and shared memory (checked at init)
+  bool hierarchical_allgather_ = false;  // allgather likewise (needs the ranks numbered host by host)
+  std::shared_ptr<Transport> flat_global_;  // the global set's flat path (kept for autotune's switches)
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0 under HOROVOD_AUTOTUNE, until it is done
+  uint8_t pending_path_ = ResponseList::kPathUnchanged;  // autotune's path for the next list
+  std::chrono::microseconds cycle_time_{0};  // the fusion window in force: the options', then autotune's
+  // Background thread only: the data path of every process set this rank is a member of (0: the job).
+  std::map<int32_t, std::shared_ptr<Transport>> set_comms_;
+  // Every registered set, members or not (user threads read it through processSet()).
+  mutable std::mutex sets_mutex_;
+  std::map<int32_t, SetInfo> set_info_;
+
+  // Control plane.
+  int wake_fd_ = -1;
+  // What user threads block on (Work::wait), reported to the coordinator once unchanged for
+  // kWaitReportDelay: the coordinator's deadlock check needs it, a training step's quick waits do not.
+  static constexpr std::chrono::milliseconds kWaitReportDelay{100};
+  static constexpr int kIdleWakeMs = 250;
+  std::shared_ptr<WaitRegistry> waits_ = std::make_shared<WaitRegistry>();
+  uint64_t waits_sent_version_ = 0;
+  std::vector<WaitRegistry::Key> waits_sent_;
+  // The waits to report now (see waits_), or nullopt.
+  std::optional<std::vector<WaitRegistry::Key>> dueWaitReport();
+  Clock::time_point busy_until_;  // the background thread polls without sleeping until then
+  std::chrono::microseconds busy_poll_{0};  // RuntimeOptions::busy_poll, resolved
+  std::unique_ptr<Channel> coordinator_channel_;           // workers
+  std::vector<std::unique_ptr<Channel>> worker_channels_;  // coordinator, index = rank (0 empty)
+  std::unique_ptr<Coordinator> coordinator_;               // rank 0 only
+  // Fails the Gloo operations in flight when watcher_ sees a control connection close (abort_signal.h):
+  // shared by every Communicator of this runtime.
+  std::shared_ptr<gloo_backend::AbortSignal> abort_signal_ = std::make_shared<gloo_backend::AbortSignal>();
+  std::unique_ptr<LossWatcher> watcher_;  // from init until the background loop ends
+  // Elastic jobs, rank 0: the rendezvous server, asked every kRoundCheckInterval whether the driver began a
+  // round without a member of this one (a host that went silent never closes its connections).
+  std::shared_ptr<rendezvous::HttpStore> round_server_;
+  std::optional<Clock::time_point> next_round_check_;
+
+  // Submission queue: user threads -> background thread.
+  mutable std::mutex mutex_;
+  std::deque<Entry> queue_;
+  std::set<Key> names_in_flight_;
+  bool shutdown_requested_ = false;
+  bool stopped_ = false;
+  std::string stop_reason_;
+  bool stopped_peer_lost_ = false;  // the stop was caused by a lost peer (peer_lost_, for user threads)
+  // Unnamed operations are counted per process set and operation type, so a rank that is not a member of
+  // a set (and so does not submit its operations) still names its other operations like every other rank.
+  std::map<std::pair<int32_t, OpType>, uint64_t> unnamed_;
+  uint64_t set_changes_ = 0;  // names of process-set registrations, counted alike on every rank
+
+  // Background thread only.
+  std::map<Key, Entry> table_;
+  std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
+  // Results of allgather, alltoall and reducescatter; up to 256 MiB of released ones stay mapped.
+  std::shared_ptr<BufferPool> result_pool_ = std::make_shared<BufferPool>(size_t{256} << 20);
+  std::unique_ptr<Timeline> timeline_;  // writes only on rank 0 with HOROVOD_TIMELINE
+  bool shutdown_sent_ = false;
+  std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
+  // Workers: name -> (cache id, the descriptor this rank submitted when the id was given).
+  std::map<Key, std::pair<uint32_t, Request>> response_cache_;
+  bool abort_ = false;
+  bool peer_lost_ = false;    // the job is torn down because a peer process was lost
+  bool abort_sent_ = false;   // coordinator: the workers were told to abort
+  std::string reason_;
+
+  std::thread thread_;
+
+  // Reports to the rendezvous server (runtime/reporter.h); null when this rank sends none.
+  std::shared_ptr<ReportStats> report_stats_;  // written by the background thread
+  std::unique_ptr<Reporter> reporter_;
+  std::optional<Clock::time_point> next_waits_;  // rank 0 with a reporter: when to list the waits next
+  bool waits_shown_ = false;                     // the list published last is not empty
+};
+
+}  // namespace hvd::runtime
