@@ -29,38 +29,11 @@ import numpy as _np
 
 from hvd import _core
 from hvd.common import basics as _basics
-from hvd.common.basics import (  # noqa: F401  (re-exported)
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from hvd.common.basics import *  # noqa: F401,F403  (re-exported: basics.__all__)
+from hvd.common.basics import is_homogeneous  # noqa: F401
 from hvd.common.exceptions import HorovodInternalError  # noqa: F401
-from hvd.common.process_sets import (  # noqa: F401
-    ProcessSet,
-    _id_of,
-    add_process_set,
-    global_process_set,
-    remove_process_set,
-)
+from hvd.common.process_sets import *  # noqa: F401,F403  (ProcessSet, global_process_set, add/remove)
+from hvd.common.process_sets import _id_of
 
 # Reduce operations, with Horovod's values.
 Average = 0

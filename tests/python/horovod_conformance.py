@@ -80,6 +80,7 @@ def main() -> int:
     if not hvdrun:
         print("horovod_conformance: hvdrun not found (pass --hvdrun)", file=sys.stderr)
         return 2
+    hvdrun = os.path.abspath(hvdrun)  # the jobs run in the test file's folder
     totals = {"passed": 0, "failed": 0, "skipped": 0, "hung": 0}
     print("| test | outcome | s |\n|---|---|---|")
     if args.session:

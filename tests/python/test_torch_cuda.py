@@ -25,11 +25,14 @@ def _cuda_devices():
 
 
 pytestmark = pytest.mark.skipif(_cuda_devices() == 0,
-                                reason=f"no CUDA device visible to {PYTHON}'s torch (GPU checks: tests/gpu/)")
+                                reason=f"no CUDA device visible to {PYTHON}'s torch (GPU checks: bench/gpu/run_all.sh)")
 
 WORKER = r"""
+import math
+
 import torch
 import hvd.torch as hvd
+from hvd.torch import cuda_staging
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -43,7 +46,7 @@ def same(gpu, cpu, what):
 
 
 def value(rank, shape=(4, 3), dtype=torch.float32):
-    return (torch.arange(12, dtype=torch.float64).reshape(shape) + rank).to(dtype)
+    return (torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape) + rank).to(dtype)
 
 
 for dtype in (torch.float32, torch.float64, torch.float16, torch.int32, torch.int64, torch.uint8):
@@ -181,6 +184,16 @@ with torch.cuda.stream(side):
     got += 0  # queued on the side stream after hvd's copy back
 torch.cuda.synchronize()
 assert torch.all(got == float(n * (n + 1) // 2)).item(), got[:4]
+# ... and the copy back: hvd's stream is held up between the operation's start and synchronize(); a copy of
+# the result made on the caller's stream right after synchronize() must see it.
+with torch.cuda.stream(side):
+    src.fill_(r + 2.0)
+    h = hvd.allreduce_async(src, op=hvd.Sum, name="order.back")
+    with torch.cuda.stream(cuda_staging._stream(dev.index)):
+        torch.cuda._sleep(50_000_000)
+    snap = hvd.synchronize(h).clone()
+torch.cuda.synchronize()
+assert torch.all(snap == float(n * (n + 3) // 2)).item(), snap[:4]
 
 # No device-wide synchronize: a kernel on another stream is still running when allreduce returns.
 other = torch.cuda.Stream()
@@ -202,11 +215,11 @@ if n > 1:
         raise AssertionError("a CPU/GPU mix was accepted")
     except hvd.HorovodInternalError as e:
         assert "Mismatched allreduce CPU/GPU device selection" in str(e), e
-    try:
-        hvd.grouped_allreduce([torch.ones(2, device=dev), torch.ones(2)], name="mixed_group")
-        raise AssertionError("a group on two devices was accepted")
-    except hvd.HorovodInternalError as e:
-        assert "same device" in str(e), e
+try:
+    hvd.grouped_allreduce([torch.ones(2, device=dev), torch.ones(2)], name="mixed_group")
+    raise AssertionError("a group on two devices was accepted")
+except hvd.HorovodInternalError as e:
+    assert "same device" in str(e), e
 same(hvd.allreduce(x, name="after"), hvd.allreduce(xc, name="after.c"), "allreduce after the mismatch")
 hvd.shutdown()
 print("OK")

@@ -7,6 +7,12 @@ from hvd import _core
 from hvd.common import process_sets as _ps
 from hvd.common.exceptions import InitError
 
+# What every framework module (hvd.torch, hvd.numpy) exports from here, as Horovod's do; is_homogeneous and
+# device are reached through the module (horovod.torch exports is_homogeneous only from mpi_ops).
+__all__ = ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init",
+           "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+           "nccl_built", "rank", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline"]
+
 _NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
 _atexit_registered = False
 # Called after shutdown() (the framework layers drop their handle maps).

@@ -10,6 +10,8 @@ from hvd import _core
 from hvd.common.exceptions import InvalidArgumentError
 
 
+__all__ = ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"]
+
 class ProcessSet:
     """A set of global ranks. `process_set_id` is None until the set is registered."""
 

@@ -3,6 +3,8 @@
 Differences from Horovod are listed in docs/python.md.
 """
 
+import types as _types
+
 from hvd.common.exceptions import HorovodInternalError  # noqa: F401
 from hvd.torch.compression import Compression  # noqa: F401
 from hvd.torch.mpi_ops import (  # noqa: F401
@@ -81,3 +83,7 @@ except ImportError as _e:  # pragma: no cover - while those modules are being wr
 
 # hvd.elastic after `import hvd.torch as hvd`, as horovod.torch exports its elastic module.
 from hvd.torch import elastic  # noqa: F401,E402
+
+# What `from hvd.torch import *` gives, and what the horovod.torch compatibility package re-exports: the names
+# above, without the submodules.
+__all__ = sorted(n for n, v in globals().items() if not n.startswith("_") and not isinstance(v, _types.ModuleType))

@@ -17,6 +17,11 @@ Pinned buffers come from PyTorch's caching host allocator, so a training loop re
 step after step; a buffer freed while an asynchronous copy still reads it is not handed out again until
 that copy is done (the allocator records an event on the copying stream).
 
+The result is ordered with the caller's current stream at synchronize() (the stream that is current then);
+work on another stream must wait for that one, as for any CUDA result. Cost: each staged call waits (the
+calling thread sleeps) until the caller's stream has run what it had queued and the copy to the host is
+done, so DistributedOptimizer's gradient hooks hold the autograd thread until the GPU catches up with it.
+
 Nothing here runs unless a tensor is on a CUDA device, so on CPU-only torch this module is inert.
 """
 
@@ -60,7 +65,7 @@ def to_host(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
             host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
             host.copy_(t, non_blocking=True)
             hosts.append(host)
-        done = torch.cuda.Event()
+        done = torch.cuda.Event(blocking=True)  # the wait below sleeps rather than spins
         done.record(stream)
     done.synchronize()  # these copies only; libhvd's thread reads the buffers next
     return hosts
@@ -78,5 +83,9 @@ def to_device(hosts: Sequence[torch.Tensor], device: torch.device,
     with torch.cuda.stream(stream):
         for host, out in zip(hosts, outs):
             out.copy_(host, non_blocking=True)
+            if into is not None:
+                # The caller's tensor may belong to another stream (a side stream's, autograd's): if it is
+                # freed before that stream reaches this copy, its memory must not be handed out again there.
+                out.record_stream(stream)
     caller.wait_stream(stream)
     return outs

@@ -4,74 +4,7 @@ As in Horovod, is_homogeneous is only in horovod.torch.mpi_ops and HostsUpdatedI
 horovod.common.exceptions. `elastic` is hvd.torch.elastic's API (horovod.torch.elastic).
 """
 
+# hvd.torch's objects under Horovod's names (hvd.torch.__all__), and horovod.torch.elastic, the compatibility
+# package's own module over hvd.torch.elastic.
+from hvd.torch import *  # noqa: F401,F403
 from horovod.torch import elastic  # noqa: F401
-from horovod.torch.compression import Compression  # noqa: F401
-from horovod.torch.functions import (  # noqa: F401
-    allgather_object,
-    broadcast_object,
-    broadcast_optimizer_state,
-    broadcast_parameters,
-)
-from horovod.torch.mpi_ops import (  # noqa: F401
-    Adasum,
-    Average,
-    HorovodInternalError,
-    Max,
-    Min,
-    ProcessSet,
-    Product,
-    Sum,
-    add_process_set,
-    allgather,
-    allgather_async,
-    allreduce,
-    allreduce_,
-    allreduce_async,
-    allreduce_async_,
-    alltoall,
-    alltoall_async,
-    barrier,
-    broadcast,
-    broadcast_,
-    broadcast_async,
-    broadcast_async_,
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    global_process_set,
-    grouped_allgather,
-    grouped_allgather_async,
-    grouped_allreduce,
-    grouped_allreduce_,
-    grouped_allreduce_async,
-    grouped_allreduce_async_,
-    grouped_reducescatter,
-    grouped_reducescatter_async,
-    init,
-    is_initialized,
-    join,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    poll,
-    rank,
-    reducescatter,
-    reducescatter_async,
-    remove_process_set,
-    rocm_built,
-    shutdown,
-    size,
-    sparse_allreduce_async,
-    start_timeline,
-    stop_timeline,
-    synchronize,
-)
-from horovod.torch.optimizer import DistributedOptimizer  # noqa: F401
-from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
