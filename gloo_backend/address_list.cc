@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::gloo_backend {
 

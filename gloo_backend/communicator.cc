@@ -21,7 +21,7 @@
 #include <gloo/types.h>
 
 #include "gloo_backend/address_list.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::gloo_backend {
 

@@ -8,7 +8,7 @@
 
 #include <gloo/transport/tcp/device.h>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::gloo_backend {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::gloo_backend {
 namespace {

@@ -20,7 +20,7 @@
 #include "launcher/local/launcher.h"
 #include "launcher/output.h"
 #include "launcher/summary.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/round.h"
 #include "rendezvous/server.h"
 

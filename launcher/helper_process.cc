@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "launcher/launcher.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 extern char** environ;
 

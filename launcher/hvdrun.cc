@@ -13,7 +13,7 @@
 #include "launcher/launcher.h"
 #include "launcher/slurm/launcher.h"
 #include "launcher/usage.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher {
 

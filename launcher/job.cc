@@ -24,7 +24,7 @@
 #include "launcher/summary.h"
 #include "launcher/worker_heap.h"
 #include "launcher/token_guard.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/server.h"
 #include "rendezvous/token.h"
 

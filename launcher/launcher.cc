@@ -16,7 +16,7 @@
 #include <cstring>
 #include <set>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher {
 

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <ctime>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher {
 

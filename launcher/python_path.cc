@@ -5,7 +5,7 @@
 #include <system_error>
 
 #include "hvd/config.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher {
 

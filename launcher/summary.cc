@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher {
 
@@ -56,8 +56,8 @@ std::string summaryTable(const JobSnapshot& job, double seconds, int exit_code) 
     char wall[32];
     std::snprintf(wall, sizeof wall, "%.2f", w->run_seconds);
     cells.push_back({std::to_string(w->rank), w->host.empty() ? "-" : w->host, describeEnd(*w), wall,
-                     w->peak_rss_bytes ? rendezvous::formatBytes(static_cast<double>(*w->peak_rss_bytes)) : "-",
-                     reported ? formatCount(w->collectives()) : "-", reported ? rendezvous::formatBytes(static_cast<double>(w->bytes())) : "-"});
+                     w->peak_rss_bytes ? formatBytes(static_cast<double>(*w->peak_rss_bytes)) : "-",
+                     reported ? formatCount(w->collectives()) : "-", reported ? formatBytes(static_cast<double>(w->bytes())) : "-"});
     if (w->state == Phase::kExited && !(w->exit_code && *w->exit_code == 0)) ++failed;
   }
   std::vector<size_t> width(header.size());

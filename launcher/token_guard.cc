@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "launcher/launcher.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher {
 

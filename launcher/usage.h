@@ -7,7 +7,7 @@
 
 #include <utility>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher {
 

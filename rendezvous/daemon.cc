@@ -16,7 +16,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/server.h"
 #include "rendezvous/token.h"
 

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::rendezvous {
 

@@ -11,7 +11,7 @@
 
 #include <boost/beast/http/error.hpp>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/token.h"
 
 namespace hvd::rendezvous {

@@ -21,7 +21,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/token.h"
 

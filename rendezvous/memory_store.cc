@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::rendezvous {
 

@@ -39,7 +39,7 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/status_page.h"
 

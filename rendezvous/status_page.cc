@@ -11,7 +11,7 @@
 #include <set>
 #include <vector>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/token.h"
 
 namespace hvd::rendezvous {

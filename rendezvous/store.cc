@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/round.h"
 
 namespace hvd::rendezvous {

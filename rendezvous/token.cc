@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::rendezvous {
 

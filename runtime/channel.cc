@@ -14,7 +14,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::runtime {
 namespace {

@@ -609,7 +609,7 @@ std::string Coordinator::checkStalls(Clock::time_point now) {
          std::to_string(options_.stall_warning_time.count() / 1000) + " seconds: " + report;
 }
 
-std::vector<rendezvous::CollectiveWait> Coordinator::waits(Clock::time_point now, Clock::duration min_age,
+std::vector<CollectiveWait> Coordinator::waits(Clock::time_point now, Clock::duration min_age,
                                                            size_t limit) const {
   std::vector<std::pair<Clock::time_point, const std::pair<const Key, Pending>*>> old;
   for (const auto& entry : pending_) {
@@ -619,11 +619,11 @@ std::vector<rendezvous::CollectiveWait> Coordinator::waits(Clock::time_point now
   const size_t n = std::min(limit, old.size());
   std::partial_sort(old.begin(), old.begin() + static_cast<std::ptrdiff_t>(n), old.end(),
                     [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<rendezvous::CollectiveWait> out;
+  std::vector<CollectiveWait> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const auto& [key, p] = *old[i].second;
-    rendezvous::CollectiveWait w;
+    CollectiveWait w;
     w.name = key.second;
     w.process_set = key.first;
     for (int r : members(key.first)) {

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/monitor.h"
+#include "base/report.h"
 #include "runtime/wire.h"
 
 namespace hvd::runtime {
@@ -76,7 +76,7 @@ class Coordinator {
   // first, at most `limit`. Each names its operation (name(OpType)), its process set, the ranks that
   // submitted it and the ranks it waits for (joined ranks are not waited for), and its age in seconds.
   // Names that every rank submitted but wait for the rest of their group are not listed.
-  std::vector<rendezvous::CollectiveWait> waits(Clock::time_point now, Clock::duration min_age, size_t limit) const;
+  std::vector<CollectiveWait> waits(Clock::time_point now, Clock::duration min_age, size_t limit) const;
 
   // Autotune: fuse up to this many bytes from the next response list on.
   void setFusionThreshold(size_t bytes) { options_.fusion_threshold = bytes; }

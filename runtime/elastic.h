@@ -16,7 +16,7 @@
 #include <memory>
 #include <optional>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/store.h"
 #include "runtime/options.h"

@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::runtime {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/store.h"
 
 namespace hvd::runtime {

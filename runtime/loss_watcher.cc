@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::runtime {
 

@@ -8,7 +8,7 @@
 #include <strings.h>
 #include <tuple>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/token.h"
 
 namespace hvd::runtime {

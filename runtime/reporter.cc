@@ -5,7 +5,7 @@
 #include <set>
 #include <unistd.h>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/http_store.h"
 #include "runtime/log.h"
 
@@ -34,14 +34,14 @@ std::string hostName() {
 
 }  // namespace
 
-void ReportStats::publishWaits(std::vector<rendezvous::CollectiveWait> waits, Clock::time_point at) {
+void ReportStats::publishWaits(std::vector<CollectiveWait> waits, Clock::time_point at) {
   std::lock_guard lock(waits_mutex_);
   waits_ = std::move(waits);
   waits_at_ = at;
 }
 
-std::map<std::string, rendezvous::CollectiveCount> ReportStats::collectives() const {
-  std::map<std::string, rendezvous::CollectiveCount> out;
+std::map<std::string, CollectiveCount> ReportStats::collectives() const {
+  std::map<std::string, CollectiveCount> out;
   for (size_t i = 0; i < kOps; ++i) {
     const uint64_t count = count_[i].load(std::memory_order_relaxed);
     if (count == 0) continue;
@@ -50,9 +50,9 @@ std::map<std::string, rendezvous::CollectiveCount> ReportStats::collectives() co
   return out;
 }
 
-std::vector<rendezvous::CollectiveWait> ReportStats::waits(Clock::time_point now) const {
+std::vector<CollectiveWait> ReportStats::waits(Clock::time_point now) const {
   std::lock_guard lock(waits_mutex_);
-  std::vector<rendezvous::CollectiveWait> out = waits_;
+  std::vector<CollectiveWait> out = waits_;
   const double later = std::chrono::duration<double>(now - waits_at_).count();
   if (later > 0) {
     for (auto& w : out) w.seconds += later;
@@ -77,7 +77,7 @@ MemoryUse memoryUse() {
 }
 
 struct Reporter::State {
-  rendezvous::RankReport identity;  // the fields that do not change
+  RankReport identity;  // the fields that do not change
   std::chrono::milliseconds interval{1000};
   LogLevel log_level = LogLevel::kWarning;
   std::shared_ptr<rendezvous::HttpStore> server;
@@ -97,8 +97,8 @@ struct Reporter::State {
     logLine(log_level, level, identity.rank, message);
   }
 
-  rendezvous::RankReport report(const std::string& state) const {
-    rendezvous::RankReport r = identity;
+  RankReport report(const std::string& state) const {
+    RankReport r = identity;
     r.state = state;
     const auto now = Clock::now();
     r.uptime_s = std::chrono::duration<double>(now - started).count();
@@ -126,7 +126,7 @@ struct Reporter::State {
   // Sends one report; false when the server answered 404 (it takes no reports: never ask it again).
   bool send(const std::string& state, std::chrono::milliseconds timeout) {
     try {
-      if (!server->sendReport(identity.rank, rendezvous::toJson(report(state)).dump(), timeout)) {
+      if (!server->sendReport(identity.rank, toJson(report(state)).dump(), timeout)) {
         refuse("404");
         return false;
       }
@@ -225,6 +225,6 @@ void Reporter::finish() {
   }
 }
 
-rendezvous::RankReport Reporter::snapshot(const std::string& state) const { return state_->report(state); }
+RankReport Reporter::snapshot(const std::string& state) const { return state_->report(state); }
 
 }  // namespace hvd::runtime

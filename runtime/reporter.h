@@ -1,5 +1,5 @@
 // Reports: what a worker's runtime tells the rendezvous server about itself, for the job's status view
-// (rendezvous/monitor.h: a RankReport as JSON over PUT /_hvd/report/<rank>, HttpStore::sendReport).
+// (base/report.h: a RankReport as JSON over PUT /_hvd/report/<rank>, HttpStore::sendReport).
 //
 // Who: every rank whose store is the rendezvous server over HTTP (HOROVOD_GLOO_RENDEZVOUS_ADDR or
 // HVD_RENDEZVOUS, or a Runtime given an HttpStore), unless RuntimeOptions::report_interval is zero
@@ -41,7 +41,7 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/monitor.h"
+#include "base/report.h"
 #include "runtime/options.h"
 #include "runtime/work.h"
 
@@ -79,12 +79,12 @@ class ReportStats {
     stall_warnings_.store(stall_warnings_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   // Background thread, rank 0: the waits as of `at` (replaces the previous list).
-  void publishWaits(std::vector<rendezvous::CollectiveWait> waits, Clock::time_point at);
+  void publishWaits(std::vector<CollectiveWait> waits, Clock::time_point at);
 
   // Any thread: the operations completed so far, by name (those with a count only).
-  std::map<std::string, rendezvous::CollectiveCount> collectives() const;
+  std::map<std::string, CollectiveCount> collectives() const;
   // Any thread: the latest published waits, their ages brought forward to `now`.
-  std::vector<rendezvous::CollectiveWait> waits(Clock::time_point now) const;
+  std::vector<CollectiveWait> waits(Clock::time_point now) const;
   uint64_t stallWarnings() const { return stall_warnings_.load(std::memory_order_relaxed); }
 
  private:
@@ -94,7 +94,7 @@ class ReportStats {
   std::array<std::atomic<uint64_t>, kOps> bytes_{};
   std::atomic<uint64_t> stall_warnings_{0};
   mutable std::mutex waits_mutex_;
-  std::vector<rendezvous::CollectiveWait> waits_;  // guarded by waits_mutex_
+  std::vector<CollectiveWait> waits_;  // guarded by waits_mutex_
   Clock::time_point waits_at_;                     // guarded by waits_mutex_
 };
 
@@ -120,7 +120,7 @@ class Reporter {
   void finish();
 
   // The RankReport as the reporter would send it now (for tests).
-  rendezvous::RankReport snapshot(const std::string& state) const;
+  RankReport snapshot(const std::string& state) const;
 
  private:
   struct State;

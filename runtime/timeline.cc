@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::runtime {
 namespace {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "gloo_backend/types.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::runtime {
 

@@ -23,7 +23,7 @@
 #include "launcher/ssh/proxy_host.h"
 #include "launcher/ssh/remote.h"
 #include "launcher/ssh/tcp_link.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/token.h"
 
 namespace hvd::launcher::agent {

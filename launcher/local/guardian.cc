@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <set>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::local {
 

@@ -17,7 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "launcher/local/guardian.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::local {
 

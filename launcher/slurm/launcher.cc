@@ -33,7 +33,7 @@
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
 #include "launcher/ssh/tcp_link.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/token.h"
 
 namespace hvd::launcher::slurm {

@@ -7,7 +7,7 @@
 #include <glob.h>
 #include <sstream>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::ssh {
 

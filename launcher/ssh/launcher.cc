@@ -25,7 +25,7 @@
 #include "launcher/ssh/proxy_host.h"
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::ssh {
 

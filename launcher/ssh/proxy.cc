@@ -25,7 +25,7 @@
 #include "launcher/launcher.h"
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include <csignal>
 #include <iostream>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::ssh {
 

@@ -1,6 +1,6 @@
 #include "launcher/ssh/proxy_protocol.h"
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::ssh {
 

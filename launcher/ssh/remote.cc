@@ -1,6 +1,6 @@
 #include "launcher/ssh/remote.h"
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::ssh {
 

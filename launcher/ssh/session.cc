@@ -23,7 +23,7 @@
 #include <sstream>
 
 #include "launcher/ssh/remote.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::ssh {
 

@@ -10,7 +10,7 @@
 
 #include "launcher/ssh/proxy.h"
 #include "launcher/ssh/remote.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::launcher::ssh {
 

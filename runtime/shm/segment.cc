@@ -12,7 +12,7 @@
 #include <random>
 #include <utility>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::runtime::shm {
 namespace {

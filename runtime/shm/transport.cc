@@ -13,7 +13,7 @@
 #include <climits>
 #include <cstring>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace hvd::runtime::shm {
 namespace {

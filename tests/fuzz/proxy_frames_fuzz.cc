@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "launcher/ssh/proxy_protocol.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 namespace {
 

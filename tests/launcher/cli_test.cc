@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/cli.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "tests/launcher/process.h"
 
 using namespace hvd::launcher;

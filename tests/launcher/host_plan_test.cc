@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "launcher/host_plan.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 using namespace hvd::launcher;
 

@@ -23,7 +23,7 @@
 #include "gloo_backend/address_list.h"
 #include "gloo_backend/communicator.h"
 #include "gloo_backend/device.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/memory_store.h"
 
 using namespace hvd::gloo_backend;

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <regex>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/http_store.h"
 #include "tests/rendezvous/test_server.h"
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/token.h"
 

@@ -13,7 +13,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/http_store.h"
 #include "tests/rendezvous/test_server.h"

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/token.h"
 #include "tests/rendezvous/raw_client.h"
 #include "tests/rendezvous/test_server.h"

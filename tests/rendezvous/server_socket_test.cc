@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/http_store.h"
 #include "tests/rendezvous/raw_client.h"
 #include "tests/rendezvous/test_server.h"

@@ -11,6 +11,7 @@
 #include "rendezvous/token.h"
 
 using namespace hvd::rendezvous;
+using hvd::RankReport;
 namespace http = boost::beast::http;
 
 namespace {

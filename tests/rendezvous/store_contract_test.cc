@@ -7,7 +7,7 @@
 #include <set>
 #include <thread>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/file_store.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/memory_store.h"

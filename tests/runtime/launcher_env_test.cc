@@ -8,7 +8,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "rendezvous/memory_store.h"
 #include "runtime/launcher_env.h"
 #include "runtime/options.h"

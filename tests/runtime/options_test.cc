@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "runtime/options.h"
 
 using hvd::runtime::LogLevel;

@@ -116,7 +116,7 @@ TEST_CASE("reports: rank 0's report names the rank a collective waits for, and f
   o.argv = {buildPath("tests/runtime/scenario_worker"), "report_wait"};  // rank 2 sleeps 2.5 s first
   o.env = {{"HVD_REPORT_INTERVAL_SECONDS", "0.2"}};
   std::mutex mutex;
-  std::vector<hvd::rendezvous::CollectiveWait> longest;  // the "late" wait with the most seconds seen
+  std::vector<hvd::CollectiveWait> longest;  // the "late" wait with the most seconds seen
   std::atomic<bool> done{false};
   std::thread watcher;
   JobSnapshot last;
@@ -306,7 +306,7 @@ TEST_CASE("ReportStats counts by operation name and brings the waits' ages forwa
   CHECK(c.at("allreduce").count == 2);
   CHECK(c.at("allreduce").bytes == 500);
   CHECK(c.at("join").count == 1);
-  hvd::rendezvous::CollectiveWait w;
+  hvd::CollectiveWait w;
   w.name = "x";
   w.seconds = 1.0;
   const auto at = ReportStats::Clock::now();

@@ -7,7 +7,7 @@
 
 #include "launcher/ssh/config.h"
 #include "launcher/ssh/remote.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 using hvd::launcher::ssh::matchPattern;
 using hvd::launcher::ssh::SshConfig;

@@ -21,7 +21,7 @@
 #include "launcher/launcher.h"
 #include "launcher/local/launcher.h"
 #include "launcher/ssh/launcher.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "tests/ssh/sshd_fixture.h"
 
 using namespace hvd::launcher;

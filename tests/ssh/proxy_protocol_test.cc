@@ -4,7 +4,7 @@
 #include <string>
 
 #include "launcher/ssh/proxy_protocol.h"
-#include "rendezvous/error.h"
+#include "base/error.h"
 #include "tests/ssh/sshd_fixture.h"
 
 using namespace hvd::launcher::ssh;

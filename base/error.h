@@ -11,7 +11,7 @@
 //   │                      shared-memory peer gone); elastic jobs re-form on it
 //   └─ LaunchError         starting or supervising workers failed (message names host and rank)
 //
-// This header lives in rendezvous/ because that is the lowest library: every other one links it.
+// This header is the base library's (hvd::base), which every other library links.
 // Messages carry the operands (key, host, rank, errno text); HVD_CHECK adds file:line.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "rendezvous/error.h"
+#include "base/error.h"
 
 #include <cstring>
 
