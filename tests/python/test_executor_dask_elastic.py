@@ -41,7 +41,12 @@ def client(lab):
 
 def train_until(stop_file):
     """Commits a step every 50 ms under hvd.elastic.run until stop_file exists (rank 0 decides, for all);
-    every step records the job's size and sends (size, step) to the driver."""
+    every step records the job's size and sends (size, step) to the driver.
+
+    A step saves, then sends, then checks for host updates (state.commit() split in two): commit() saves and
+    may then raise HostsUpdatedInterrupt, which would keep a size in the ranks' state that the driver was
+    never sent (a round of 3 during the growth to 4, seen 1 run in 3). So the driver is sent exactly what
+    was saved."""
     import torch
     import hvd.torch as ht
 
@@ -58,8 +63,9 @@ def train_until(stop_file):
             if not state.sizes or state.sizes[-1] != size:
                 state.sizes.append(size)
             state.step += 1
-            state.commit()
+            state.save()
             send((size, state.step))
+            state.check_host_updates()
             time.sleep(0.05)
 
     return train(state)
