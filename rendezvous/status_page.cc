@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "rendezvous/status_page_assets.h"
 #include "rendezvous/token.h"
 
 namespace hvd::rendezvous {
@@ -581,48 +582,7 @@ constexpr const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
     "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-constexpr const char* kStyle = R"css(
-:root{--fg:#1d2330;--muted:#667085;--line:#e4e7ec;--bg:#f6f7f9;--card:#fff;--run:#12805c;--exit:#475467;
---fail:#b42318;--stuck:#b54708;--stuckbg:#fff6e5;--failbg:#fdf0ef;--accent:#2e62d9;--accent2:#9b51e0}
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
-header{background:#111827;color:#f9fafb;padding:14px 24px}
-header h1{margin:0 0 6px;font-size:18px;font-weight:600;word-break:break-all}
-header .brand{color:#93c5fd;font-weight:700;margin-right:8px}
-#summary{display:flex;flex-wrap:wrap;gap:8px 18px;align-items:center;color:#d0d5dd}
-#counts{display:flex;gap:8px;flex-wrap:wrap}
-.count{padding:1px 9px;border-radius:10px;background:#1f2937;color:#e5e7eb;font-variant-numeric:tabular-nums}
-.count[data-state=running]{background:#064e3b}.count[data-state=exited]{background:#374151}
-.count[data-state=stuck]:not([data-count="0"]){background:#92400e}
-#live{font-size:12px;color:#9ca3af}#live[data-live=false]{color:#fca5a5}
-main{padding:16px 24px;max-width:1500px}
-section{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin-bottom:16px}
-h2{font-size:14px;margin:0 0 10px;color:var(--muted);font-weight:600;text-transform:uppercase;letter-spacing:.04em}
-table{border-collapse:collapse;width:100%}
-th{text-align:left;font-weight:600;color:var(--muted);font-size:12px;border-bottom:1px solid var(--line);padding:4px 8px}
-td{padding:6px 8px;border-bottom:1px solid var(--line);vertical-align:top;font-variant-numeric:tabular-nums}
-th,td.run-time,td.bytes,td.rss,td.pid{white-space:nowrap}td.state{min-width:200px}
-tr.worker[data-state=running] .state-text{color:var(--run);font-weight:600}
-tr.worker[data-state=exited] .state-text{color:var(--exit);font-weight:600}
-tr.worker.failed{background:var(--failbg)}tr.worker.failed .state-text{color:var(--fail)}
-tr.worker.stuck{background:var(--stuckbg);box-shadow:inset 4px 0 0 var(--stuck)}
-.holdup{color:var(--stuck);font-weight:600;margin-top:2px}
-.detail,.ops{color:var(--muted);font-size:12px}
-td.tail{font:12px/1.35 ui-monospace,"DejaVu Sans Mono",monospace;max-width:520px}
-.line{white-space:pre-wrap;word-break:break-all}
-td.host{overflow-wrap:anywhere;min-width:9ch}
-.empty{color:var(--muted);margin:0}
-tr.wait.stuck td{color:var(--stuck)}
-#chart{width:100%;height:auto;display:block}
-#chart .frame{fill:none;stroke:var(--line)}#chart text{font-size:11px;fill:var(--muted)}
-#chart .chart-title{fill:var(--fg);font-weight:600}
-#chart .series{stroke:none}
-#chart-allreduce{fill:var(--accent)}#chart-collectives{fill:var(--accent2)}
-#access-note code,footer code{background:#eef2f6;padding:0 4px;border-radius:3px}
-footer{color:var(--muted);font-size:12px}
-)css";
-
-// Chart geometry, the same in the script.
+// Chart geometry, the same in the script (assets/status.js).
 constexpr double kChartWidth = 1200, kChartLeft = 84, kChartRight = 1190, kPanelTop = 8, kPanelHeight = 90,
                  kPanelGap = 26;
 
@@ -748,191 +708,14 @@ std::string waitsHtml(const JobSnapshot& s) {
   return out + "</tbody></table></div>";
 }
 
-constexpr const char* kAccessNote =
-    "<section id=\"access-note\"><h2>Overview only</h2><p>Per-worker rows, output lines, waits and throughput "
-    "need the job's token. Open <code>/?token=TOKEN</code> on this port with the job's token (the value of "
-    "<code>HVD_RENDEZVOUS_TOKEN</code>, or of the file given to <code>hvd-rendezvous --token-file</code>); "
-    "clients send it in <code>X-Hvd-Token</code> or <code>Authorization: Bearer</code>. A browser of the "
-    "job's own user on the job's machine gets in without it, and so does one at the end of an ssh tunnel "
-    "that user opened: <code>ssh -L 8080:127.0.0.1:PORT user@host</code>, then "
-    "<code>http://127.0.0.1:8080/</code>.</p></section>";
-
-// The page's script: renders /status.json into the same DOM the server renders, every second. Text from
-// workers goes in only as text nodes and attribute values (never innerHTML).
-constexpr const char* kScript = R"js(
-(function () {
-  'use strict';
-  var L = 84, R = 1190, TOP = 8, H = 90, GAP = 26, STATES = ['starting', 'joined', 'running', 'exited'];
-  var SVGNS = 'http://www.w3.org/2000/svg';
-  function clean(v) { return String(v).replace(/[\u0000-\u0008\u000a-\u001f\u007f]/g, '\ufffd'); }
-  function build(doc, ns, tag, attrs, kids) {
-    var e = ns ? doc.createElementNS(ns, tag) : doc.createElement(tag);
-    for (var k in attrs) if (attrs[k] !== null && attrs[k] !== undefined) e.setAttribute(k, clean(attrs[k]));
-    (kids || []).forEach(function (c) {
-      if (c === null || c === undefined) return;
-      e.appendChild(typeof c === 'object' ? c : doc.createTextNode(clean(c)));
-    });
-    return e;
-  }
-  function el(tag, attrs) { return build(document, null, tag, attrs, [].slice.call(arguments, 2)); }
-  function sv(tag, attrs) { return build(document, SVGNS, tag, attrs, [].slice.call(arguments, 2)); }
-  function duration(s) {
-    s = Math.max(0, Math.floor(s));
-    if (s < 60) return s + ' s';
-    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
-    return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
-  }
-  function bytes(b) {
-    var units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'], u = 0;
-    while (b >= 1024 && u + 1 < units.length) { b /= 1024; u++; }
-    return u === 0 ? Math.round(b) + ' B' : b.toFixed(1) + ' ' + units[u];
-  }
-  function rate(r) { return r < 10 && r !== Math.floor(r) ? r.toFixed(1) : r.toFixed(0); }
-  function ranks(list) {
-    var r = list.slice().sort(function (a, b) { return a - b; }).filter(function (v, i, a) { return i === 0 || a[i - 1] !== v; });
-    var out = [];
-    for (var i = 0; i < r.length;) {
-      var j = i;
-      while (j + 1 < r.length && r[j + 1] === r[j] + 1) j++;
-      out.push(j === i ? String(r[i]) : j === i + 1 ? r[i] + ', ' + r[j] : r[i] + '-' + r[j]);
-      i = j + 1;
-    }
-    return out.join(', ');
-  }
-  function counts(s) {
-    var box = el('span', {id: 'counts'});
-    STATES.forEach(function (st) {
-      var n = s.counts[st] || 0;
-      box.appendChild(el('span', {'class': 'count', 'data-state': st, 'data-count': n}, n + ' ' + st));
-    });
-    if (s.access === 'full') box.appendChild(el('span', {'class': 'count', 'data-state': 'stuck', 'data-count': s.stuck}, s.stuck + ' stuck'));
-    return box;
-  }
-  function row(w) {
-    var cls = 'worker' + (w.stuck ? ' stuck' : '') + (w.failed ? ' failed' : '');
-    var exited = w.state === 'exited';
-    var state = el('td', {'class': 'state'}, el('span', {'class': 'state-text'}, w.state_text));
-    w.holding_up.forEach(function (h) {
-      state.appendChild(el('div', {'class': 'holdup'}, h.op + " '" + h.name + "' waits for this rank for " + duration(h.seconds)));
-    });
-    if (w.exit_detail) state.appendChild(el('div', {'class': 'detail'}, w.exit_detail));
-    if (w.restarts) state.appendChild(el('div', {'class': 'detail'}, 'restarted ' + w.restarts + ' times'));
-    var ops = Object.keys(w.collectives).sort().map(function (op) { return op + ' ' + w.collectives[op].count; });
-    var tail = el('td', {'class': 'tail'});
-    w.tail.forEach(function (line) { tail.appendChild(el('div', {'class': 'line'}, line)); });
-    return el('tr', {'class': cls, 'data-id': w.id, 'data-rank': w.rank, 'data-state': w.state,
-                     'data-stuck': w.stuck ? 'true' : 'false',
-                     'data-exit-code': exited && w.exit_code !== null ? w.exit_code : null,
-                     'data-signal': exited && w.signal !== null ? w.signal : null},
-      el('td', {'class': 'rank'}, w.rank), el('td', {'class': 'host'}, w.host),
-      el('td', {'class': 'pid'}, w.pid === null ? '' : w.pid), state,
-      el('td', {'class': 'run-time'}, duration(w.run_s)),
-      el('td', {'class': 'collectives', 'data-count': w.collectives_total}, w.collectives_total,
-         ops.length ? el('div', {'class': 'ops'}, ops.join(' \u00b7 ')) : null),
-      el('td', {'class': 'bytes', 'data-bytes': w.bytes_total}, bytes(w.bytes_total)),
-      el('td', {'class': 'rss'}, w.peak_rss_bytes === null ? '' : bytes(w.peak_rss_bytes)), tail);
-  }
-  function waits(s) {
-    var box = el('div', {id: 'waits', 'data-count': s.waits.length});
-    if (!s.waits.length) { box.appendChild(el('p', {'class': 'empty'}, 'No collective is waiting for a rank.')); return box; }
-    var body = el('tbody', {});
-    s.waits.forEach(function (w) {
-      body.appendChild(el('tr', {'class': 'wait' + (w.seconds >= s.stuck_after_s ? ' stuck' : ''), 'data-op': w.op,
-                                 'data-name': w.name, 'data-missing': ranks(w.missing)},
-        el('td', {'class': 'op'}, w.op), el('td', {'class': 'name'}, w.name),
-        el('td', {'class': 'process-set'}, w.process_set), el('td', {'class': 'submitted'}, ranks(w.submitted)),
-        el('td', {'class': 'missing'}, ranks(w.missing)), el('td', {'class': 'seconds'}, duration(w.seconds))));
-    });
-    box.appendChild(el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'collective'), el('th', {}, 'tensor'),
-      el('th', {}, 'process set'), el('th', {}, 'submitted by'), el('th', {}, 'waits for'), el('th', {}, 'for'))), body));
-    return box;
-  }
-  function panel(svg, s, i, id, title, key, isBytes) {
-    var top = TOP + i * (H + GAP), bottom = top + H, start = s.now_unix_s - s.history_seconds, max = 0, bars = [];
-    var bar = (R - L) / s.history_seconds;
-    s.history.forEach(function (p) { max = Math.max(max, p[key]); });
-    var scale = max > 0 ? max : 1;
-    s.history.forEach(function (p) {
-      if (p.t <= start || p.t > s.now_unix_s) return;
-      var x = L + (p.t - start - 1) * bar, y = bottom - p[key] / scale * H;
-      bars.push('M' + x.toFixed(1) + ',' + bottom.toFixed(1) + 'V' + y.toFixed(1) + 'h' + bar.toFixed(1) + 'V' +
-                bottom.toFixed(1) + 'Z');
-    });
-    svg.appendChild(sv('rect', {'class': 'frame', x: L, y: top, width: R - L, height: H}));
-    svg.appendChild(sv('text', {'class': 'chart-title', x: L + 8, y: top + 16}, title));
-    svg.appendChild(sv('text', {'class': 'ymax', x: L - 6, y: top + 10, 'text-anchor': 'end'}, (isBytes ? bytes(max) : rate(max)) + '/s'));
-    svg.appendChild(sv('text', {x: L - 6, y: bottom, 'text-anchor': 'end'}, '0'));
-    svg.appendChild(sv('path', {'class': 'series', id: id, 'data-n': bars.length, 'data-max': max, d: bars.join(' ')}));
-  }
-  function chart(s) {
-    var height = TOP + 2 * H + GAP + 22, axis = height - 6, minutes = s.history_seconds / 60;
-    var svg = sv('svg', {id: 'chart', viewBox: '0 0 1200 ' + height, role: 'img', 'aria-label': 'throughput'});
-    panel(svg, s, 0, 'chart-allreduce', 'allreduce throughput', 'allreduce_bytes_per_s', true);
-    panel(svg, s, 1, 'chart-collectives', 'collectives per second', 'collectives_per_s', false);
-    for (var i = 0; i <= minutes; i++) {
-      svg.appendChild(sv('text', {x: (L + i / minutes * (R - L)).toFixed(1), y: axis, 'text-anchor': 'middle'},
-                         i === minutes ? 'now' : '-' + (minutes - i) + ' min'));
-    }
-    return svg;
-  }
-  function render(s) {
-    document.title = 'hvd \u00b7 ' + clean(s.name);
-    document.body.setAttribute('data-access', s.access);
-    document.getElementById('job-name').textContent = clean(s.name);
-    var up = document.getElementById('uptime');
-    up.setAttribute('data-seconds', s.uptime_s);
-    up.textContent = 'up ' + duration(s.uptime_s);
-    var size = document.getElementById('size');
-    size.setAttribute('data-size', s.size);
-    size.textContent = s.size ? s.size + ' ranks planned' : 'ranks planned: unknown';
-    var round = document.getElementById('round');
-    round.textContent = s.round !== undefined && s.round !== null ? 'elastic round ' + s.round : '';
-    document.getElementById('counts').replaceWith(counts(s));
-    var main = document.getElementById('details');
-    if (s.access !== 'full') {
-      if (!document.getElementById('access-note')) location.reload();
-      return;
-    }
-    var table = el('table', {id: 'workers'}, el('thead', {}, el('tr', {}, el('th', {}, 'rank'), el('th', {}, 'host'),
-      el('th', {}, 'pid'), el('th', {}, 'state'), el('th', {}, 'run time'), el('th', {}, 'collectives'),
-      el('th', {}, 'bytes'), el('th', {}, 'peak RSS'), el('th', {}, 'last output'))));
-    var body = el('tbody', {});
-    s.workers.forEach(function (w) { body.appendChild(row(w)); });
-    table.appendChild(body);
-    var req = s.requests;
-    main.replaceChildren(
-      el('section', {id: 'workers-section'}, el('h2', {}, 'Workers'), table),
-      el('section', {id: 'waits-section'}, el('h2', {}, 'Waits'), waits(s)),
-      el('section', {id: 'chart-section'}, el('h2', {}, 'Throughput, last ' + s.history_seconds / 60 + ' minutes'), chart(s)),
-      el('footer', {id: 'requests'}, 'rendezvous: ' + req.total + ' requests, ' + req.long_polls + ' long polls; stall warnings: ' +
-         s.stall_warnings + '; restarts: ' + s.restarts + (s.rounds ? '; elastic rounds: ' + s.rounds : '')));
-  }
-  var live = document.getElementById('live');
-  function stamp() { return new Date().toLocaleTimeString(); }
-  function tick() {
-    fetch('status.json', {cache: 'no-store', credentials: 'same-origin'}).then(function (r) {
-      if (!r.ok) throw new Error('HTTP ' + r.status);
-      return r.json();
-    }).then(function (s) {
-      render(s);
-      live.setAttribute('data-live', 'true');
-      live.textContent = 'live \u00b7 updated ' + stamp();
-    }).catch(function (e) {
-      live.setAttribute('data-live', 'false');
-      live.textContent = 'no answer from the job since ' + stamp() + ' (' + e.message + '): it may have ended';
-    }).then(function () { setTimeout(tick, 1000); });
-  }
-  tick();
-})();
-)js";
-
 std::string pageHtml(const JobSnapshot& s, bool full, int64_t now) {
   std::string out;
   out.reserve(32 * 1024);
   out += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
          "<link rel=\"icon\" href=\"data:,\">";
-  out += "<title>hvd · " + htmlEscape(s.name) + "</title><style>" + kStyle + "</style></head>\n";
+  out += "<title>hvd · " + htmlEscape(s.name) + "</title><style>\n" + kStatusPageStyle +
+         "\n</style></head>\n";
   out += detail::concat("<body data-access=\"", full ? "full" : "overview", "\"><header><h1><span class=\"brand\">hvd</span>",
                         "<span id=\"job-name\">", htmlEscape(s.name), "</span></h1><div id=\"summary\">");
   out += detail::concat("<span id=\"uptime\" data-seconds=\"", number(s.uptime_s), "\">up ", formatDuration(s.uptime_s),
@@ -945,7 +728,7 @@ std::string pageHtml(const JobSnapshot& s, bool full, int64_t now) {
   out += "<span id=\"live\" data-live=\"false\">as served (the page updates itself when scripts run)</span>";
   out += "</div></header>\n<main id=\"details\">";
   if (!full) {
-    out += kAccessNote;
+    out += kStatusPageAccessNote;
   } else {
     out += "<section id=\"workers-section\"><h2>Workers</h2><table id=\"workers\"><thead><tr><th>rank</th><th>host</th>"
            "<th>pid</th><th>state</th><th>run time</th><th>collectives</th><th>bytes</th><th>peak RSS</th>"
@@ -961,9 +744,9 @@ std::string pageHtml(const JobSnapshot& s, bool full, int64_t now) {
                           " long polls; stall warnings: ", s.stall_warnings, "; restarts: ", s.restarts,
                           s.rounds ? detail::concat("; elastic rounds: ", s.rounds) : std::string(), "</footer>");
   }
-  out += "</main>\n<script>";
-  out += kScript;
-  out += "</script></body></html>\n";
+  out += "</main>\n<script>\n";
+  out += kStatusPageScript;
+  out += "\n</script></body></html>\n";
   return out;
 }
 
