@@ -74,7 +74,7 @@ struct HvdrunOptions {
   std::optional<std::string> summary_json;
 
   // Elastic mode, on when --min-np or --host-discovery-script is given (horovodrun's rule); run by
-  // ElasticJob (launcher/elastic.h, docs/elastic.md).
+  // runElasticJob (launcher/elastic.h, docs/elastic.md).
   struct Elastic {
     static constexpr std::chrono::seconds kDefaultTimeout{600};  // horovodrun's default
     int min_np = 0;                                // --min-np; default -np

@@ -13,7 +13,6 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "launcher/job.h"
@@ -21,6 +20,7 @@
 #include "launcher/output.h"
 #include "launcher/summary.h"
 #include "base/error.h"
+#include "launcher/supervisor.h"
 #include "rendezvous/round.h"
 #include "rendezvous/server.h"
 
@@ -128,15 +128,15 @@ std::chrono::seconds discoveryTimeout(const Environment& env) {
   return std::chrono::seconds(seconds);
 }
 
-class Driver : public WorkerEvents {
+class Driver : public Supervisor {
  public:
-  Driver(const HvdrunOptions& options, const std::vector<HostSpec>& fixed_hosts, const Environment& inherited)
-      : options_(options),
+  // `discovery_timeout`: discoveryTimeout(inherited), checked before the supervisor takes the signals.
+  Driver(const HvdrunOptions& options, const std::vector<HostSpec>& fixed_hosts, const Environment& inherited,
+         std::chrono::seconds discovery_timeout)
+      : Supervisor(options),
         elastic_(*options.elastic),
         inherited_(inherited),
-        discovery_timeout_(discoveryTimeout(inherited)),
-        signals_(ioc_, SIGINT, SIGTERM, SIGHUP),
-        kill_timer_(ioc_),
+        discovery_timeout_(discovery_timeout),
         tick_timer_(ioc_),
         settle_timer_(ioc_),
         below_timer_(ioc_),
@@ -163,16 +163,6 @@ class Driver : public WorkerEvents {
     ioc_.run();
     return result_;
   }
-
-  void onOutput(int id, Stream stream, std::string_view bytes) override {
-    output_->write(id, stream, bytes);
-    if (output_->stdoutBroken() && !options_.output_filename && !stopping_) {
-      result_.interrupted_by = SIGPIPE;
-      stopAll(SIGTERM);
-    }
-  }
-
-  void onStreamClosed(int id, Stream stream) override { output_->close(id, stream); }
 
   void onExit(int id, const ExitStatus& status) override {
     WorkerRec& w = workers_.at(id);
@@ -248,14 +238,6 @@ class Driver : public WorkerEvents {
   };
 
   // ---- messages and outcome
-
-  void message(Stream stream, std::string_view text) {
-    if (output_) {
-      output_->message(stream, text);
-    } else {
-      writeAll(stream == Stream::kStdout ? 1 : 2, text);
-    }
-  }
 
   std::string hostsSeen() const {
     if (hosts_.empty()) return "; no host was found";
@@ -609,35 +591,10 @@ class Driver : public WorkerEvents {
   void prepareFirstRound(const std::vector<Placement>& plan) {
     // The first round's hosts are checked before anything starts, as a static job's are (a failure ends the
     // job); hosts found later are started directly, and blacklisted when that fails.
-    std::map<Launcher*, std::vector<HostSpec>> hosts_by_launcher;
-    std::vector<HostSpec> remote;
-    std::set<std::string> seen;
-    for (const auto& p : plan) {
-      if (!seen.insert(p.host.name).second) continue;
-      Launcher& l = launchers_.forHost(p.host);
-      hosts_by_launcher[&l].push_back(p.host);
-      if (launchers_.isLocal(p.host)) continue;
-      HostSpec routed = p.host;
-      routed.name = l.networkName(p.host);
-      remote.push_back(std::move(routed));
-    }
-    for (auto& [launcher, hosts] : hosts_by_launcher) launcher->preflight(hosts);
-    OutputOptions out;
-    out.tag = options_.tag_output;
-    out.timestamp = options_.prefix_timestamp;
-    out.directory = options_.output_filename;
-    out.num_proc = static_cast<int>(plan.size());
-    out.on_segment = [this](int id, Stream, std::string_view line) {
-      if (server_) server_->monitor().workerOutput(id, line);
-    };
-    output_ = std::make_unique<OutputForwarder>(out);
-    summary_.open(options_);
-    Rendezvous rendezvous = openRendezvous(ioc_, options_, remote, *output_, elastic_.discovery_script.has_value());
-    server_ = std::move(rendezvous.server);
-    endpoint_ = rendezvous.endpoint;
-    for (auto& [launcher, hosts] : hosts_by_launcher) {
-      launcher->checkRendezvousReachable(hosts, endpoint_.address, server_->port());
-    }
+    const Hosts hosts = preflight(plan);
+    openOutput(plan.size());
+    startRendezvous(hosts, elastic_.discovery_script.has_value());
+    checkReachable(hosts);
     // The server's sessions run on this io_context.
     server_->onRoundRequest([this](const std::string& slot, uint64_t) { roundRequested(slot); });
   }
@@ -845,95 +802,53 @@ class Driver : public WorkerEvents {
                         "all its ranks return from training together"));
   }
 
-  // ---- teardown (the static job's rules)
+  // ---- teardown (the supervisor's rules, as for a static job)
 
-  void awaitSignal() {
-    signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
-      if (ec) return;
-      if (!result_.interrupted_by) result_.interrupted_by = signo;
-      if (stopping_) {
-        message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo), " again, killing all workers\n"));
-        killAll();
-      } else {
-        message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo), ", stopping the job\n"));
-        stopAll(signo);
-      }
-      awaitSignal();
-    });
-  }
-
-  void stopAll(int signo) {
-    stopping_ = true;
+  // The discovery script is killed outright whatever the signal: a stopping job reads no more hosts.
+  void signalAll(int signo) override {
     for (auto& [id, w] : workers_) {
       if (!w.ended && w.worker) w.worker->signal(signo);
     }
     if (discovery_) discovery_->signal(SIGKILL);
+  }
+
+  // Not the discovery timer: the script is killed with the workers (signalAll), and discoveryEnded cancels
+  // its timer.
+  void stopTimers() override {
     tick_timer_.cancel();
     settle_timer_.cancel();
     below_timer_.cancel();
-    armKillTimer(true);
+  }
+
+  std::string describeRunning() const override { return "the job"; }
+
+  // Workers left out of a round (removed) get SIGKILL after their grace too, also while the job runs on.
+  void killAfterGrace() override {
+    for (auto& [id, w] : workers_) {
+      if (!w.ended && w.worker && (stopping_ || w.removed)) w.worker->signal(SIGKILL);
+    }
+  }
+
+  // With nothing left running (before the first round, between discovery calls) the job ends at once.
+  void stopAll(int signo) override {
+    Supervisor::stopAll(signo);
     if (!anyRunning()) finish();
   }
 
-  // SIGKILL after the grace period for the workers asked to stop. `restart`: the grace starts now (the job
-  // stops: every worker gets the whole grace, also when a removed one's is already running).
-  void armKillTimer(bool restart = false) {
-    if (kill_armed_ && !restart) return;
-    kill_armed_ = true;
-    kill_timer_.expires_after(options_.grace_period);  // cancels a pending wait, which then returns aborted
-    kill_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec == asio::error::operation_aborted) return;
-      kill_armed_ = false;
-      if (ec) return;
-      for (auto& [id, w] : workers_) {
-        if (!w.ended && w.worker && (stopping_ || w.removed)) w.worker->signal(SIGKILL);
-      }
-    });
-  }
-
-  void killAll() {
-    for (auto& [id, w] : workers_) {
-      if (!w.ended && w.worker) w.worker->signal(SIGKILL);
-    }
-    if (discovery_) discovery_->signal(SIGKILL);
-  }
-
-  void finish() {
-    kill_timer_.cancel();
-    tick_timer_.cancel();
-    settle_timer_.cancel();
-    below_timer_.cancel();
-    discovery_timer_.cancel();
-    signals_.cancel();
-    if (server_ && output_) summary_.write(server_->monitor().snapshot(), created_, result_.exitCode(), *output_);
-    if (server_) server_->stop();
-    ioc_.stop();
-  }
-
-  const HvdrunOptions& options_;
   const HvdrunOptions::Elastic& elastic_;
   const Environment& inherited_;
   const std::chrono::seconds discovery_timeout_;
   std::string cwd_;
-  // Destroyed in reverse: workers (kill what still runs), launchers (reap), server, then the loop.
-  asio::io_context ioc_;
-  asio::signal_set signals_;
-  asio::steady_timer kill_timer_;
   asio::steady_timer tick_timer_;
   asio::steady_timer settle_timer_;
   asio::steady_timer below_timer_;
   asio::steady_timer discovery_timer_;
-  std::unique_ptr<rendezvous::Server> server_;
-  JobSummary summary_;
   std::set<std::string> slots_started_;  // slots that had a process: starting another there is a restart
-  const Clock::time_point created_ = Clock::now();
-  std::unique_ptr<OutputForwarder> output_;
-  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher, options_.launcher_agent};
+  // Destroyed before the base's launchers: workers (kill what still runs) first.
   std::unique_ptr<Launcher> discovery_launcher_;
   std::unique_ptr<DiscoveryEvents> discovery_events_;
   std::unique_ptr<Worker> discovery_;
   std::map<int, WorkerRec> workers_;  // by worker id (the output tag)
-  RendezvousEndpoint endpoint_;
   std::vector<HostState> hosts_;      // in the order they first appeared
   std::vector<std::string> members_;      // the current round's slots, in rank order
   std::map<std::string, int> member_ids_;  // the current round's slots -> their processes
@@ -949,19 +864,14 @@ class Driver : public WorkerEvents {
   uint64_t round_ = 0;
   int resets_ = 0;
   bool finishing_ = false;
-  bool stopping_ = false;
-  bool kill_armed_ = false;
-  RunResult result_;
 };
 
 }  // namespace
 
-ElasticJob::ElasticJob(HvdrunOptions options, std::vector<HostSpec> fixed_hosts, Environment inherited)
-    : options_(std::move(options)), fixed_hosts_(std::move(fixed_hosts)), inherited_(std::move(inherited)) {}
-
-RunResult ElasticJob::run() {
+RunResult runElasticJob(const HvdrunOptions& options, const std::vector<HostSpec>& fixed_hosts,
+                        const Environment& inherited) {
   ::signal(SIGPIPE, SIG_IGN);
-  Driver driver(options_, fixed_hosts_, inherited_);
+  Driver driver(options, fixed_hosts, inherited, discoveryTimeout(inherited));
   return driver.run();
 }
 

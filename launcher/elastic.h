@@ -22,8 +22,8 @@
 // (the message names what was lost), --reset-limit re-formations have happened and another is needed,
 // every worker of a round failed, or no process of the previous round is left to hand the state on.
 // It ends when its workers have ended after one of them exited 0 (no re-formation after that).
-// Teardown on signals and on failure is the static job's (launcher/job.h), with the same guarantees.
-// Threading: run() on the calling thread, which runs the io_context; not reentrant.
+// Teardown on signals and on failure is the static job's (launcher/supervisor.h), with the same guarantees.
+// Threading: runElasticJob() on the calling thread, which runs the io_context; not reentrant.
 #pragma once
 
 #include <chrono>
@@ -74,16 +74,9 @@ std::vector<ElasticPlace> planElasticRound(const std::vector<HostSpec>& hosts, c
 // MIN, 2*MIN, 4*MIN, ... capped at MAX (what horovodrun's documentation describes; its code starts at 2-3x MIN).
 std::chrono::seconds blacklistCooldown(int count, std::pair<int, int> range);
 
-class ElasticJob {
- public:
-  // `fixed_hosts`: the -H/--hostfile hosts when there is no discovery script (else empty).
-  ElasticJob(HvdrunOptions options, std::vector<HostSpec> fixed_hosts, Environment inherited);
-  RunResult run();
-
- private:
-  HvdrunOptions options_;
-  std::vector<HostSpec> fixed_hosts_;
-  Environment inherited_;
-};
+// Runs the elastic job (above) to its end on the calling thread; the arguments must outlive the call.
+// `fixed_hosts`: the -H/--hostfile hosts when there is no discovery script (else empty).
+RunResult runElasticJob(const HvdrunOptions& options, const std::vector<HostSpec>& fixed_hosts,
+                        const Environment& inherited);
 
 }  // namespace hvd::launcher

@@ -108,8 +108,7 @@ int hvdrunMain(int argc, char** argv) {
         }
         return 0;
       }
-      ElasticJob job(std::move(options), hosts, env);
-      return job.run().exitCode();
+      return runElasticJob(options, hosts, env).exitCode();
     }
     const auto hosts = hostsFor(options, env);
     if (options.num_proc == 0) {  // inside Slurm without -np: the allocation's task count
@@ -138,8 +137,7 @@ int hvdrunMain(int argc, char** argv) {
       std::fputs(describePlan(plan, options, env).c_str(), stdout);
       return 0;
     }
-    Job job(std::move(options), std::move(plan), env);
-    return job.run().exitCode();
+    return runJob(options, plan, env).exitCode();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n%s\n", e.what(), usageHint().c_str());
     return kUsageExitCode;

@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "launcher/agent/launcher.h"
@@ -22,6 +21,7 @@
 #include "launcher/python_path.h"
 #include "launcher/slurm/launcher.h"
 #include "launcher/summary.h"
+#include "launcher/supervisor.h"
 #include "launcher/worker_heap.h"
 #include "launcher/token_guard.h"
 #include "base/error.h"
@@ -145,21 +145,6 @@ std::string shellQuote(const std::string& word) {
     }
   }
   return out + "'";
-}
-
-std::string signalName(int signo) {
-  switch (signo) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    case SIGKILL:
-      return "SIGKILL";
-    default:
-      return "signal " + std::to_string(signo);
-  }
 }
 
 std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions& options,
@@ -291,14 +276,13 @@ std::string joinRanks(const std::vector<int>& ranks) {
   return out;
 }
 
-class Supervisor : public WorkerEvents {
+class StaticSupervisor : public Supervisor {
  public:
-  Supervisor(const HvdrunOptions& options, const std::vector<Placement>& plan, const Environment& inherited)
-      : options_(options),
+  StaticSupervisor(const HvdrunOptions& options, const std::vector<Placement>& plan,
+                   const Environment& inherited)
+      : Supervisor(options),
         plan_(plan),
         inherited_(inherited),
-        signals_(ioc_, SIGINT, SIGTERM, SIGHUP),
-        kill_timer_(ioc_),
         start_timer_(ioc_),
         workers_(plan.size()),
         ended_(plan.size(), false) {}
@@ -326,18 +310,6 @@ class Supervisor : public WorkerEvents {
     return result_;
   }
 
-  void onOutput(int rank, Stream stream, std::string_view bytes) override {
-    output_->write(rank, stream, bytes);
-    // The reader of our stdout is gone and nothing else keeps the output: end the job as a pipeline
-    // producer would end on SIGPIPE, instead of running on with nobody listening.
-    if (output_->stdoutBroken() && !options_.output_filename && !stopping_) {
-      result_.interrupted_by = SIGPIPE;
-      stopAll(SIGTERM);
-    }
-  }
-
-  void onStreamClosed(int rank, Stream stream) override { output_->close(rank, stream); }
-
   void onExit(int rank, const ExitStatus& status) override {
     ended_[rank] = true;
     recordExit(server_->monitor(), rank, status);
@@ -364,45 +336,29 @@ class Supervisor : public WorkerEvents {
     return n;
   }
 
+  // Sends `signo` to every started rank that has not ended.
+  void signalAll(int signo) override {
+    for (size_t r = 0; r < workers_.size(); ++r) {
+      if (workers_[r] && !ended_[r]) workers_[r]->signal(signo);
+    }
+  }
+
+  void stopTimers() override { start_timer_.cancel(); }
+
+  std::string describeRunning() const override { return detail::concat(running(), " workers"); }
+
   void prepare() {
     // Launchers per host, and their checks before anything starts.
-    std::map<Launcher*, std::vector<HostSpec>> hosts_by_launcher;
-    std::vector<HostSpec> remote_hosts;
-    std::map<std::string, bool> seen;
-    for (const auto& p : plan_) {
-      Launcher& l = launchers_.forHost(p.host);
-      rank_launchers_.push_back(&l);
-      if (!seen.emplace(p.host.name, true).second) continue;
-      hosts_by_launcher[&l].push_back(p.host);
-      if (!launchers_.isLocal(p.host)) {
-        HostSpec routed = p.host;
-        routed.name = l.networkName(p.host);
-        remote_hosts.push_back(std::move(routed));
-      }
-    }
-    for (auto& [launcher, hosts] : hosts_by_launcher) launcher->preflight(hosts);
-
-    OutputOptions out;
-    out.tag = options_.tag_output;
-    out.timestamp = options_.prefix_timestamp;
-    out.directory = options_.output_filename;
-    out.num_proc = static_cast<int>(plan_.size());
-    out.on_segment = [this](int rank, Stream, std::string_view line) {
-      if (server_) server_->monitor().workerOutput(rank, line);
-    };
-    output_ = std::make_unique<OutputForwarder>(out);
-    summary_.open(options_);
-
-    Rendezvous rendezvous = openRendezvous(ioc_, options_, remote_hosts, *output_);
-    server_ = std::move(rendezvous.server);
+    const Hosts hosts = preflight(plan_);
+    openOutput(plan_.size());
+    const bool trusted = startRendezvous(hosts);
     server_->monitor().setSize(static_cast<int>(plan_.size()));
-    endpoint_ = rendezvous.endpoint;
     server_->setScopeSizes(scopeSizes(plan_));
-    for (const auto& host : remote_hosts) remote_names_.push_back(host.name);
+    for (const auto& host : hosts.remote) remote_names_.push_back(host.name);
     has_local_ranks_ = launchers_.hasLocal();
     // The observer runs on this io_context (the server's sessions do).
-    server_->onTokenlessRejection([this, trusted = rendezvous.trust_local_peers](
-                                      const rendezvous::TokenlessRejection& r) { onTokenless(r, trusted); });
+    server_->onTokenlessRejection(
+        [this, trusted](const rendezvous::TokenlessRejection& r) { onTokenless(r, trusted); });
     if (options_.verbose) {
       // The ssh benchmark's "all ranks joined" figure; the observer runs on this io_context.
       server_->onAllJoined([this](const std::string& scope) {
@@ -414,9 +370,7 @@ class Supervisor : public WorkerEvents {
                                                          " ms after hvdrun started\n"));
       });
     }
-    for (auto& [launcher, hosts] : hosts_by_launcher) {
-      launcher->checkRendezvousReachable(hosts, endpoint_.address, server_->port());
-    }
+    checkReachable(hosts);
   }
 
   void startWorkers() {
@@ -424,7 +378,7 @@ class Supervisor : public WorkerEvents {
     const std::string dir = ::getcwd(cwd, sizeof cwd) ? cwd : "";
     for (const auto& p : plan_) {
       if (stopping_) break;  // a signal arrived or a worker failed while starting
-      Launcher& launcher = *rank_launchers_[p.rank];
+      Launcher& launcher = launchers_.forHost(p.host);
       LaunchSpec spec;
       spec.rank = p.rank;
       spec.host = p.host;
@@ -449,26 +403,6 @@ class Supervisor : public WorkerEvents {
     std::string out;
     for (const auto& arg : spec.argv) out += (out.empty() ? "" : " ") + shellQuote(arg);
     return out;
-  }
-
-  void awaitSignal() {
-    signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
-      if (ec) return;
-      if (!result_.interrupted_by) result_.interrupted_by = signo;
-      if (stopping_) {
-        // A second signal: no more grace.
-        output_->message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo),
-                                                         " again, killing all workers\n"));
-        killAll();
-      } else {
-        if (output_) {
-          output_->message(Stream::kStderr, detail::concat("hvdrun: received ", signalName(signo),
-                                                           ", stopping ", running(), " workers\n"));
-        }
-        stopAll(signo);
-      }
-      awaitSignal();
-    });
   }
 
   void banner(int rank, const ExitStatus& status) {
@@ -505,25 +439,6 @@ class Supervisor : public WorkerEvents {
     }
   }
 
-  // All-or-nothing: every running worker gets `signo`, and SIGKILL after the grace period.
-  void stopAll(int signo) {
-    stopping_ = true;
-    for (size_t r = 0; r < workers_.size(); ++r) {
-      if (workers_[r] && !ended_[r]) workers_[r]->signal(signo);
-    }
-    start_timer_.cancel();
-    kill_timer_.expires_after(options_.grace_period);
-    kill_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) killAll();
-    });
-  }
-
-  void killAll() {
-    for (size_t r = 0; r < workers_.size(); ++r) {
-      if (workers_[r] && !ended_[r]) workers_[r]->signal(SIGKILL);
-    }
-  }
-
   // One check at the deadline: the server remembers every rank that ever joined the global scope
   // (ScopeStatus::ever_joined_ranks), also after the scope completed and was cleared.
   void armStartTimeout() {
@@ -556,50 +471,26 @@ class Supervisor : public WorkerEvents {
     stopAll(SIGTERM);
   }
 
-  void finish() {
-    kill_timer_.cancel();
-    start_timer_.cancel();
-    signals_.cancel();
-    if (server_ && output_) summary_.write(server_->monitor().snapshot(), created_, result_.exitCode(), *output_);
-    if (server_) server_->stop();
-    ioc_.stop();
-  }
-
-  const HvdrunOptions& options_;
   const std::vector<Placement>& plan_;
   const Environment& inherited_;
-  // Destroyed in reverse: workers (kill what still runs), launchers (reap), server, then the loop.
-  asio::io_context ioc_;
-  asio::signal_set signals_;
-  asio::steady_timer kill_timer_;
   asio::steady_timer start_timer_;
-  std::unique_ptr<rendezvous::Server> server_;
-  std::unique_ptr<OutputForwarder> output_;
-  LauncherPool launchers_{ioc_, options_.ssh, options_.launcher, options_.launcher_agent};
-  std::vector<Launcher*> rank_launchers_;  // by rank
-  std::vector<std::unique_ptr<Worker>> workers_;
+  // Destroyed before the base's launchers: workers (kill what still runs) first.
+  std::vector<std::unique_ptr<Worker>> workers_;  // by rank
   std::vector<bool> ended_;
-  RendezvousEndpoint endpoint_;
   std::vector<std::string> remote_names_;  // as the launchers reach them
   bool has_local_ranks_ = false;
   std::optional<std::set<std::string>> job_addresses_;  // resolved at the first tokenless request
   bool tokenless_reported_ = false;
-  JobSummary summary_;
-  RunResult result_;
   bool starting_ = true;  // inside the start loop: ranks not started yet do not count as ended
-  bool stopping_ = false;
-  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace
 
-Job::Job(HvdrunOptions options, std::vector<Placement> plan, Environment inherited)
-    : options_(std::move(options)), plan_(std::move(plan)), inherited_(std::move(inherited)) {}
-
-RunResult Job::run() {
+RunResult runJob(const HvdrunOptions& options, const std::vector<Placement>& plan,
+                 const Environment& inherited) {
   // A closed console must show up as a failed write, not kill hvdrun with its workers still running.
   ::signal(SIGPIPE, SIG_IGN);
-  Supervisor supervisor(options_, plan_, inherited_);
+  StaticSupervisor supervisor(options, plan, inherited);
   return supervisor.run();
 }
 

@@ -1,12 +1,13 @@
 // A job: the host plan, started and supervised to the end on one io_context.
 //
-// run() does, in order: choose a launcher per host (local for this machine, ssh otherwise) and run their
+// runJob() does, in order: choose a launcher per host (local for this machine, ssh otherwise) and run their
 // preflight checks; choose the network; start the rendezvous server in-process with the plan's scope sizes
 // and a fresh secret token; start one worker per rank; forward output; and stop the job on the first
 // failure, on SIGINT/SIGTERM/SIGHUP, or when --start-timeout passes with ranks missing from the
-// rendezvous. Stopping is all-or-nothing: SIGTERM to every running worker, SIGKILL after the grace period.
-// When run() returns, no worker of the job is left (local launcher: process groups killed and reaped).
-// Threading: run() on the calling thread, which runs the io_context; not reentrant.
+// rendezvous. Stopping is all-or-nothing: SIGTERM to every running worker, SIGKILL after the grace period
+// (launcher/supervisor.h, shared with elastic jobs). When runJob() returns, no worker of the job is left
+// (local launcher: process groups killed and reaped).
+// Threading: runJob() on the calling thread, which runs the io_context; not reentrant.
 #pragma once
 
 #include <string>
@@ -76,9 +77,6 @@ Rendezvous openRendezvous(boost::asio::io_context& ioc, const HvdrunOptions& opt
                           const std::vector<HostSpec>& remote_hosts, OutputForwarder& output,
                           bool others_may_join = false);
 
-// "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", else "signal N": for hvdrun's messages about the signals it gets.
-std::string signalName(int signo);
-
 // POSIX shell quoting equivalent to Python's shlex.quote.
 std::string shellQuote(const std::string& word);
 
@@ -86,15 +84,8 @@ std::string shellQuote(const std::string& word);
 std::string describePlan(const std::vector<Placement>& plan, const HvdrunOptions& options,
                          const Environment& inherited);
 
-class Job {
- public:
-  Job(HvdrunOptions options, std::vector<Placement> plan, Environment inherited);
-  RunResult run();
-
- private:
-  HvdrunOptions options_;
-  std::vector<Placement> plan_;
-  Environment inherited_;
-};
+// Runs the job of `plan` (above) to its end on the calling thread; the arguments must outlive the call.
+RunResult runJob(const HvdrunOptions& options, const std::vector<Placement>& plan,
+                 const Environment& inherited);
 
 }  // namespace hvd::launcher
