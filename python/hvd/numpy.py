@@ -35,21 +35,11 @@ from hvd.common.exceptions import HorovodInternalError  # noqa: F401
 from hvd.common.process_sets import *  # noqa: F401,F403  (ProcessSet, global_process_set, add/remove)
 from hvd.common.process_sets import _id_of
 
-# Reduce operations, with Horovod's values.
-Average = 0
-Sum = 1
-Adasum = 2
-Min = 3
-Max = 4
-Product = 5
+from hvd.common.ops import *  # noqa: F401,F403  (the reduce operations: Average, Sum, Adasum, Min, Max, Product)
+from hvd.common.ops import ALLREDUCE as _ALLREDUCE, ALLGATHER as _ALLGATHER, BROADCAST as _BROADCAST
+from hvd.common.ops import ALLTOALL as _ALLTOALL, REDUCESCATTER as _REDUCESCATTER, BARRIER as _BARRIER
 
 _OP = _core.OPS
-_ALLREDUCE = _OP["allreduce"]
-_ALLGATHER = _OP["allgather"]
-_BROADCAST = _OP["broadcast"]
-_ALLTOALL = _OP["alltoall"]
-_REDUCESCATTER = _OP["reducescatter"]
-_BARRIER = _OP["barrier"]
 
 # NumPy dtype (native byte order) -> libhvd dtype code. NumPy has no bfloat16.
 _DTYPES = {_np.dtype(name): code for name, code in _core.DTYPES.items() if name != "bfloat16"}

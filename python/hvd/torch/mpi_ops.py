@@ -23,22 +23,12 @@ from hvd.common import process_sets as _process_sets
 from hvd.common.process_sets import *  # noqa: F401,F403  (ProcessSet, global_process_set, add/remove)
 from hvd.torch import cuda_staging as _cuda
 
-# Reduce operations, with Horovod's values.
-Average = 0
-Sum = 1
-Adasum = 2
-Min = 3
-Max = 4
-Product = 5
+from hvd.common.ops import *  # noqa: F401,F403  (the reduce operations: Average, Sum, Adasum, Min, Max, Product)
+from hvd.common.ops import ALLREDUCE as _ALLREDUCE, ALLGATHER as _ALLGATHER, BROADCAST as _BROADCAST
+from hvd.common.ops import ALLTOALL as _ALLTOALL, REDUCESCATTER as _REDUCESCATTER, BARRIER as _BARRIER
+from hvd.common.ops import JOIN as _JOIN
 
 _OP = _core.OPS
-_ALLREDUCE = _OP["allreduce"]
-_ALLGATHER = _OP["allgather"]
-_BROADCAST = _OP["broadcast"]
-_ALLTOALL = _OP["alltoall"]
-_REDUCESCATTER = _OP["reducescatter"]
-_BARRIER = _OP["barrier"]
-_JOIN = _OP["join"]
 
 _DTYPES = {getattr(torch, name): code for name, code in _core.DTYPES.items()}
 
