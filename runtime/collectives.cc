@@ -12,6 +12,13 @@
 
 namespace hvd::runtime {
 
+std::optional<Runtime::Impl::Key> Runtime::Impl::pendingJoin() const {
+  for (const auto& [key, entry] : table_) {
+    if (entry.request.type == OpType::kJoin) return key;
+  }
+  return std::nullopt;
+}
+
 std::byte* Runtime::Impl::scratch(size_t bytes) {
   if (scratch_.size() < bytes) scratch_.resize(bytes);
   return scratch_.data();
@@ -29,13 +36,7 @@ void Runtime::Impl::execute(const Response& s) {
     }
     for (const auto& name : s.names) complete(s.process_set, name, error);
     if (s.type == OpType::kJoin && s.names.empty()) {  // the stalled join: each rank's has its own name
-      for (auto& [key, entry] : table_) {
-        if (entry.request.type == OpType::kJoin) {
-          const Key pending = key;
-          complete(pending.first, pending.second, error);
-          break;
-        }
-      }
+      if (const auto key = pendingJoin()) complete(key->first, key->second, error);
     }
     return;
   }
@@ -302,17 +303,12 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       timeline_->activityEnd(s.names);
       complete(s.process_set, s.names[0]);
       return;
-    case OpType::kJoin: {
-      for (auto& [key, entry] : table_) {
-        if (entry.request.type == OpType::kJoin) {
-          entry.work->result_int = s.last_joined_rank;
-          const Key done = key;
-          complete(done.first, done.second);
-          break;
-        }
+    case OpType::kJoin:
+      if (const auto key = pendingJoin()) {
+        table_.at(*key).work->result_int = s.last_joined_rank;
+        complete(key->first, key->second);
       }
       return;
-    }
     case OpType::kAllreduce:
     case OpType::kProcessSet:
       break;

@@ -145,6 +145,9 @@ class Runtime::Impl {
   void autotune(const ResponseList& list);
   void executeProcessSet(const Response& s);
   Entry* find(int32_t set, const std::string& name);
+  // This rank's join awaiting its response, if any (a rank has at most one; its name is its own, so a join's
+  // response finds it by type).
+  std::optional<Key> pendingJoin() const;
   void complete(int32_t set, const std::string& name, std::exception_ptr error = nullptr);
   void failAll(const std::string& reason);
   std::byte* scratch(size_t bytes);
