@@ -1,7 +1,7 @@
 // One Gloo context (a full mesh of TCP pairs between the members of a scope) and the collectives the
 // runtime runs on it.
 //
-// Rendezvous keeps Horovod's keys and lifecycle (runtime_spec §3.2), so it runs through horovodrun's server
+// Rendezvous keeps Horovod's keys and lifecycle, so it runs through horovodrun's server
 // as well as ours: <scope>/<r> holds rank r's pair addresses, a barrier makes sure nobody finalizes before
 // every peer has connected, then DELETE <scope>/<r> (the server's scope finalize). Per rank that is 1 PUT, 2
 // sliced multi-key fetches (3 for IPv6) of every rank's key (its own included, so that every member asks for

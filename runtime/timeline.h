@@ -1,5 +1,5 @@
 // HOROVOD_TIMELINE: a Chrome-trace JSON file (chrome://tracing, Perfetto) written by rank 0, in
-// Horovod's layout (runtime_spec §5): every tensor is a "process" (pid = first-seen order) with
+// Horovod's layout: every tensor is a "process" (pid = first-seen order) with
 //   QUEUE                          X event: from the user's enqueue until the background thread took it
 //   NEGOTIATE_<OP>                 B/E: first rank's request until every rank's arrived; X "<rank>" per rank
 //   <OP>                           B/E: execution, with nested activities
