@@ -562,7 +562,9 @@ def guard_md(data):
          "figures' reading MET or MISSED: the peer did not do in the rounds what it does by itself, so the ratio "
          "says little. \"not cross-checked\" marks a figure without a standalone run (peers of the other sections, "
          "raw Gloo inside `bench/allreduce`, figures of ours); such a verdict keeps its status.", ""]
-    keys = sorted(k[:-len(ALONE)] for k in data["summary"] if k.endswith(ALONE))
+    # busbw.* is derived from allreduce.* (the same jobs); sizes in numeric order
+    keys = sorted((k[:-len(ALONE)] for k in data["summary"] if k.endswith(ALONE) and not k.startswith("busbw.")),
+                  key=lambda k: [int(x) if x.isdigit() else x for x in k.split(".")])
     if not keys:
         return L
     rows = []
