@@ -330,7 +330,7 @@ void ElasticDriver::beginRound(const std::vector<ElasticPlace>& plan, bool count
   std::set<std::string> next;
   for (const auto& e : plan) {
     const Placement& p = e.place;
-    round.slots[e.slot] = {p.rank, p.size, p.local_rank, p.local_size, p.cross_rank, p.cross_size};
+    round.slots[e.slot] = p;
     next.insert(e.slot);
   }
   // Scopes under both names: the round's for libhvd, the plain ones for Horovod's own workers.

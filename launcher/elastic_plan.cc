@@ -60,6 +60,8 @@ std::vector<ElasticPlace> planElasticRound(const std::vector<HostSpec>& hosts, c
     p.size = static_cast<int>(members.size());
     p.local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), o.index) - mine.begin());
     p.local_size = static_cast<int>(mine.size());
+    // Cross rank and size: counted over the hosts that have a member with this local rank.
+    p.cross_size = 0;
     for (const auto& h : hosts) {
       const auto it = indexes.find(&h);
       if (it == indexes.end() || static_cast<int>(it->second.size()) <= p.local_rank) continue;

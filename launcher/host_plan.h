@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/slot.h"
+
 #include "launcher/launcher.h"
 
 namespace hvd::launcher {
@@ -47,13 +49,7 @@ std::vector<int> expandSlurmTasksPerNode(const std::string& tasks);
 std::vector<HostSpec> slurmHosts(const std::string& nodelist, const std::string& tasks_per_node);
 
 // One rank's place, horovodrun's SlotInfo.
-struct Placement {
-  int rank = 0;
-  int size = 0;
-  int local_rank = 0;
-  int local_size = 0;
-  int cross_rank = 0;
-  int cross_size = 0;
+struct Placement : SlotInfo {
   HostSpec host;
 };
 

@@ -22,6 +22,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,6 +128,13 @@ PyObject* makeException(py::module_& m, const char* name, PyObject* base, const 
   return type;
 }
 
+// A dict from names to the C API's codes (its enums as ints), for the Python side's lookup tables.
+py::dict codeTable(std::initializer_list<std::pair<const char*, int>> entries) {
+  py::dict table;
+  for (const auto& [name, code] : entries) table[name] = code;
+  return table;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -154,34 +162,16 @@ PYBIND11_MODULE(_core, m) {
 
   m.attr("GLOBAL_PROCESS_SET") = HVD_GLOBAL_PROCESS_SET;
   m.attr("IN_PROGRESS") = static_cast<int>(HVD_IN_PROGRESS);
-  py::dict dtypes;
-  dtypes["uint8"] = static_cast<int>(HVD_UINT8);
-  dtypes["int8"] = static_cast<int>(HVD_INT8);
-  dtypes["int16"] = static_cast<int>(HVD_INT16);
-  dtypes["int32"] = static_cast<int>(HVD_INT32);
-  dtypes["int64"] = static_cast<int>(HVD_INT64);
-  dtypes["float16"] = static_cast<int>(HVD_FLOAT16);
-  dtypes["bfloat16"] = static_cast<int>(HVD_BFLOAT16);
-  dtypes["float32"] = static_cast<int>(HVD_FLOAT32);
-  dtypes["float64"] = static_cast<int>(HVD_FLOAT64);
-  dtypes["bool"] = static_cast<int>(HVD_BOOL);
-  m.attr("DTYPES") = dtypes;
-  py::dict ops;
-  ops["allreduce"] = static_cast<int>(HVD_OP_ALLREDUCE);
-  ops["allgather"] = static_cast<int>(HVD_OP_ALLGATHER);
-  ops["broadcast"] = static_cast<int>(HVD_OP_BROADCAST);
-  ops["alltoall"] = static_cast<int>(HVD_OP_ALLTOALL);
-  ops["reducescatter"] = static_cast<int>(HVD_OP_REDUCESCATTER);
-  ops["barrier"] = static_cast<int>(HVD_OP_BARRIER);
-  ops["join"] = static_cast<int>(HVD_OP_JOIN);
-  m.attr("OPS") = ops;
-  py::dict reduce_ops;
-  reduce_ops["Average"] = static_cast<int>(HVD_AVERAGE);
-  reduce_ops["Sum"] = static_cast<int>(HVD_SUM);
-  reduce_ops["Min"] = static_cast<int>(HVD_MIN);
-  reduce_ops["Max"] = static_cast<int>(HVD_MAX);
-  reduce_ops["Product"] = static_cast<int>(HVD_PRODUCT);
-  m.attr("REDUCE_OPS") = reduce_ops;
+  // clang-format off: the tables read best packed
+  m.attr("DTYPES") = codeTable({{"uint8", HVD_UINT8}, {"int8", HVD_INT8}, {"int16", HVD_INT16}, {"int32", HVD_INT32},
+                                {"int64", HVD_INT64}, {"float16", HVD_FLOAT16}, {"bfloat16", HVD_BFLOAT16},
+                                {"float32", HVD_FLOAT32}, {"float64", HVD_FLOAT64}, {"bool", HVD_BOOL}});
+  m.attr("OPS") = codeTable({{"allreduce", HVD_OP_ALLREDUCE}, {"allgather", HVD_OP_ALLGATHER},
+                             {"broadcast", HVD_OP_BROADCAST}, {"alltoall", HVD_OP_ALLTOALL},
+                             {"reducescatter", HVD_OP_REDUCESCATTER}, {"barrier", HVD_OP_BARRIER}, {"join", HVD_OP_JOIN}});
+  m.attr("REDUCE_OPS") = codeTable({{"Average", HVD_AVERAGE}, {"Sum", HVD_SUM}, {"Min", HVD_MIN}, {"Max", HVD_MAX},
+                                    {"Product", HVD_PRODUCT}});
+  // clang-format on
 
   // Lifecycle and identity.
   m.def("init", [] { released([] { return hvd_init(); }); }, "hvd_init(); raises InitError");

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/unique_fd.h"
 
 namespace hvd::rendezvous {
 
@@ -22,20 +23,6 @@ constexpr size_t kMaxName = 255 - 32;
 
 // Temporary and lock files end in '~...', a character the escaping never leaves in a key's file name.
 constexpr const char* kLockSuffix = "~lock";
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 void writeAll(int fd, const char* data, size_t size, const std::string& path) {
   while (size > 0) {
@@ -51,7 +38,7 @@ void writeAll(int fd, const char* data, size_t size, const std::string& path) {
 
 // The file's content, or nullopt when it does not exist.
 std::optional<Bytes> readFile(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     if (errno == ENOENT) return std::nullopt;
     throw StoreError(detail::concat("cannot open '", path, "': ", errnoText(errno)));
@@ -77,7 +64,7 @@ void writeFileAtomic(const std::string& path, const char* data, size_t size) {
       detail::concat(path, "~tmp.", ::getpid(), ".", std::hash<std::thread::id>()(std::this_thread::get_id()), ".",
                      counter++);
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) throw StoreError(detail::concat("cannot create '", tmp, "': ", errnoText(errno)));
     writeAll(fd.get(), data, size, tmp);
   }
@@ -143,7 +130,7 @@ void FileStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
 int64_t FileStore::add(const std::string& key, int64_t delta) {
   const std::string path = pathOf(key);
   const std::string lock_path = path + kLockSuffix;
-  Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (lock.get() < 0) throw StoreError(detail::concat("cannot open lock file '", lock_path, "': ", errnoText(errno)));
   while (::flock(lock.get(), LOCK_EX) != 0) {
     if (errno != EINTR) throw StoreError(detail::concat("cannot lock '", lock_path, "': ", errnoText(errno)));

@@ -24,6 +24,7 @@ class FileStore final : public Store {
 
   void set(const std::string& key, const Bytes& value) override;
   std::optional<Bytes> tryGet(const std::string& key) override;
+  // Polls for the keys' files, every 1 ms at first, doubling to every 20 ms.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::wait;
   int64_t add(const std::string& key, int64_t delta) override;

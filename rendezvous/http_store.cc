@@ -13,25 +13,15 @@
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include "base/error.h"
 #include "rendezvous/handler.h"
+#include "rendezvous/http_io.h"
 #include "rendezvous/token.h"
 
 namespace hvd::rendezvous {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-using error_code = boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -52,19 +52,9 @@ std::map<WorkerState, int> JobSnapshot::countByState() const {
   return out;
 }
 
-struct Monitor::Worker {
-  int id = -1;
-  int rank = -1;
-  std::string host;
-  std::optional<int64_t> pid;
-  WorkerState state = WorkerState::kStarting;
-  std::optional<int> exit_code, signal;
-  std::string exit_detail;
+struct Monitor::Worker : WorkerRecord {
   std::optional<Clock::time_point> started, ended;
-  std::optional<uint64_t> peak_rss_bytes;
-  std::optional<RankReport> report;
   std::deque<std::string> tail;
-  uint64_t restarts = 0;
 };
 
 Monitor::Monitor(std::string name, int size) : name_(std::move(name)), size_(size) {}
@@ -242,18 +232,9 @@ JobSnapshot Monitor::snapshot() const {
   }
   for (const auto& [id, w] : workers_) {
     WorkerView v;
-    v.id = id;
-    v.rank = w->rank;
-    v.host = w->host;
-    v.pid = w->pid;
-    v.state = w->state;
-    v.exit_code = w->exit_code;
-    v.signal = w->signal;
-    v.exit_detail = w->exit_detail;
+    static_cast<WorkerRecord&>(v) = *w;
     if (w->started) v.run_seconds = secondsBetween(*w->started, w->ended.value_or(now));
-    v.peak_rss_bytes = w->peak_rss_bytes;
     if (!v.peak_rss_bytes && w->report && w->report->peak_rss_bytes) v.peak_rss_bytes = w->report->peak_rss_bytes;
-    v.report = w->report;
     v.tail.assign(w->tail.begin(), w->tail.end());
     if (w->state != WorkerState::kExited) {
       if (auto it = stuck.find(w->rank); it != stuck.end()) {
@@ -261,7 +242,6 @@ JobSnapshot Monitor::snapshot() const {
         v.stuck_seconds = it->second;
       }
     }
-    v.restarts = w->restarts;
     s.restarts += w->restarts;
     s.workers.push_back(std::move(v));
   }

@@ -49,23 +49,28 @@ namespace hvd::rendezvous {
 enum class WorkerState { kStarting, kJoined, kRunning, kExited };
 const char* toString(WorkerState state);  // "starting", "joined", "running", "exited"
 
-// One worker as a snapshot shows it.
-struct WorkerView {
+// What the launcher and the worker's own reports tell of one worker.
+struct WorkerRecord {
   int id = -1;
   int rank = -1;  // the latest report's rank, else the launcher's
   std::string host;
   std::optional<int64_t> pid;
   WorkerState state = WorkerState::kStarting;
-  std::optional<int> exit_code;  // exited normally
-  std::optional<int> signal;     // killed by a signal
-  std::string exit_detail;       // the launcher's words ("lost: connection reset"), may be empty
-  double run_seconds = 0;        // start to exit, or to now
-  std::optional<uint64_t> peak_rss_bytes;  // the launcher's measurement, else the last report's VmHWM
+  std::optional<int> exit_code;            // exited normally
+  std::optional<int> signal;               // killed by a signal
+  std::string exit_detail;                 // the launcher's words ("lost: connection reset"), may be empty
+  std::optional<uint64_t> peak_rss_bytes;  // the launcher's measurement
   std::optional<RankReport> report;        // the latest
+  uint64_t restarts = 0;                   // elastic: times the launcher started this worker again
+};
+
+// One worker as a snapshot shows it: its record, with peak_rss_bytes falling back to the last report's
+// VmHWM, and what the snapshot derives.
+struct WorkerView : WorkerRecord {
+  double run_seconds = 0;                  // start to exit, or to now
   std::vector<std::string> tail;           // the last lines of its output, oldest first
   bool stuck = false;                      // missing from a wait older than kStuckAfter
   double stuck_seconds = 0;
-  uint64_t restarts = 0;                   // elastic: times the launcher started this worker again
   uint64_t collectives() const;            // sums over report->collectives
   uint64_t bytes() const;
 };

@@ -25,31 +25,21 @@
 #include <unordered_map>
 
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/bind_handler.hpp>
 #include <boost/beast/core/error.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
-#include <boost/beast/http/write.hpp>
 
 #include "base/error.h"
+#include "base/unique_fd.h"
 #include "rendezvous/handler.h"
+#include "rendezvous/http_io.h"
 #include "rendezvous/status_page.h"
 
 namespace hvd::rendezvous {
-
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-using error_code = boost::system::error_code;
 
 namespace {
 
@@ -131,20 +121,6 @@ struct SharedStringBody {
   };
 };
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 std::string normalizeAddress(const std::string& address) {
@@ -168,7 +144,7 @@ uint32_t peerSocketOwner(const std::string& local_address, uint16_t local_port,
     throw NetworkError(detail::concat("socket owner: NETLINK_SOCK_DIAG ", step, ": ", std::strerror(err),
                                       " (errno ", err, ")"));
   };
-  FileDescriptor fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  UniqueFd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (fd.get() < 0) fail("socket", errno);
   timeval tv{};
   tv.tv_sec = kSockDiagTimeout.count() / 1000;

@@ -39,19 +39,22 @@ enum class Launcher { kOpenMpi, kPmi, kSlurm };
 // "Open MPI", "Hydra (PMI)", "srun".
 const char* launcherName(Launcher launcher);
 
-struct LauncherIdentity {
-  Launcher launcher = Launcher::kSlurm;
-  int rank = 0;
-  int size = 1;
-  // What the launcher says about this rank's host, -1 where it says nothing; checked against the host
-  // names at init, never used in their place.
+// What a launcher says about a rank's host, -1 where it says nothing; checked against the host names at
+// init, never used in their place.
+struct HostClaim {
   int local_rank = -1;
   int local_size = -1;
   int node = -1;  // SLURM_NODEID: ranks with the same node id must have the same host name, and only they
-  // "OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=3": the variables read, for messages.
-  std::string described;
   // The variable names behind local_rank, local_size and node, for messages ("" when not given).
   std::string local_rank_var, local_size_var, node_var;
+};
+
+struct LauncherIdentity : HostClaim {
+  Launcher launcher = Launcher::kSlurm;
+  int rank = 0;
+  int size = 1;
+  // "OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=3": the variables read, for messages.
+  std::string described;
   // Names this launcher's job (Slurm job and step, Open MPI's job id), so two jobs served by one
   // rendezvous daemon do not meet under the same keys; "" when the launcher names none.
   std::string job;
@@ -65,12 +68,8 @@ struct LauncherIdentity {
 std::optional<LauncherIdentity> launcherIdentity(const Getenv& getenv);
 
 // One rank's entry in the exchange: its host name and what its launcher said about it.
-struct HostEntry {
+struct HostEntry : HostClaim {
   std::string host;
-  int local_rank = -1;
-  int local_size = -1;
-  int node = -1;
-  std::string local_rank_var, local_size_var, node_var;
 };
 
 struct HostNumbers {

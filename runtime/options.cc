@@ -246,13 +246,8 @@ void RuntimeOptions::numberByHost(rendezvous::Store& store) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
   }
   HostEntry mine;
+  static_cast<HostClaim&>(mine) = *launcher;
   mine.host = hostname;
-  mine.local_rank = launcher->local_rank;
-  mine.local_size = launcher->local_size;
-  mine.node = launcher->node;
-  mine.local_rank_var = launcher->local_rank_var;
-  mine.local_size_var = launcher->local_size_var;
-  mine.node_var = launcher->node_var;
   const HostNumbers n = exchangeHosts(store, scope, rank, size, mine, rendezvousTimeout());
   local_rank = slot_local_rank = n.local_rank;
   local_size = n.local_size;

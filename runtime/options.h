@@ -47,7 +47,9 @@
 #include <optional>
 #include <string>
 
+#include "base/slot.h"
 #include "rendezvous/store.h"
+#include "runtime/coordinator.h"
 #include "runtime/autotune.h"
 #include "runtime/launcher_env.h"
 
@@ -55,13 +57,7 @@ namespace hvd::runtime {
 
 enum class LogLevel { kTrace, kDebug, kInfo, kWarning, kError, kFatal };
 
-struct RuntimeOptions {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-  int local_size = 1;
-  int cross_rank = 0;
-  int cross_size = 1;
+struct RuntimeOptions : SlotInfo, NegotiationOptions {
   std::string hostname = "localhost";
 
   std::optional<std::string> rendezvous_addr;
@@ -71,16 +67,10 @@ struct RuntimeOptions {
   std::string iface;
   std::chrono::milliseconds gloo_timeout{rendezvous::Store::kDefaultTimeout};
 
-  size_t fusion_threshold = size_t{1} << 20;
   std::chrono::microseconds cycle_time{1000};
-  size_t cache_capacity = 1024;
 
   std::optional<std::string> timeline_path;
   bool timeline_mark_cycles = false;
-
-  bool stall_check = true;
-  std::chrono::milliseconds stall_warning_time{std::chrono::seconds(60)};
-  std::chrono::milliseconds stall_shutdown_time{0};  // 0: never
 
   bool dynamic_process_sets = false;
 

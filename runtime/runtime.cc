@@ -193,12 +193,8 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
   }
   if (options_.rank == 0) {
     CoordinatorOptions c;
+    static_cast<NegotiationOptions&>(c) = options_;
     c.size = options_.size;
-    c.fusion_threshold = options_.fusion_threshold;
-    c.cache_capacity = options_.cache_capacity;
-    c.stall_check = options_.stall_check;
-    c.stall_warning_time = options_.stall_warning_time;
-    c.stall_shutdown_time = options_.stall_shutdown_time;
     coordinator_ = std::make_unique<Coordinator>(c);
     if (options_.elastic && options_.size > 1 && options_.rendezvous_addr) {
       round_server_ = Runtime::server(options_);
@@ -476,12 +472,7 @@ RuntimeOptions Runtime::nextElasticRound(RuntimeOptions options, uint64_t after,
   const rendezvous::SlotAssignment& p = place.slot;
   HVD_CHECK(p.rank >= 0, BackendError, "slot ", options.slot(), " is not in elastic round ", place.round,
             ": the job went on without this worker");
-  options.rank = p.rank;
-  options.size = p.size;
-  options.local_rank = p.local_rank;
-  options.local_size = p.local_size;
-  options.cross_rank = p.cross_rank;
-  options.cross_size = p.cross_size;
+  static_cast<SlotInfo&>(options) = p;
   options.elastic_round = place.round;
   options.validate();
   return options;

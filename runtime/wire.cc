@@ -27,14 +27,21 @@ class Writer {
   }
   std::vector<char> take() { return std::move(out_); }
 
-  // The field visitor (requestFields, responseFields): writes v; as<W>(v) writes v converted to W.
-  template <typename T>
-  void operator()(const T& v) {
-    put(v);
+  // The field visitor (requestFields, responseFields): writes each v in order; as<W>(v) writes v
+  // converted to W.
+  template <typename... T>
+  void operator()(const T&... v) {
+    (put(v), ...);
   }
-  template <typename W, typename T>
-  void as(const T& v) {
-    put(static_cast<W>(v));
+  template <typename W, typename... T>
+  void as(const T&... v) {
+    (put(static_cast<W>(v)), ...);
+  }
+  // A count, then each element's fields(*this, element).
+  template <typename T, typename Fields>
+  void items(const std::vector<T>& v, Fields fields) {
+    put(static_cast<uint64_t>(v.size()));
+    for (const auto& x : v) fields(*this, x);
   }
 
  private:
@@ -83,23 +90,36 @@ class Reader {
     return v;
   }
 
-  // The field visitor (requestFields, responseFields): reads v; as<W>(v) reads a W and converts it.
-  template <typename T>
-  void operator()(T& v) {
-    v = get<T>();
+  // The field visitor (requestFields, responseFields): reads each v in order; as<W>(v) reads a W and
+  // converts it.
+  template <typename... T>
+  void operator()(T&... v) {
+    (read(v), ...);
   }
-  void operator()(std::string& v) { v = getString(); }
-  void operator()(std::vector<std::string>& v) { v = getStrings(); }
-  template <typename T>
-  void operator()(std::vector<T>& v) {
-    v = getVector<T>();
+  template <typename W, typename... T>
+  void as(T&... v) {
+    ((v = static_cast<T>(get<W>())), ...);
   }
-  template <typename W, typename T>
-  void as(T& v) {
-    v = static_cast<T>(get<W>());
+  template <typename T, typename Fields>
+  void items(std::vector<T>& v, Fields fields) {
+    const auto n = get<uint64_t>();
+    HVD_CHECK(n <= in_.size() - pos_, BackendError, "corrupt ", what_, " control message (", n, " entries)");
+    v.resize(n);
+    for (auto& x : v) fields(*this, x);
   }
 
  private:
+  template <typename T>
+  void read(T& v) {
+    v = get<T>();
+  }
+  void read(std::string& v) { v = getString(); }
+  void read(std::vector<std::string>& v) { v = getStrings(); }
+  template <typename T>
+  void read(std::vector<T>& v) {
+    v = getVector<T>();
+  }
+
   const std::vector<char>& in_;
   const char* what_;
   size_t pos_ = 0;
@@ -111,41 +131,22 @@ template <typename IO, typename R>
 void requestFields(IO& io, R& q) {
   io.template as<uint8_t>(q.type);
   io(q.name);
-  io.template as<int32_t>(q.dtype);
-  io.template as<int32_t>(q.op);
-  io(q.prescale);
-  io(q.postscale);
+  io.template as<int32_t>(q.dtype, q.op);
+  io(q.prescale, q.postscale);
   io.template as<int32_t>(q.root);
-  io(q.rows);
-  io(q.row_elements);
-  io(q.splits);
-  io(q.process_set);
-  io(q.group);
-  io(q.group_size);
-  io(q.members);
+  io(q.rows, q.row_elements, q.splits, q.process_set, q.group, q.group_size, q.members);
   io.template as<uint8_t>(q.has_shape);
-  io(q.shape);
-  io(q.device);
+  io(q.shape, q.device);
 }
 
 // Every field of a Response, likewise.
 template <typename IO, typename S>
 void responseFields(IO& io, S& s) {
-  io.template as<uint8_t>(s.kind);
-  io.template as<uint8_t>(s.type);
-  io(s.names);
-  io(s.cache_ids);
-  io.template as<int32_t>(s.dtype);
-  io.template as<int32_t>(s.op);
-  io(s.prescale);
-  io(s.postscale);
-  io(s.root);
-  io(s.row_elements);
-  io(s.counts);
-  io(s.splits);
-  io(s.joined_ranks);
-  io(s.last_joined_rank);
-  io(s.error);
+  io.template as<uint8_t>(s.kind, s.type);
+  io(s.names, s.cache_ids);
+  io.template as<int32_t>(s.dtype, s.op);
+  io(s.prescale, s.postscale, s.root, s.row_elements, s.counts, s.splits, s.joined_ranks, s.last_joined_rank,
+     s.error);
   io.template as<uint8_t>(s.error_class);
   io(s.process_set);
 }
@@ -160,77 +161,76 @@ bool sameDescriptor(const Request& a, const Request& b) {
          a.shape == b.shape && a.onGpu() == b.onGpu();
 }
 
-std::vector<char> encode(const Hello& m) {
-  Writer w(MessageKind::kHello);
-  w.put(m.magic);
-  w.put(m.nonce);
-  w.put(m.rank);
+namespace {
+
+// Every field of each message in wire order, for encode and decode alike (M: the message, const when
+// writing).
+template <typename IO, typename M>
+void helloFields(IO& io, M& m) {
+  io(m.magic, m.nonce, m.rank);
+}
+
+template <typename IO, typename M>
+void requestBatchFields(IO& io, M& m) {
+  io.template as<uint8_t>(m.shutdown);
+  io.items(m.requests, [](auto& io, auto& q) { requestFields(io, q); });
+  io(m.cached);
+  io.template as<uint8_t>(m.has_waiting);
+  io(m.waiting_sets, m.waiting_names);
+}
+
+template <typename IO, typename M>
+void responseListFields(IO& io, M& m) {
+  io.template as<uint8_t>(m.shutdown, m.abort, m.peer_lost);
+  io(m.path, m.shutdown_reason);
+  io.items(m.responses, [](auto& io, auto& s) { responseFields(io, s); });
+}
+
+template <typename M, typename Fields>
+std::vector<char> encodeMessage(MessageKind kind, const M& m, Fields fields) {
+  Writer w(kind);
+  fields(w, m);
   return w.take();
 }
 
-Hello decodeHello(const std::vector<char>& payload) {
-  Reader r(payload, MessageKind::kHello, "hello");
-  Hello m;
-  m.magic = r.get<uint64_t>();
-  m.nonce = r.get<uint64_t>();
-  m.rank = r.get<int32_t>();
+template <typename M, typename Fields>
+M decodeMessage(const std::vector<char>& payload, MessageKind kind, const char* what, Fields fields) {
+  Reader r(payload, kind, what);
+  M m;
+  fields(r, m);
   return m;
 }
 
+}  // namespace
+
+std::vector<char> encode(const Hello& m) {
+  return encodeMessage(MessageKind::kHello, m, [](auto& io, auto& m) { helloFields(io, m); });
+}
+
+Hello decodeHello(const std::vector<char>& payload) {
+  return decodeMessage<Hello>(payload, MessageKind::kHello, "hello", [](auto& io, auto& m) { helloFields(io, m); });
+}
+
 std::vector<char> encode(const RequestBatch& m) {
-  Writer w(MessageKind::kRequests);
-  w.put(static_cast<uint8_t>(m.shutdown));
-  w.put(static_cast<uint64_t>(m.requests.size()));
-  for (const auto& q : m.requests) requestFields(w, q);
-  w.put(m.cached);
-  w.put(static_cast<uint8_t>(m.has_waiting));
-  w.put(m.waiting_sets);
-  w.put(m.waiting_names);
-  return w.take();
+  return encodeMessage(MessageKind::kRequests, m, [](auto& io, auto& m) { requestBatchFields(io, m); });
 }
 
 RequestBatch decodeRequestBatch(const std::vector<char>& payload) {
-  Reader r(payload, MessageKind::kRequests, "request batch");
-  RequestBatch m;
-  m.shutdown = r.get<uint8_t>() != 0;
-  const auto n = r.get<uint64_t>();
-  HVD_CHECK(n <= payload.size(), BackendError, "corrupt request batch (", n, " requests)");
-  m.requests.resize(n);
-  for (auto& q : m.requests) requestFields(r, q);
-  m.cached = r.getVector<uint32_t>();
-  m.has_waiting = r.get<uint8_t>() != 0;
-  m.waiting_sets = r.getVector<int32_t>();
-  m.waiting_names = r.getStrings();
+  auto m = decodeMessage<RequestBatch>(payload, MessageKind::kRequests, "request batch",
+                                       [](auto& io, auto& m) { requestBatchFields(io, m); });
   HVD_CHECK(m.waiting_sets.size() == m.waiting_names.size(), BackendError, "corrupt request batch (",
             m.waiting_sets.size(), " waiting sets, ", m.waiting_names.size(), " names)");
   return m;
 }
 
 std::vector<char> encode(const ResponseList& m) {
-  Writer w(MessageKind::kResponses);
-  w.put(static_cast<uint8_t>(m.shutdown));
-  w.put(static_cast<uint8_t>(m.abort));
-  w.put(static_cast<uint8_t>(m.peer_lost));
-  w.put(m.path);
-  w.put(m.shutdown_reason);
-  w.put(static_cast<uint64_t>(m.responses.size()));
-  for (const auto& s : m.responses) responseFields(w, s);
-  return w.take();
+  return encodeMessage(MessageKind::kResponses, m, [](auto& io, auto& m) { responseListFields(io, m); });
 }
 
 ResponseList decodeResponseList(const std::vector<char>& payload) {
-  Reader r(payload, MessageKind::kResponses, "response list");
-  ResponseList m;
-  m.shutdown = r.get<uint8_t>() != 0;
-  m.abort = r.get<uint8_t>() != 0;
-  m.peer_lost = r.get<uint8_t>() != 0;
-  m.path = r.get<uint8_t>();
+  auto m = decodeMessage<ResponseList>(payload, MessageKind::kResponses, "response list",
+                                       [](auto& io, auto& m) { responseListFields(io, m); });
   HVD_CHECK(m.path <= ResponseList::kPathHierarchical, BackendError, "corrupt response list (path ", int{m.path}, ")");
-  m.shutdown_reason = r.getString();
-  const auto n = r.get<uint64_t>();
-  HVD_CHECK(n <= payload.size(), BackendError, "corrupt response list (", n, " responses)");
-  m.responses.resize(n);
-  for (auto& s : m.responses) responseFields(r, s);
   return m;
 }
 

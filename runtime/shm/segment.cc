@@ -13,29 +13,13 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/unique_fd.h"
 
 namespace hvd::runtime::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr const char* kKey = "shm";
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // The abstract address "\0<name>"; its length counts the leading NUL and not a trailing one.
 socklen_t abstractAddress(const std::string& name, sockaddr_un& addr) {
@@ -118,7 +102,7 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
   const auto deadline = Clock::now() + options.timeout;
   rendezvous::PrefixStore scoped(options.scope, store);
   if (options.rank == 0) {
-    Fd mem(::memfd_create(("hvd:" + options.scope).c_str(), MFD_CLOEXEC));
+    UniqueFd mem(::memfd_create(("hvd:" + options.scope).c_str(), MFD_CLOEXEC));
     HVD_CHECK(mem.get() >= 0, BackendError, "shared memory of scope '", options.scope,
               "': memfd_create failed: ", errnoText(errno));
     HVD_CHECK(::ftruncate(mem.get(), static_cast<off_t>(options.bytes)) == 0, BackendError,
@@ -128,7 +112,7 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
     if (options.size == 1) return segment;
     std::random_device random;
     const std::string name = detail::concat("hvd-shm-", ::getpid(), "-", std::hex, random(), random());
-    Fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un addr;
     const socklen_t len = abstractAddress(name, addr);
     HVD_CHECK(listener.get() >= 0 && ::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
@@ -141,7 +125,7 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
                 "': only ", handed - 1, " of ", options.size - 1, " local peers fetched the segment within ",
                 options.timeout.count(), " ms (are the ranks of this host in different network namespaces? "
                 "HVD_SHARED_MEMORY=0 keeps the job on TCP)");
-      Fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (conn.get() < 0) continue;
       ucred cred{};
       socklen_t cred_len = sizeof cred;
@@ -156,7 +140,7 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
   }
   const auto raw = scoped.get(kKey, options.timeout);
   const std::string name(raw.begin(), raw.end());
-  Fd conn(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd conn(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un addr;
   const socklen_t len = abstractAddress(name, addr);
   HVD_CHECK(conn.get() >= 0 && ::connect(conn.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0, BackendError,
@@ -165,7 +149,7 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
             " (are the ranks of this host in different network namespaces? HVD_SHARED_MEMORY=0 keeps the job on TCP)");
   HVD_CHECK(waitReadable(conn.get(), deadline), BackendError, "shared memory of scope '", options.scope,
             "': local rank 0 did not hand over the segment within ", options.timeout.count(), " ms");
-  Fd mem(receiveFd(conn.get(), options.scope));
+  UniqueFd mem(receiveFd(conn.get(), options.scope));
   struct stat st{};
   HVD_CHECK(::fstat(mem.get(), &st) == 0 && static_cast<size_t>(st.st_size) == options.bytes, BackendError,
             "shared memory of scope '", options.scope, "': the segment has ", st.st_size, " bytes, expected ",

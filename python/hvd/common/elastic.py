@@ -64,7 +64,27 @@ def _callable_or_raise(what, value):
     return value
 
 
-class State:
+class Restorable:
+    """Something elastic training saves, restores and synchronizes: a whole State, or one object of a
+    TorchState. Subclasses implement save(), restore() and sync(); reset() does nothing by default."""
+
+    def save(self):
+        """Saves the state in memory."""
+        raise NotImplementedError()
+
+    def restore(self):
+        """Restores the last committed state, undoing uncommitted changes."""
+        raise NotImplementedError()
+
+    def sync(self):
+        """Gives every rank rank 0's state (a collective)."""
+        raise NotImplementedError()
+
+    def reset(self):
+        """Adapts the state to the re-formed job (before the reset callbacks and sync)."""
+
+
+class State(Restorable):
     """State kept in memory and synchronized across workers (Horovod's State).
 
     bcast_object(obj) broadcasts obj from rank 0 and returns rank 0's value on every rank; get_rank()
@@ -120,21 +140,6 @@ class State:
         if changes is not None:
             # Only removals: every surviving rank holds the state committed at this same step already.
             raise HostsUpdatedInterrupt(skip_sync=changes == HostUpdateResult.removed)
-
-    def save(self):
-        """Saves the state in memory."""
-        raise NotImplementedError()
-
-    def restore(self):
-        """Restores the last committed state, undoing uncommitted changes."""
-        raise NotImplementedError()
-
-    def sync(self):
-        """Gives every rank rank 0's state (a collective)."""
-        raise NotImplementedError()
-
-    def reset(self):
-        """Adapts the state to the re-formed job (before the reset callbacks and sync)."""
 
 
 class ObjectState(State):

@@ -28,6 +28,7 @@ import threading
 import time
 
 from hvd.executor import protocol
+from hvd.executor.callbacks import CallbackRelay
 from hvd.executor.errors import ExecutorError, WorkerError
 from hvd.executor.session import _listen
 from hvd.executor.worker import ONE_SHOT_ENV
@@ -134,7 +135,7 @@ def run_elastic(engine, settings, fn, args: tuple, kwargs: dict, env: dict, call
     job = _Job(engine, settings)
     job.payload = dump((_with_final_rank, (fn, args, kwargs), {}))
     successes, failures = [], []
-    callback_error = None
+    relay = CallbackRelay(callbacks, _pickler.loads)
     acceptor = None
     try:
         engine.start(num_workers=engine.num_workers, driver_port=job.port, token=job.token,
@@ -148,13 +149,7 @@ def run_elastic(engine, settings, fn, args: tuple, kwargs: dict, env: dict, call
             except queue.Empty:
                 event = None
             if event is not None and event[0] == "send":
-                if callbacks and callback_error is None:
-                    try:
-                        value = _pickler.loads(event[1])
-                        for callback in callbacks:
-                            callback(value)
-                    except Exception as e:
-                        callback_error = e
+                relay.deliver(event[1])
             elif event is not None:
                 _, identity, ok, value = event
                 if ok:
@@ -176,8 +171,8 @@ def run_elastic(engine, settings, fn, args: tuple, kwargs: dict, env: dict, call
             acceptor.join(2.0)
     status = engine.exit_status()
     if successes:
-        if callback_error is not None:
-            raise callback_error
+        if relay.error is not None:
+            raise relay.error
         last = max(round_ for _, round_, _ in successes)
         final = sorted(((rank, value) for rank, round_, value in successes if round_ == last),
                        key=lambda item: item[0])

@@ -34,6 +34,7 @@ import traceback
 from concurrent.futures import Future
 
 from hvd.executor import protocol
+from hvd.executor.callbacks import CallbackRelay
 from hvd.executor.errors import ExecutorError, WorkerError
 
 _RESTART = "start a new Executor (or call start() again)"
@@ -259,21 +260,14 @@ class Session:
         """The results of call in rank order. Runs callbacks (in this thread) with rank 0's sent values.
         Raises the first WorkerError (with the other failed ranks named), the session's ExecutorError, or the
         first exception of a callback (once the call is over)."""
-        callback_error = None
+        relay = CallbackRelay(callbacks, pickle.loads)
         while True:
             event = _get(call.events)
             if event is None:
                 continue
             if event[0] == "done":
                 break
-            if callback_error is not None or not callbacks:
-                continue
-            try:
-                value = pickle.loads(event[1])
-                for callback in callbacks:
-                    callback(value)
-            except Exception as e:
-                callback_error = e
+            relay.deliver(event[1])
         results = []
         for rank in call.ranks:
             future = call.futures[rank]
@@ -284,8 +278,8 @@ class Session:
         if call.failures:
             rank, first = call.failures[0]
             raise first.with_others([(r, e.type_name, e.message) for r, e in call.failures[1:]])
-        if callback_error is not None:
-            raise callback_error
+        if relay.error is not None:
+            raise relay.error
         return results
 
     def _read(self, conn: _Conn) -> None:

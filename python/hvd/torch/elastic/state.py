@@ -11,7 +11,7 @@ import copy
 
 import torch
 
-from hvd.common.elastic import ObjectState
+from hvd.common.elastic import ObjectState, Restorable
 from hvd.torch.elastic.sampler import ElasticSampler
 from hvd.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from hvd.torch.mpi_ops import rank
@@ -44,27 +44,28 @@ class TorchState(ObjectState):
             setattr(self, name, handler.value)
         super().__init__(bcast_object=_broadcast_state, get_rank=rank, **plain)
 
+    # Each step runs on every handled object, then on the plain attributes.
     def save(self):
-        for handler in self._handlers.values():
-            handler.save()
+        self._each_handler(StateHandler.save)
         super().save()
 
     def restore(self):
-        for handler in self._handlers.values():
-            handler.restore()
+        self._each_handler(StateHandler.restore)
         super().restore()
 
     def sync(self):
-        for handler in self._handlers.values():
-            handler.sync()
+        self._each_handler(StateHandler.sync)
         super().sync()
 
     def reset(self):
         # After every re-initialization, with or without a sync to follow: objects that depend on the
         # job's ranks (samplers) adapt to the new ones.
-        for handler in self._handlers.values():
-            handler.reset()
+        self._each_handler(StateHandler.reset)
         super().reset()
+
+    def _each_handler(self, step):
+        for handler in self._handlers.values():
+            getattr(handler, step.__name__)()
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers")
@@ -73,23 +74,11 @@ class TorchState(ObjectState):
         super().__setattr__(name, value)
 
 
-class StateHandler:
+class StateHandler(Restorable):
     """Saves, restores and synchronizes one object of a TorchState. value: the object."""
 
     def __init__(self, value):
         self.value = value
-
-    def save(self):
-        raise NotImplementedError()
-
-    def restore(self):
-        raise NotImplementedError()
-
-    def sync(self):
-        raise NotImplementedError()
-
-    def reset(self):
-        """Called after every re-initialization of the job; nothing to do by default."""
 
     def set_value(self, value):
         self.value = value
