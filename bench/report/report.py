@@ -709,13 +709,22 @@ def section_absent(data, section, subject):
     return None
 
 
+def section_head(data, heading, section, subject, measured):
+    """`heading`, then why the section is absent, if it is. Returns those lines and whether the section goes on:
+    not when it is absent and `measured` (any of its figures in this run) is false."""
+    absent = section_absent(data, section, subject)
+    return heading + (absent or []), not absent or bool(measured)
+
+
+def measured_any(data, *prefixes):
+    return any(k.startswith(prefixes) for k in data["summary"])
+
+
 def rendezvous_md(data):
-    L = ["## Rendezvous server", ""]
-    absent = section_absent(data, "rendezvous", "rendezvous")
-    if absent and not get(data, "rendezvous.load_rps.torch_tcpstore"):
-        return L + absent
-    if absent:
-        L += absent
+    L, go_on = section_head(data, ["## Rendezvous server", ""], "rendezvous", "rendezvous",
+                            get(data, "rendezvous.load_rps.torch_tcpstore"))
+    if not go_on:
+        return L
     subs = ["hvd", "torch_tcpstore"]
     load = [["requests/s"] + [cell(get(data, f"rendezvous.load_rps.{s}")) for s in subs],
             ["p99 latency of one request, ms"] + [cell(get(data, f"rendezvous.load_p99.{s}")) for s in subs]]
@@ -752,10 +761,9 @@ def extrapolation(data, ns):
 
 
 def ssh_md(data):
-    L = ["## Remote launch over ssh", ""]
-    absent = section_absent(data, "ssh", "ssh")
-    if absent:
-        return L + absent
+    L, go_on = section_head(data, ["## Remote launch over ssh", ""], "ssh", "ssh", False)
+    if not go_on:
+        return L
     labels = {"openssh_true": "one OpenSSH `ssh host true` (key exchange, login, remote shell)",
               "openssh_8x": "8 OpenSSH `ssh host true` at once, one per host (the floor here: 8 logins on 2 CPUs)",
               "openssh_32x": "32 OpenSSH `ssh host true` at once, 4 per host (what horovodrun starts)",
@@ -774,15 +782,12 @@ def ssh_md(data):
 
 
 def hier_md(data):
-    L = ["## Hierarchical allreduce across hosts", "",
-         "Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, 64 MiB; the faster one "
-         "becomes the default.", ""]
-    absent = section_absent(data, "hier", "hier")
     sizes = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("hier.allreduce.")})
-    if absent and not sizes:
-        return L + absent
-    if absent:
-        L += absent
+    L, go_on = section_head(data, ["## Hierarchical allreduce across hosts", "",
+                                   "Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, "
+                                   "64 MiB; the faster one becomes the default.", ""], "hier", "hier", sizes)
+    if not go_on:
+        return L
     it = data["params"]["allreduce_iters"]
     L += ["`bench/ssh/bench_hier_allreduce`: 2 network namespaces joined by a bridge, one sshd each, as the ssh "
           "hosts of `hvdrun -np 4 -H host1:2,host2:2`, running `bench/peers/hvd_allreduce.c` (float32 sum, method "
@@ -842,12 +847,10 @@ def elastic_targets(data):
 
 
 def elastic_md(data):
-    L = ["## Elastic recovery", ""]
-    absent = section_absent(data, "elastic", "elastic:hvd")
-    if absent and not any(k.startswith("elastic.") for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
+    L, go_on = section_head(data, ["## Elastic recovery", ""], "elastic", "elastic:hvd",
+                            measured_any(data, "elastic."))
+    if not go_on:
+        return L
     L += ["`bench/elastic/recovery.py` on `bench/elastic/worker.py`, one script on Horovod's elastic API (a small "
           "Linear model, a DistributedOptimizer step and `state.commit()` each step, 20 ms sleep between steps). "
           "ours: `hvdrun --horovod-compat` (the script's `import horovod` is hvd); Horovod: its own "
@@ -941,12 +944,10 @@ def tune_targets(data):
 
 
 def tune_md(data):
-    L = ["## Hyperparameter search: hvd.tune", ""]
-    absent = section_absent(data, "tune", "tune")
-    if absent and not any(k.startswith("tune.") for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
+    L, go_on = section_head(data, ["## Hyperparameter search: hvd.tune", ""], "tune", "tune",
+                            measured_any(data, "tune."))
+    if not go_on:
+        return L
     L += ["`bench/tune/tune_bench.py`, each subject a fresh driver process: 20 trials of a train_fn that initialises "
           "hvd.numpy on 2 ranks, allreduces once, sleeps 1 s and reports, on 4 slots of this host (2 trials at a "
           "time). hvd.tune.run reuses a finished trial's started workers for the next trial on its slots (Tune's "
@@ -982,12 +983,10 @@ def quickstart_target(data):
 
 
 def executor_md(data):
-    L = ["## Persistent workers: hvd.Executor and hvd.train", ""]
-    absent = section_absent(data, "executor", "executor")
-    if absent and not any(k.startswith("executor.") for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
+    L, go_on = section_head(data, ["## Persistent workers: hvd.Executor and hvd.train", ""], "executor", "executor",
+                            measured_any(data, "executor."))
+    if not go_on:
+        return L
     ex = data["params"].get("executor", {})
     np_ = ex.get("np", 4)
     L += [f"`bench/executor/executor_bench.py`, each subject a fresh driver process (hvd imported before the clock "
@@ -1037,12 +1036,10 @@ def executor_md(data):
 
 
 def train_md(data):
-    L = ["## Training from Python, np=2 on localhost", ""]
-    absent = section_absent(data, "train", "train:hvd")
-    if absent and not any(k.startswith(("train.", "pyfusion.")) for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
+    L, go_on = section_head(data, ["## Training from Python, np=2 on localhost", ""], "train", "train:hvd",
+                            measured_any(data, "train.", "pyfusion."))
+    if not go_on:
+        return L
     params = data["params"].get("train_steps", {})
     batch = data["params"].get("train_batch", {})
     steps = ", ".join(f"{label} {params[m][0]} warm-up + {params[m][1]} timed"
