@@ -116,6 +116,26 @@ bool close(DataType t, double got, double want) {
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
+// Runs `q` as a reducescatter on rank r of `cluster` and waits for it. Checks that the result holds this
+// rank's share of q.rows (the first rows % n ranks take one more); `first` is the share's first row.
+struct Reducescatter {
+  std::shared_ptr<Work> work;
+  int64_t rows = 0, first = 0;
+};
+Reducescatter reducescatter(Cluster& cluster, int r, Request q) {
+  q.type = OpType::kReducescatter;
+  const int64_t rows = q.rows;
+  Reducescatter out;
+  out.work = cluster[r].enqueue(std::move(q));
+  out.work->wait();
+  const int n = cluster.size();
+  const int64_t base = rows / n, extra = rows % n;
+  out.rows = base + (r < extra);
+  out.first = r * base + std::min<int64_t>(r, extra);
+  REQUIRE(out.work->result_rows == out.rows);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("allreduce: every type, op and count on 1-8 ranks, fused and unfused", "[inprocess]") {
@@ -293,21 +313,16 @@ TEST_CASE("reducescatter with uneven rows, sum and average", "[inprocess]") {
       std::vector<double> in(rows * width);
       for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>(i) + r;
       Request q;
-      q.type = OpType::kReducescatter;
       q.name = std::string("rs") + hvd::gloo_backend::name(op);
       q.dtype = DataType::kFloat64;
       q.op = op;
       q.rows = rows;
       q.row_elements = width;
       q.input = in.data();
-      auto w = cluster[r].enqueue(q);
-      w->wait();
-      const int64_t base = rows / n, extra = rows % n;
-      const int64_t mine = base + (r < extra), first = r * base + std::min<int64_t>(r, extra);
-      REQUIRE(w->result_rows == mine);
-      const auto* got = reinterpret_cast<const double*>(w->result.data());
-      for (int64_t i = 0; i < mine * width; ++i) {
-        const double idx = static_cast<double>(first * width + i);
+      const auto rs = reducescatter(cluster, r, q);
+      const auto* got = reinterpret_cast<const double*>(rs.work->result.data());
+      for (int64_t i = 0; i < rs.rows * width; ++i) {
+        const double idx = static_cast<double>(rs.first * width + i);
         double want = idx * n + n * (n - 1) / 2.0;
         if (op == ReduceOp::kAverage) want /= n;
         REQUIRE(got[i] == Approx(want));
@@ -343,20 +358,15 @@ TEST_CASE("large allreduce and reducescatter: the segmented ring's blocks of sev
     std::vector<int32_t> in(rows);
     for (int64_t i = 0; i < rows; ++i) in[i] = static_cast<int32_t>(i % 1000 + r);
     Request q;
-    q.type = OpType::kReducescatter;
     q.name = "big_reducescatter";
     q.dtype = DataType::kInt32;
     q.op = ReduceOp::kSum;
     q.rows = rows;
     q.input = in.data();
-    auto w = cluster[r].enqueue(q);
-    w->wait();
-    const int64_t base = rows / n, extra = rows % n;
-    const int64_t mine = base + (r < extra), first = r * base + std::min<int64_t>(r, extra);
-    REQUIRE(w->result_rows == mine);
-    const auto* got = reinterpret_cast<const int32_t*>(w->result.data());
-    for (int64_t i = 0; i < mine; ++i) {
-      const int64_t idx = first + i;
+    const auto rs = reducescatter(cluster, r, q);
+    const auto* got = reinterpret_cast<const int32_t*>(rs.work->result.data());
+    for (int64_t i = 0; i < rs.rows; ++i) {
+      const int64_t idx = rs.first + i;
       const int32_t want = static_cast<int32_t>((idx % 1000) * n + n * (n - 1) / 2);
       if (got[i] != want) FAIL("rank " << r << " reducescatter element " << i << ": got " << got[i] << ", want " << want);
     }
