@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PACKAGE_DIR, PYTHON
+from conftest import PACKAGE_DIR, PYTHON, driver_report
 from executor_common import alive, wait_gone
 
 import hvd
@@ -355,8 +355,6 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
 def test_the_driver_interrupted_or_killed_leaves_no_worker(tmp_path, how):
-    import json
-
     script = tmp_path / "driver.py"
     script.write_text(_DRIVER.format(package=str(PACKAGE_DIR), tests=os.path.dirname(__file__)))
     shm_before = shm_entries()
@@ -372,14 +370,7 @@ def test_the_driver_interrupted_or_killed_leaves_no_worker(tmp_path, how):
                               daemon=True)
     reader.start()
     try:
-        try:
-            line = lines.get(timeout=60)
-        except queue.Empty:
-            line = "(nothing within 60 s)"
-        if not line.startswith("{"):
-            driver.kill()
-            pytest.fail(f"the driver printed {line!r} instead of its pids; stderr:\n{driver.communicate()[1]}")
-        info = json.loads(line)
+        info = driver_report(driver, lines, 60)
         pids = info["pids"] + [info["hvdrun"]]
         time.sleep(0.5)  # the sleep call is running on the workers
         assert all(alive(p) for p in pids)
