@@ -5,8 +5,26 @@
 #ifndef HVD_BENCH_COLLECTIVE_OPS_H
 #define HVD_BENCH_COLLECTIVE_OPS_H
 
+#include <stdio.h>
+#include <string.h>
+
 enum { kAllgather, kBroadcast, kAlltoall, kReducescatter, kOps };
 static const char* const kOpNames[kOps] = {"allgather", "broadcast", "alltoall", "reducescatter"};
+
+/* The operation named `name`, or kOps when there is none. */
+static int collective_op(const char* name) {
+  int op = 0;
+  while (op < kOps && strcmp(name, kOpNames[op]) != 0) ++op;
+  return op;
+}
+
+/* One BYTES:ITERS item of the size list into *bytes and *iters; 0 when it is malformed or BYTES is not a
+ * positive multiple of 4 x size (every rank's share a whole number of floats). */
+static int parse_size_spec(const char* tok, int size, long* bytes, int* iters) {
+  *bytes = 0;
+  *iters = 0;
+  return sscanf(tok, "%ld:%d", bytes, iters) == 2 && *bytes >= 4 && *iters >= 1 && *bytes % (4L * size) == 0;
+}
 
 /* The input at element i of rank `rank`. block: elements per destination (alltoall). */
 static float collective_input(int op, long i, long block, int rank, int size) {

@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
   char* ops = strdup(argv[1]);
   char* save_op = NULL;
   for (char* o = strtok_r(ops, ",", &save_op); o; o = strtok_r(NULL, ",", &save_op)) {
-    int op = 0;
-    while (op < kOps && strcmp(o, kOpNames[op]) != 0) ++op;
+    const int op = collective_op(o);
     if (op == kOps) {
       if (rank == 0) fprintf(stderr, "unknown operation '%s'\n", o);
       MPI_Abort(MPI_COMM_WORLD, 2);
@@ -79,9 +78,9 @@ int main(int argc, char** argv) {
     char* spec = strdup(argv[2]);
     char* save = NULL;
     for (char* tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      long bytes = 0;
-      int iters = 0;
-      if (sscanf(tok, "%ld:%d", &bytes, &iters) != 2 || bytes < 4 || iters < 1 || bytes % (4L * size) != 0) {
+      long bytes;
+      int iters;
+      if (!parse_size_spec(tok, size, &bytes, &iters)) {
         if (rank == 0)
           fprintf(stderr, "bad size spec '%s' (want BYTES:ITERS, BYTES a multiple of 4 x %d ranks)\n", tok, size);
         MPI_Abort(MPI_COMM_WORLD, 2);
