@@ -6,8 +6,10 @@
 #include "base/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/token.h"
+#include "tests/rendezvous/local_peers.h"
 
 using namespace hvd::rendezvous;
+using namespace hvd::rendezvous::testing;
 using namespace std::chrono_literals;
 namespace http = boost::beast::http;
 
@@ -274,19 +276,9 @@ TEST_CASE("handler: token required when configured; /status stays open", "[handl
 
 TEST_CASE("handler: a server that trusts local peers accepts tokenless requests from its own user only",
           "[handler][token]") {
-  ServerOptions options;
-  options.token = "sesame";
-  options.trust_local_peers = true;
-  KvState state(options);
-  PeerInfo same;
-  same.address = "127.0.0.1";
-  same.port = 40000;
-  same.loopback = true;
-  same.uid = 1000;
-  same.same_user = true;
-  PeerInfo other = same;
-  other.uid = 65534;
-  other.same_user = false;
+  KvState state(trustingLocalPeers("sesame"));
+  PeerInfo same = sameUserPeer();
+  PeerInfo other = otherUserPeer();
   PeerInfo remote;
   remote.address = "10.0.0.2";
   remote.port = 40001;
