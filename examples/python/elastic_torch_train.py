@@ -55,12 +55,11 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 import hvd.torch as hvd
 from hvd.common.elastic import elastic_round
-from synthetic import flat_parameters, make_data, training_parser
+from synthetic import compare_with_rank0, flat_parameters, make_data, train_step, training_parser
 
 CRASH_STATUS = 13
 
@@ -154,11 +153,7 @@ def main():
             total, count = 0.0, 0
             for idx, (x, y) in enumerate(loader):
                 batch = offset + idx
-                optimizer.zero_grad()
-                loss = F.mse_loss(model(x), y)
-                loss.backward()
-                optimizer.step()
-                total += loss.item()
+                total += train_step(model, optimizer, x, y)
                 count += 1
                 maybe_crash(args, state.epoch, batch)
                 if args.step_seconds > 0:
@@ -186,9 +181,7 @@ def main():
         print(f"final: size {hvd.size()} round {elastic_round()} epochs {state.epoch} loss {state.loss!r} "
               f"checksum {mine.double().sum().item()!r} params {values}", flush=True)
     # Bit-identical parameters: compare the bits (as int32) with rank 0's, and count the ranks that differ.
-    reference = hvd.broadcast(mine, root_rank=0, name="final.parameters")
-    differs = int(not torch.equal(mine.view(torch.int32), reference.view(torch.int32)))
-    differing = int(hvd.allreduce(torch.tensor([differs]), op=hvd.Sum, name="final.differing").item())
+    differs, differing = compare_with_rank0(mine)
     verdict = "bit-identical to" if not differs else "DIFFERENT from"
     print(f"rank {hvd.rank()} of {hvd.size()}: parameters {verdict} rank 0's", flush=True)
     return 0 if differing == 0 else 1

@@ -12,12 +12,11 @@ line; the script exits 1 on every rank if any rank differs.
 import sys
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 import hvd.torch as hvd
-from synthetic import flat_parameters, make_data, training_parser
+from synthetic import compare_with_rank0, flat_parameters, make_data, train_step, training_parser
 
 
 def parse_args():
@@ -47,11 +46,7 @@ def main():
         sampler.set_epoch(epoch)
         total, batches = 0.0, 0
         for x, y in loader:
-            optimizer.zero_grad()
-            batch_loss = F.mse_loss(model(x), y)
-            batch_loss.backward()
-            optimizer.step()
-            total += batch_loss.item()
+            total += train_step(model, optimizer, x, y)
             batches += 1
         loss = hvd.allreduce(torch.tensor(total / batches), name="epoch_loss").item()
         if hvd.rank() == 0:
@@ -59,9 +54,7 @@ def main():
 
     # Bit-identical parameters: compare the bits (as int32) with rank 0's, and count the ranks that differ.
     mine = flat_parameters(model)
-    reference = hvd.broadcast(mine, root_rank=0, name="final.parameters")
-    differs = int(not torch.equal(mine.view(torch.int32), reference.view(torch.int32)))
-    differing = int(hvd.allreduce(torch.tensor([differs]), op=hvd.Sum, name="final.differing").item())
+    differs, differing = compare_with_rank0(mine)
     verdict = "bit-identical to rank 0's" if differing == 0 else f"DIFFERENT on {differing} rank(s)"
     print(f"rank {hvd.rank()} of {hvd.size()}: final loss {loss:.6f}, {mine.numel()} parameters {verdict}",
           flush=True)
