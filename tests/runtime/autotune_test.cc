@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runtime/autotune.h"
+#include "tests/common/files.h"
 
 using namespace hvd::runtime;
 using namespace std::chrono_literals;
@@ -34,13 +35,6 @@ int runJob(Autotuner& tuner, const std::function<std::chrono::microseconds(const
   return steps;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("autotune finds the fastest fusion threshold and cycle time, and logs Horovod's CSV", "[autotune]") {
@@ -64,7 +58,7 @@ TEST_CASE("autotune finds the fastest fusion threshold and cycle time, and logs 
   CHECK(tuner.current() == TunableParams{4 * kMiB, 0us, false});
   // After the warm-up: 1 start + 4 fusion + 3 cycle-time candidates + 4 confirmation samples.
   CHECK(tuner.samples() == 1 + 4 + 3 + 4);
-  const std::string csv = slurp(log);
+  const std::string csv = hvd::test::readFile(log);
   std::remove(log.c_str());
   CHECK(csv.rfind("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
                   "tensor_fusion_threshold,score\n",

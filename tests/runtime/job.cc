@@ -13,19 +13,11 @@
 #include <catch2/catch.hpp>
 
 #include "rendezvous/server.h"
+#include "tests/common/files.h"
 
 namespace hvd::runtime::testing {
 
-namespace {
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
+using hvd::test::readFile;
 
 std::string buildPath(const std::string& relative) {
   const char* dir = std::getenv("HVD_BUILD_DIR");

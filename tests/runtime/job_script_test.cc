@@ -32,10 +32,13 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/files.h"
+
 extern char** environ;
 
 namespace {
 
+using hvd::test::readFile;
 using namespace std::chrono_literals;
 using Env = std::map<std::string, std::string>;
 namespace fs = std::filesystem;
@@ -148,13 +151,6 @@ class TempDir {
  private:
   std::string path_;
 };
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // hvd-rendezvous as a job script starts it in the background: a token file, --port 0, --address-file.
 class Daemon {
