@@ -189,11 +189,7 @@ std::string hvdrunPath() {
   return std::string(dir) + "/hvdrun";
 }
 
-std::string makeTempDir() {
-  std::string tmpl = "/tmp/hvd-launcher-test-XXXXXX";
-  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp");
-  return tmpl;
-}
+std::string makeTempDir() { return hvd::test::makeTempDir("/tmp/hvd-launcher-test-"); }
 
 std::string uniqueMarker() {
   std::random_device rd;

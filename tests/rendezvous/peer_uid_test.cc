@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "rendezvous/token.h"
+#include "tests/common/files.h"
 #include "tests/rendezvous/local_peers.h"
 #include "tests/rendezvous/raw_client.h"
 #include "tests/rendezvous/test_server.h"
@@ -44,9 +45,7 @@ std::string withToken(const std::string& request, const std::string& token) {
 class Scratch {
  public:
   Scratch() {
-    char pattern[] = "/tmp/hvd_peer_uid.XXXXXX";
-    REQUIRE(::mkdtemp(pattern) != nullptr);
-    dir_ = pattern;
+    dir_ = hvd::test::makeTempDir("/tmp/hvd_peer_uid.");
     ::chmod(dir_.c_str(), 0755);
     const char* build = std::getenv("HVD_BUILD_DIR");
     REQUIRE(build);

@@ -41,9 +41,7 @@ std::vector<WorkerResult> runJob(const JobOptions& options) {
     server_thread = std::thread([&] { ioc.run(); });
   }
 
-  char dir_template[] = "/tmp/hvd_job_XXXXXX";
-  REQUIRE(::mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
+  const std::string dir = hvd::test::makeTempDir("/tmp/hvd_job_");
 
   std::vector<pid_t> pids(options.np, -1);
   for (int rank = 0; rank < options.np; ++rank) {

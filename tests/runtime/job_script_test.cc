@@ -140,11 +140,7 @@ Result run(const std::vector<std::string>& argv, const Env& env, std::chrono::mi
 
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/hvd_job_script_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
+  TempDir() : path_(hvd::test::makeTempDir("/tmp/hvd_job_script_")) {}
   ~TempDir() { fs::remove_all(path_); }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
