@@ -7,6 +7,7 @@ bandwidths, the ratios and the target verdicts to the results; write(data, out) 
 Hand-written analysis of missed targets lives in bench/report/findings.md, one '## <target id>'
 section each, and is placed under that target's verdict.
 """
+import functools
 import json
 import math
 import os
@@ -709,22 +710,26 @@ def section_absent(data, section, subject):
     return None
 
 
-def section_head(data, heading, section, subject, measured):
-    """`heading`, then why the section is absent, if it is. Returns those lines and whether the section goes on:
-    not when it is absent and `measured` (any of its figures in this run) is false."""
-    absent = section_absent(data, section, subject)
-    return heading + (absent or []), not absent or bool(measured)
+def section(heading, name, subject, measured=()):
+    """Makes body(data, L) a section writer md(data). L starts with `heading` and the note on why the section is
+    absent, if it is; an absent section ends there unless some of its figures are in this run (`measured`: a
+    function of data, or prefixes of summary keys)."""
+    def wrap(body):
+        @functools.wraps(body)
+        def md(data):
+            found = measured(data) if callable(measured) else any(k.startswith(tuple(measured))
+                                                                  for k in data["summary"])
+            absent = section_absent(data, name, subject)
+            if absent and not found:
+                return heading + absent
+            return body(data, heading + (absent or []))
+        return md
+    return wrap
 
 
-def measured_any(data, *prefixes):
-    return any(k.startswith(prefixes) for k in data["summary"])
-
-
-def rendezvous_md(data):
-    L, go_on = section_head(data, ["## Rendezvous server", ""], "rendezvous", "rendezvous",
-                            get(data, "rendezvous.load_rps.torch_tcpstore"))
-    if not go_on:
-        return L
+@section(["## Rendezvous server", ""], "rendezvous", "rendezvous",
+         lambda data: get(data, "rendezvous.load_rps.torch_tcpstore"))
+def rendezvous_md(data, L):
     subs = ["hvd", "torch_tcpstore"]
     load = [["requests/s"] + [cell(get(data, f"rendezvous.load_rps.{s}")) for s in subs],
             ["p99 latency of one request, ms"] + [cell(get(data, f"rendezvous.load_p99.{s}")) for s in subs]]
@@ -760,10 +765,8 @@ def extrapolation(data, ns):
             f"rank: N² × (4 + 21/8) bytes in all).", ""]
 
 
-def ssh_md(data):
-    L, go_on = section_head(data, ["## Remote launch over ssh", ""], "ssh", "ssh", False)
-    if not go_on:
-        return L
+@section(["## Remote launch over ssh", ""], "ssh", "ssh")
+def ssh_md(data, L):
     labels = {"openssh_true": "one OpenSSH `ssh host true` (key exchange, login, remote shell)",
               "openssh_8x": "8 OpenSSH `ssh host true` at once, one per host (the floor here: 8 logins on 2 CPUs)",
               "openssh_32x": "32 OpenSSH `ssh host true` at once, 4 per host (what horovodrun starts)",
@@ -781,13 +784,11 @@ def ssh_md(data):
                         if k != "ssh.openssh_true" else "-"] for k in keys]), ""]
 
 
-def hier_md(data):
+@section(["## Hierarchical allreduce across hosts", "",
+          "Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, 64 MiB; the faster one "
+          "becomes the default.", ""], "hier", "hier", ["hier.allreduce."])
+def hier_md(data, L):
     sizes = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("hier.allreduce.")})
-    L, go_on = section_head(data, ["## Hierarchical allreduce across hosts", "",
-                                   "Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, "
-                                   "64 MiB; the faster one becomes the default.", ""], "hier", "hier", sizes)
-    if not go_on:
-        return L
     it = data["params"]["allreduce_iters"]
     L += ["`bench/ssh/bench_hier_allreduce`: 2 network namespaces joined by a bridge, one sshd each, as the ssh "
           "hosts of `hvdrun -np 4 -H host1:2,host2:2`, running `bench/peers/hvd_allreduce.c` (float32 sum, method "
@@ -846,11 +847,8 @@ def elastic_targets(data):
     return ts
 
 
-def elastic_md(data):
-    L, go_on = section_head(data, ["## Elastic recovery", ""], "elastic", "elastic:hvd",
-                            measured_any(data, "elastic."))
-    if not go_on:
-        return L
+@section(["## Elastic recovery", ""], "elastic", "elastic:hvd", ["elastic."])
+def elastic_md(data, L):
     L += ["`bench/elastic/recovery.py` on `bench/elastic/worker.py`, one script on Horovod's elastic API (a small "
           "Linear model, a DistributedOptimizer step and `state.commit()` each step, 20 ms sleep between steps). "
           "ours: `hvdrun --horovod-compat` (the script's `import horovod` is hvd); Horovod: its own "
@@ -943,11 +941,8 @@ def tune_targets(data):
     ]
 
 
-def tune_md(data):
-    L, go_on = section_head(data, ["## Hyperparameter search: hvd.tune", ""], "tune", "tune",
-                            measured_any(data, "tune."))
-    if not go_on:
-        return L
+@section(["## Hyperparameter search: hvd.tune", ""], "tune", "tune", ["tune."])
+def tune_md(data, L):
     L += ["`bench/tune/tune_bench.py`, each subject a fresh driver process: 20 trials of a train_fn that initialises "
           "hvd.numpy on 2 ranks, allreduces once, sleeps 1 s and reports, on 4 slots of this host (2 trials at a "
           "time). hvd.tune.run reuses a finished trial's started workers for the next trial on its slots (Tune's "
@@ -982,11 +977,8 @@ def quickstart_target(data):
     return t
 
 
-def executor_md(data):
-    L, go_on = section_head(data, ["## Persistent workers: hvd.Executor and hvd.train", ""], "executor", "executor",
-                            measured_any(data, "executor."))
-    if not go_on:
-        return L
+@section(["## Persistent workers: hvd.Executor and hvd.train", ""], "executor", "executor", ["executor."])
+def executor_md(data, L):
     ex = data["params"].get("executor", {})
     np_ = ex.get("np", 4)
     L += [f"`bench/executor/executor_bench.py`, each subject a fresh driver process (hvd imported before the clock "
@@ -1035,11 +1027,8 @@ def executor_md(data):
     return L + [table(["measure", "s", "÷ plain"], rows), ""]
 
 
-def train_md(data):
-    L, go_on = section_head(data, ["## Training from Python, np=2 on localhost", ""], "train", "train:hvd",
-                            measured_any(data, "train.", "pyfusion."))
-    if not go_on:
-        return L
+@section(["## Training from Python, np=2 on localhost", ""], "train", "train:hvd", ["train.", "pyfusion."])
+def train_md(data, L):
     params = data["params"].get("train_steps", {})
     batch = data["params"].get("train_batch", {})
     steps = ", ".join(f"{label} {params[m][0]} warm-up + {params[m][1]} timed"
