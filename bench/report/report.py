@@ -108,11 +108,18 @@ def why_absent(data, *subjects):
     return "not measured in this run"
 
 
+def new_target(data, tid, issue, text, limit, unit, absent, *figures):
+    """A target's record; when one of `figures` is missing, already NOT MEASURED, with why (from `absent`)."""
+    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
+    if not all(figures):
+        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    return t
+
+
 def ratio_target(data, tid, issue, text, ours_key, peer_key, limit, higher_better, unit, absent):
     o, p = get(data, ours_key), get(data, peer_key)
-    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
-    if not o or not p:
-        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    t = new_target(data, tid, issue, text, limit, unit, absent, o, p)
+    if "status" in t:
         return t
     r = o["median"] / p["median"]
     met = r >= limit if higher_better else r <= limit
@@ -123,9 +130,8 @@ def ratio_target(data, tid, issue, text, ours_key, peer_key, limit, higher_bette
 
 def absolute_target(data, tid, issue, text, key, limit, higher_better, unit, absent):
     v = get(data, key)
-    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
-    if not v:
-        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    t = new_target(data, tid, issue, text, limit, unit, absent, v)
+    if "status" in t:
         return t
     met = v["median"] >= limit if higher_better else v["median"] <= limit
     t.update(status="MET" if met else "MISSED", ours=v,
@@ -906,9 +912,8 @@ def chaos_md(data):
 def speedup_target(data, tid, text, ours_key, peer_key, limit, unit, absent):
     """A latency target read as a speed-up: peer ÷ ours >= limit (ours the faster)."""
     o, p = get(data, ours_key), get(data, peer_key)
-    t = {"id": tid, "issue": None, "target": text, "limit": limit, "unit": unit}
-    if not o or not p:
-        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    t = new_target(data, tid, None, text, limit, unit, absent, o, p)
+    if "status" in t:
         return t
     r = p["median"] / o["median"]
     t.update(status="MET" if r >= limit else "MISSED", ours=o, peer=p, ratio=r,
