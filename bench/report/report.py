@@ -481,22 +481,11 @@ def render(data, chart_errors):
           "Allreduce verdicts use `bench/allreduce` (libhvd and raw Gloo interleaved in the same processes) "
           "when it ran; the cross-check is the same figure from the harness programs in `bench/peers/` "
           "(each started as its own job, like the MPI and torch peers).", ""]
-    L += subject_status(data)
-    L += ceilings_md(data)
-    L += launch_md(data, chart_errors)
-    L += allreduce_md(data, chart_errors)
-    L += fusion_md(data)
-    L += shm_md(data)
-    L += rendezvous_md(data)
-    L += ssh_md(data)
-    L += hier_md(data)
-    L += train_md(data)
-    L += elastic_md(data)
-    L += executor_md(data)
-    L += tune_md(data)
-    L += missed_md(data)
-    L += failures_md(data)
-    L += method_md(data)
+    L += subject_status(data) + ceilings_md(data)
+    L += launch_md(data, chart_errors) + allreduce_md(data, chart_errors)
+    for section_md in (fusion_md, shm_md, rendezvous_md, ssh_md, hier_md, train_md, elastic_md, executor_md, tune_md,
+                       missed_md, failures_md, method_md):
+        L += section_md(data)
     return "\n".join(L) + "\n"
 
 
