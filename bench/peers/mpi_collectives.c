@@ -67,24 +67,17 @@ int main(int argc, char** argv) {
               argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  char* ops = strdup(argv[1]);
-  char* save_op = NULL;
-  for (char* o = strtok_r(ops, ",", &save_op); o; o = strtok_r(NULL, ",", &save_op)) {
-    const int op = collective_op(o);
-    if (op == kOps) {
-      if (rank == 0) fprintf(stderr, "unknown operation '%s'\n", o);
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    char* spec = strdup(argv[2]);
-    char* save = NULL;
-    for (char* tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      long bytes;
-      int iters;
-      if (!parse_size_spec(tok, size, &bytes, &iters)) {
-        if (rank == 0)
-          fprintf(stderr, "bad size spec '%s' (want BYTES:ITERS, BYTES a multiple of 4 x %d ranks)\n", tok, size);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-      }
+  struct collective_args args;
+  char why[256];
+  if (!parse_collective_args(argv[1], argv[2], size, &args, why, sizeof why)) {
+    if (rank == 0) fprintf(stderr, "%s\n", why);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  for (int o = 0; o < args.nops; ++o) {
+    const int op = args.ops[o];
+    for (int s = 0; s < args.nsizes; ++s) {
+      const long bytes = args.bytes[s];
+      const int iters = args.iters[s];
       long count = bytes / 4;
       float* in = malloc(count * sizeof(float));
       float* out = malloc(count * size * sizeof(float));
@@ -102,9 +95,7 @@ int main(int argc, char** argv) {
       free(out);
       free(t);
     }
-    free(spec);
   }
-  free(ops);
   MPI_Finalize();
   return 0;
 }
