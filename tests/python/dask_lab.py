@@ -26,6 +26,7 @@ import time
 
 from lab_common import (Lab, add_bridge, add_bridged_namespace, delete_namespaces, die_with_parent, free_subnet,
                         netns_unavailable, sh, stop)
+from proc_table import parent
 
 PYTHON = "/usr/bin/python3"
 
@@ -196,7 +197,7 @@ class DaskLab(Lab):
         commands = {pid for pid, cmd in procs if "distributed.cli.dask_worker" in cmd}
         if not self.nanny:
             return sorted(commands)
-        return sorted(pid for pid, cmd in procs if pid not in commands and _parent(pid) in commands and
+        return sorted(pid for pid, cmd in procs if pid not in commands and parent(pid) in commands and
                       "spawn_main" in cmd)
 
     # ----- tear-down
@@ -207,11 +208,3 @@ class DaskLab(Lab):
         # Deleting the bridge's namespace deleted the driver's veth peer, and with it this end; make sure.
         subprocess.run(["ip", "link", "del", self.root_link], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _parent(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None

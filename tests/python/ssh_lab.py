@@ -32,6 +32,7 @@ import time
 from executor_common import alive
 from lab_common import (Lab, add_bridge, add_bridged_namespace, delete_namespaces, die_with_parent, free_subnet,
                         sh, stop)
+from proc_table import cmdline, pids
 
 _TOOLS = ("ip", "unshare", "ssh-keygen", "hostname")
 _SSHD = "/usr/sbin/sshd"
@@ -62,23 +63,6 @@ def unavailable() -> "str | None":
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None
-
-
-def cmdline(pid: int) -> str:
-    """A process's command line, arguments joined by spaces ('' when it has gone)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def parent(pid: int) -> "int | None":
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _namespace_id(path: str) -> "tuple[int, int] | None":
@@ -243,10 +227,9 @@ class SshLab(Lab):
         target = self.namespace_id(i)
         listener = self.sshds[i - 1][0].pid if len(self.sshds) >= i else None
         found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == listener:
+        for pid in pids():
+            if pid == listener:
                 continue
-            pid = int(entry)
             if _namespace_id(f"/proc/{pid}/ns/net") == target and alive(pid):
                 found.append((pid, cmdline(pid)))
         return sorted(found)

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import PACKAGE_DIR, PYTHON, driver_report
 from executor_common import alive, wait_gone
+from proc_table import children
 
 import hvd
 from hvd.executor import Executor, ExecutorError, ExecutorSettings, HvdrunEngine, WorkerError, send
@@ -140,19 +141,6 @@ def expected_weights(ranks, steps, lr):
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-def children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return found
-
-
 def shm_entries():
     try:
         return set(os.listdir("/dev/shm"))

@@ -21,7 +21,8 @@ from conftest import BUILD_DIR, PACKAGE_DIR, PYTHON, driver_report
 from executor_common import Accumulator, alive, wait_gone
 from executor_common import allreduce_for as _allreduce_for
 from executor_common import noop as _noop
-from ssh_lab import SshLab, cmdline, parent, unavailable
+from proc_table import cmdline, parent
+from ssh_lab import SshLab, unavailable
 
 from hvd.executor import Executor, ExecutorError
 
