@@ -1,6 +1,8 @@
 // The status port: what a person (a browser) or a monitoring system (Prometheus) sees of a running job.
 // Pure: a request, the job's Monitor and what the server knows of the connection in, a response out.
 // docs/status.md describes the page, the JSON schema and every metric for users.
+// status_page.cc routes requests and checks access; status_html.cc, status_json.cc and status_metrics.cc
+// render the page, the JSON and the metrics (with status_text.h's shared formatting).
 //
 // Routes (GET and HEAD only; anything else 405 with "Allow: GET, HEAD"; unknown paths 404; a target over
 // kMaxStatusTargetBytes 414; a malformed query 400; every error a one-line text/plain body naming what was

@@ -1,4 +1,4 @@
-// The status page's static parts (status_page.cc assembles the page around them), kept in assets/ as the
+// The status page's static parts (status_html.cc assembles the page around them), kept in assets/ as the
 // files a browser would load and compiled in when the library is built: embed_asset.cmake writes each
 // into a generated .cc in the build tree, again whenever the file changes.
 //

@@ -259,15 +259,27 @@ int hvd_cross_rank(void) { return identity([](Runtime& r) { return r.crossRank()
 int hvd_cross_size(void) { return identity([](Runtime& r) { return r.crossSize(); }); }
 int hvd_device(void) { return identity([](Runtime& r) { return r.device(); }); }
 
-int hvd_allreduce_async(const char* name, const void* input, void* output, size_t count, hvd_dtype dtype,
-                        hvd_reduce_op op, double prescale, double postscale) {
+namespace {
+
+// What every convenience form below sets; each adds its operation's own fields.
+Request basicRequest(OpType type, const char* name, const void* input, size_t rows, size_t row_elements,
+                     hvd_dtype dtype) {
   Request r;
-  r.type = OpType::kAllreduce;
+  r.type = type;
   r.name = nameOf(name);
   r.input = input;
-  r.output = output;
-  r.rows = static_cast<int64_t>(count);
+  r.rows = static_cast<int64_t>(rows);
+  r.row_elements = static_cast<int64_t>(row_elements);
   r.dtype = static_cast<hvd::runtime::DataType>(dtype);
+  return r;
+}
+
+}  // namespace
+
+int hvd_allreduce_async(const char* name, const void* input, void* output, size_t count, hvd_dtype dtype,
+                        hvd_reduce_op op, double prescale, double postscale) {
+  Request r = basicRequest(OpType::kAllreduce, name, input, count, 1, dtype);
+  r.output = output;
   r.op = static_cast<hvd::runtime::ReduceOp>(op);
   r.prescale = prescale;
   r.postscale = postscale;
@@ -275,37 +287,19 @@ int hvd_allreduce_async(const char* name, const void* input, void* output, size_
 }
 
 int hvd_broadcast_async(const char* name, void* data, size_t count, hvd_dtype dtype, int root_rank) {
-  Request r;
-  r.type = OpType::kBroadcast;
-  r.name = nameOf(name);
-  r.input = data;
+  Request r = basicRequest(OpType::kBroadcast, name, data, count, 1, dtype);
   r.output = data;
-  r.rows = static_cast<int64_t>(count);
-  r.dtype = static_cast<hvd::runtime::DataType>(dtype);
   r.root = root_rank;
   return submit(std::move(r), false);
 }
 
 int hvd_allgather_async(const char* name, const void* input, size_t rows, size_t row_elements, hvd_dtype dtype) {
-  Request r;
-  r.type = OpType::kAllgather;
-  r.name = nameOf(name);
-  r.input = input;
-  r.rows = static_cast<int64_t>(rows);
-  r.row_elements = static_cast<int64_t>(row_elements);
-  r.dtype = static_cast<hvd::runtime::DataType>(dtype);
-  return submit(std::move(r), true);
+  return submit(basicRequest(OpType::kAllgather, name, input, rows, row_elements, dtype), true);
 }
 
 int hvd_alltoall_async(const char* name, const void* input, size_t rows, size_t row_elements, hvd_dtype dtype,
                        const int64_t* splits) {
-  Request r;
-  r.type = OpType::kAlltoall;
-  r.name = nameOf(name);
-  r.input = input;
-  r.rows = static_cast<int64_t>(rows);
-  r.row_elements = static_cast<int64_t>(row_elements);
-  r.dtype = static_cast<hvd::runtime::DataType>(dtype);
+  Request r = basicRequest(OpType::kAlltoall, name, input, rows, row_elements, dtype);
   if (splits) {
     const int size = hvd_size();
     if (size > 0) r.splits.assign(splits, splits + size);
@@ -315,13 +309,7 @@ int hvd_alltoall_async(const char* name, const void* input, size_t rows, size_t 
 
 int hvd_reducescatter_async(const char* name, const void* input, size_t rows, size_t row_elements,
                             hvd_dtype dtype, hvd_reduce_op op, double prescale, double postscale) {
-  Request r;
-  r.type = OpType::kReducescatter;
-  r.name = nameOf(name);
-  r.input = input;
-  r.rows = static_cast<int64_t>(rows);
-  r.row_elements = static_cast<int64_t>(row_elements);
-  r.dtype = static_cast<hvd::runtime::DataType>(dtype);
+  Request r = basicRequest(OpType::kReducescatter, name, input, rows, row_elements, dtype);
   r.op = static_cast<hvd::runtime::ReduceOp>(op);
   r.prescale = prescale;
   r.postscale = postscale;

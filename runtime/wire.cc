@@ -27,6 +27,16 @@ class Writer {
   }
   std::vector<char> take() { return std::move(out_); }
 
+  // The field visitor (requestFields, responseFields): writes v; as<W>(v) writes v converted to W.
+  template <typename T>
+  void operator()(const T& v) {
+    put(v);
+  }
+  template <typename W, typename T>
+  void as(const T& v) {
+    put(static_cast<W>(v));
+  }
+
  private:
   std::vector<char> out_;
 };
@@ -73,15 +83,71 @@ class Reader {
     return v;
   }
 
+  // The field visitor (requestFields, responseFields): reads v; as<W>(v) reads a W and converts it.
+  template <typename T>
+  void operator()(T& v) {
+    v = get<T>();
+  }
+  void operator()(std::string& v) { v = getString(); }
+  void operator()(std::vector<std::string>& v) { v = getStrings(); }
+  template <typename T>
+  void operator()(std::vector<T>& v) {
+    v = getVector<T>();
+  }
+  template <typename W, typename T>
+  void as(T& v) {
+    v = static_cast<T>(get<W>());
+  }
+
  private:
   const std::vector<char>& in_;
   const char* what_;
   size_t pos_ = 0;
 };
 
-void putStrings(Writer& w, const std::vector<std::string>& v) {
-  w.put(static_cast<uint64_t>(v.size()));
-  for (const auto& s : v) w.put(s);
+// Every field of a Request (R: Request, or const Request when writing) in wire order, for encode and decode
+// alike, so the two cannot disagree.
+template <typename IO, typename R>
+void requestFields(IO& io, R& q) {
+  io.template as<uint8_t>(q.type);
+  io(q.name);
+  io.template as<int32_t>(q.dtype);
+  io.template as<int32_t>(q.op);
+  io(q.prescale);
+  io(q.postscale);
+  io.template as<int32_t>(q.root);
+  io(q.rows);
+  io(q.row_elements);
+  io(q.splits);
+  io(q.process_set);
+  io(q.group);
+  io(q.group_size);
+  io(q.members);
+  io.template as<uint8_t>(q.has_shape);
+  io(q.shape);
+  io(q.device);
+}
+
+// Every field of a Response, likewise.
+template <typename IO, typename S>
+void responseFields(IO& io, S& s) {
+  io.template as<uint8_t>(s.kind);
+  io.template as<uint8_t>(s.type);
+  io(s.names);
+  io(s.cache_ids);
+  io.template as<int32_t>(s.dtype);
+  io.template as<int32_t>(s.op);
+  io(s.prescale);
+  io(s.postscale);
+  io(s.root);
+  io(s.row_elements);
+  io(s.counts);
+  io(s.splits);
+  io(s.joined_ranks);
+  io(s.last_joined_rank);
+  io(s.error);
+  io.template as<uint8_t>(s.error_class);
+  io(s.process_set);
 }
 
 }  // namespace
@@ -115,30 +181,11 @@ std::vector<char> encode(const RequestBatch& m) {
   Writer w(MessageKind::kRequests);
   w.put(static_cast<uint8_t>(m.shutdown));
   w.put(static_cast<uint64_t>(m.requests.size()));
-  for (const auto& q : m.requests) {
-    w.put(static_cast<uint8_t>(q.type));
-    w.put(q.name);
-    w.put(static_cast<int32_t>(q.dtype));
-    w.put(static_cast<int32_t>(q.op));
-    w.put(q.prescale);
-    w.put(q.postscale);
-    w.put(static_cast<int32_t>(q.root));
-    w.put(q.rows);
-    w.put(q.row_elements);
-    w.put(q.splits);
-    w.put(q.process_set);
-    w.put(q.group);
-    w.put(q.group_size);
-    w.put(q.members);
-    w.put(static_cast<uint8_t>(q.has_shape));
-    w.put(q.shape);
-    w.put(q.device);
-  }
+  for (const auto& q : m.requests) requestFields(w, q);
   w.put(m.cached);
   w.put(static_cast<uint8_t>(m.has_waiting));
   w.put(m.waiting_sets);
-  w.put(static_cast<uint64_t>(m.waiting_names.size()));
-  for (const auto& n : m.waiting_names) w.put(n);
+  w.put(m.waiting_names);
   return w.take();
 }
 
@@ -149,25 +196,7 @@ RequestBatch decodeRequestBatch(const std::vector<char>& payload) {
   const auto n = r.get<uint64_t>();
   HVD_CHECK(n <= payload.size(), BackendError, "corrupt request batch (", n, " requests)");
   m.requests.resize(n);
-  for (auto& q : m.requests) {
-    q.type = static_cast<OpType>(r.get<uint8_t>());
-    q.name = r.getString();
-    q.dtype = static_cast<DataType>(r.get<int32_t>());
-    q.op = static_cast<ReduceOp>(r.get<int32_t>());
-    q.prescale = r.get<double>();
-    q.postscale = r.get<double>();
-    q.root = r.get<int32_t>();
-    q.rows = r.get<int64_t>();
-    q.row_elements = r.get<int64_t>();
-    q.splits = r.getVector<int64_t>();
-    q.process_set = r.get<int32_t>();
-    q.group = r.getString();
-    q.group_size = r.get<int32_t>();
-    q.members = r.getVector<int32_t>();
-    q.has_shape = r.get<uint8_t>() != 0;
-    q.shape = r.getVector<int64_t>();
-    q.device = r.get<int32_t>();
-  }
+  for (auto& q : m.requests) requestFields(r, q);
   m.cached = r.getVector<uint32_t>();
   m.has_waiting = r.get<uint8_t>() != 0;
   m.waiting_sets = r.getVector<int32_t>();
@@ -185,25 +214,7 @@ std::vector<char> encode(const ResponseList& m) {
   w.put(m.path);
   w.put(m.shutdown_reason);
   w.put(static_cast<uint64_t>(m.responses.size()));
-  for (const auto& s : m.responses) {
-    w.put(static_cast<uint8_t>(s.kind));
-    w.put(static_cast<uint8_t>(s.type));
-    putStrings(w, s.names);
-    w.put(s.cache_ids);
-    w.put(static_cast<int32_t>(s.dtype));
-    w.put(static_cast<int32_t>(s.op));
-    w.put(s.prescale);
-    w.put(s.postscale);
-    w.put(s.root);
-    w.put(s.row_elements);
-    w.put(s.counts);
-    w.put(s.splits);
-    w.put(s.joined_ranks);
-    w.put(s.last_joined_rank);
-    w.put(s.error);
-    w.put(static_cast<uint8_t>(s.error_class));
-    w.put(s.process_set);
-  }
+  for (const auto& s : m.responses) responseFields(w, s);
   return w.take();
 }
 
@@ -219,25 +230,7 @@ ResponseList decodeResponseList(const std::vector<char>& payload) {
   const auto n = r.get<uint64_t>();
   HVD_CHECK(n <= payload.size(), BackendError, "corrupt response list (", n, " responses)");
   m.responses.resize(n);
-  for (auto& s : m.responses) {
-    s.kind = static_cast<Response::Kind>(r.get<uint8_t>());
-    s.type = static_cast<OpType>(r.get<uint8_t>());
-    s.names = r.getStrings();
-    s.cache_ids = r.getVector<uint32_t>();
-    s.dtype = static_cast<DataType>(r.get<int32_t>());
-    s.op = static_cast<ReduceOp>(r.get<int32_t>());
-    s.prescale = r.get<double>();
-    s.postscale = r.get<double>();
-    s.root = r.get<int32_t>();
-    s.row_elements = r.get<int64_t>();
-    s.counts = r.getVector<int64_t>();
-    s.splits = r.getVector<int64_t>();
-    s.joined_ranks = r.getVector<int32_t>();
-    s.last_joined_rank = r.get<int32_t>();
-    s.error = r.getString();
-    s.error_class = static_cast<Response::ErrorClass>(r.get<uint8_t>());
-    s.process_set = r.get<int32_t>();
-  }
+  for (auto& s : m.responses) responseFields(r, s);
   return m;
 }
 

@@ -6,6 +6,14 @@ finalize(data) adds the summaries (median and min-max of the per-round values), 
 bandwidths, the ratios and the target verdicts to the results; write(data, out) renders them.
 Hand-written analysis of missed targets lives in bench/report/findings.md, one '## <target id>'
 section each, and is placed under that target's verdict.
+
+Verdicts: MET or MISSED from the medians against the target's limit; NOT MEASURED when a figure is absent;
+UNSURE when a verdict compares ours with a figure that is not what that subject does by itself. bench/compare
+runs each peer that a one-host verdict rests on once more after the rounds, alone, and records it as
+<metric>.alone; guard_peer_figures compares every figure a ratio verdict rests on with its standalone one and
+flags a deviation beyond GUARD_LIMIT (1.5x) either way, naming the figure, both values and the ratio. A
+flagged MET or MISSED becomes UNSURE (status_by_figures keeps what the figures alone say). A verdict whose
+figure has no standalone run says "not cross-checked" and keeps its status.
 """
 import functools
 import json
@@ -17,6 +25,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NP = 2  # ranks in the collective benchmarks
+ALONE = ".alone"  # suffix of a metric measured in bench/compare's standalone run of a peer
+GUARD_LIMIT = 1.5  # a peer figure further than this from its standalone one (either way) makes a verdict UNSURE
 
 NAMES = {
     "hvdrun": "hvdrun (ours)", "hvd": "hvd (ours)", "hvd_bench": "hvd (ours, bench/allreduce)", "hydra": "MPICH Hydra", "mpich": "MPICH",
@@ -77,7 +87,9 @@ def busbw_gbps(nbytes, t_us):
 
 
 def finalize(data):
-    """Adds derived metrics, summaries, ratios and target verdicts to data (in place)."""
+    """Adds derived metrics, summaries, ratios and target verdicts to data (in place). A verdict that rests on a
+    peer figure is cross-checked against that peer's standalone run (guard_peer_figures): more than 1.5x off
+    either way and it is UNSURE, without a standalone run it says "not cross-checked"."""
     metrics = data["metrics"]
     for key in [k for k in metrics if k.startswith("allreduce.")]:
         _, nbytes, subject = key.split(".", 2)
@@ -123,7 +135,7 @@ def ratio_target(data, tid, issue, text, ours_key, peer_key, limit, higher_bette
         return t
     r = o["median"] / p["median"]
     met = r >= limit if higher_better else r <= limit
-    t.update(status="MET" if met else "MISSED", ours=o, peer=p, ratio=r,
+    t.update(status="MET" if met else "MISSED", ours=o, peer=p, ratio=r, peer_keys=[peer_key],
              measured=f"{cell(o)} vs {cell(p)} {unit} = {fmt_ratio(r)}")
     return t
 
@@ -146,6 +158,40 @@ def faster_peer_target(data, tid, text, ours_key, peer_keys, limit, unit, absent
     t = ratio_target(data, tid, None, text, ours_key, peer, limit, False, unit, absent)
     if t.get("measured"):
         t["measured"] += f" (the faster MPI here: {name(peer.rsplit('.', 1)[1])})"
+        t["peer_keys"] = measured  # which peer is the faster rests on every one of them
+    return t
+
+
+def guard_peer_figures(data, t):
+    """Cross-checks the figures a ratio verdict rests on (t["peer_keys"]) against their standalone runs
+    (<key>.alone, recorded by bench/compare after the rounds). Sets t["peer_check"], the text shown next to the
+    verdict: per figure "FLAGGED" (figure and standalone figure further apart than GUARD_LIMIT, either way) or
+    "consistent", each with both values and the ratio in-the-rounds ÷ alone, and "not cross-checked" naming the
+    figures without a standalone run. A flagged MET or MISSED becomes UNSURE; t["status_by_figures"] keeps the
+    status the figures alone give. Verdicts without a peer figure, or not measured, are left as they are."""
+    if t["status"] not in ("MET", "MISSED") or not t.get("peer_keys"):
+        return t
+    notes, unchecked, flagged = [], [], False
+    for key in t["peer_keys"]:
+        fig, alone = get(data, key), get(data, key + ALONE)
+        if not fig:
+            continue
+        if not alone:
+            unchecked.append(f"`{key}`")
+            continue
+        r = fig["median"] / alone["median"]
+        off = r > GUARD_LIMIT or r < 1 / GUARD_LIMIT
+        flagged |= off
+        who = name(key.rsplit(".", 1)[1])
+        notes.append(f"{'FLAGGED' if off else 'consistent'}: {who} `{key}` {fmt(fig['median'])} "
+                     f"{t['unit']} in the rounds vs {fmt(alone['median'])} {t['unit']} run alone = {fmt_ratio(r)} "
+                     f"({'beyond' if off else 'within'} {GUARD_LIMIT}x)")
+    if unchecked:
+        notes.append("not cross-checked: no standalone run of " + ", ".join(unchecked))
+    t["peer_check"] = "; ".join(notes)
+    t["peer_flagged"] = flagged
+    if flagged:
+        t["status_by_figures"], t["status"] = t["status"], "UNSURE"
     return t
 
 
@@ -245,6 +291,8 @@ def evaluate_targets(data):
     ts += shm_targets(data)
     ts += executor_targets(data)
     ts += tune_targets(data)
+    for t in ts:
+        guard_peer_figures(data, t)
     # The same targets read from the other measurement of ours, as a cross-check (not the verdict).
     alt = {"hvd_bench": ("hvd", "gloo"), "hvd": ("hvd_bench", "gloo_bench")}[o]
     checks = {"busbw-64m": (f"busbw.{64 << 20}.{alt[0]}", f"busbw.{64 << 20}.{alt[1]}", "GB/s"),
@@ -474,19 +522,57 @@ def render(data, chart_errors):
 
     # Targets
     L += ["## Targets", "",
-          table(["target", "what it measures", "measured (ours vs peer)", "verdict"],
+          table(["target", "what it measures", "measured (ours vs peer)", "verdict",
+                 "peer figure vs the peer run alone"],
                 [[f"`{t['id']}`", t["target"], (t.get("measured") or t.get("reason", "-"))
-                  + (f"; cross-check, {t['cross_check']}" if t.get("cross_check") else ""), f"**{t['status']}**"]
+                  + (f"; cross-check, {t['cross_check']}" if t.get("cross_check") else ""), verdict_cell(t),
+                  t.get("peer_check") or "-"]
                  for t in data["targets"]]), "",
           "Allreduce verdicts use `bench/allreduce` (libhvd and raw Gloo interleaved in the same processes) "
           "when it ran; the cross-check is the same figure from the harness programs in `bench/peers/` "
           "(each started as its own job, like the MPI and torch peers).", ""]
-    L += subject_status(data) + ceilings_md(data)
+    L += guard_md(data) + subject_status(data) + ceilings_md(data)
     L += launch_md(data, chart_errors) + allreduce_md(data, chart_errors)
     for section_md in (fusion_md, shm_md, rendezvous_md, ssh_md, hier_md, train_md, elastic_md, executor_md, tune_md,
                        missed_md, failures_md, method_md):
         L += section_md(data)
     return "\n".join(L) + "\n"
+
+
+def verdict_cell(t):
+    if t["status"] == "UNSURE":
+        return f"**UNSURE** ({t['status_by_figures']} by the figures)"
+    return f"**{t['status']}**"
+
+
+def guard_md(data):
+    """How the verdicts are reached, and every standalone peer figure of the run next to its figure in the rounds."""
+    L = ["How to read the verdicts: **MET** / **MISSED** compare the medians with the target's limit; "
+         "**NOT MEASURED** means a figure is absent (why in the measured column). A verdict that compares ours with "
+         "a peer rests on that peer's figure from the rounds, where it ran back to back with the other subjects; "
+         "after the rounds `bench/compare` runs each such peer of the one-host sections again alone (same program, "
+         "launcher and sizes, fewer iterations, nothing else run by the harness meanwhile). When the figure in the "
+         f"rounds and the standalone one differ by more than {GUARD_LIMIT}x either way, the last column flags it "
+         "(which figure, both values, the ratio in the rounds ÷ alone) and the verdict is **UNSURE**, be the "
+         "figures' reading MET or MISSED: the peer did not do in the rounds what it does by itself, so the ratio "
+         "says little. \"not cross-checked\" marks a figure without a standalone run (peers of the other sections, "
+         "raw Gloo inside `bench/allreduce`, figures of ours); such a verdict keeps its status.", ""]
+    # busbw.* is derived from allreduce.* (the same jobs); sizes in numeric order
+    keys = sorted((k[:-len(ALONE)] for k in data["summary"] if k.endswith(ALONE) and not k.startswith("busbw.")),
+                  key=lambda k: [int(x) if x.isdigit() else x for x in k.split(".")])
+    if not keys:
+        return L
+    rows = []
+    for k in keys:
+        fig, alone = get(data, k), get(data, k + ALONE)
+        r = fig["median"] / alone["median"] if fig else None
+        off = r is not None and (r > GUARD_LIMIT or r < 1 / GUARD_LIMIT)
+        rows.append([f"`{k}`", cell(fig), cell(alone), fmt_ratio(r) if r else "-",
+                     ("**FLAGGED**" if off else "consistent") if r else "-"])
+    alone = data["params"].get("alone", {})
+    return L + ["Peers run alone after the rounds "
+                f"({alone.get('runs', '-')} job(s) of each program; figures in the metric's unit):", "",
+                table(["figure", "in the rounds", "run alone", "rounds ÷ alone", f"within {GUARD_LIMIT}x"], rows), ""]
 
 
 def subject_status(data):
@@ -905,7 +991,7 @@ def speedup_target(data, tid, text, ours_key, peer_key, limit, unit, absent):
     if "status" in t:
         return t
     r = p["median"] / o["median"]
-    t.update(status="MET" if r >= limit else "MISSED", ours=o, peer=p, ratio=r,
+    t.update(status="MET" if r >= limit else "MISSED", ours=o, peer=p, ratio=r, peer_keys=[peer_key],
              measured=f"{cell(o)} vs {cell(p)} {unit}: {fmt_ratio(r)} faster")
     return t
 
@@ -1086,7 +1172,7 @@ def train_md(data, L):
 def missed_md(data):
     notes = findings()
     prof = data.get("profiles", {})
-    L = ["## Missed and unmeasured targets: causes and what would close the gap", ""]
+    L = ["## Missed, unsure and unmeasured targets: causes and what would close the gap", ""]
     any_ = False
     for t in data["targets"]:
         if t["status"] == "MET":
@@ -1094,7 +1180,8 @@ def missed_md(data):
         any_ = True
         L += [f"### {t['id']}: {t['status']}", "",
               f"Target: {t['target']}. "
-              + (f"Measured: {t['measured']}." if t.get("measured") else f"Reason: {t.get('reason')}."), ""]
+              + (f"Measured: {t['measured']}." if t.get("measured") else f"Reason: {t.get('reason')}.")
+              + (f" Peer figure against the peer run alone: {t['peer_check']}." if t.get("peer_check") else ""), ""]
         if t["id"] in prof:
             p = prof[t["id"]]
             L += [f"Profile (`{p['command']}`):", "", "```", p["text"].rstrip(), "```", ""]
@@ -1124,6 +1211,10 @@ def method_md(data):
             "exactly as their users run them: `mpirun.openmpi --allow-run-as-root`, `mpiexec.hydra`, two raw Gloo "
             "processes from `sh`, and `bench/peers/torchrun_py311.py` (torchrun with the Python 3.11 `Std.from_str` "
             "fix) under `/usr/bin/python3`.",
+            "- After the rounds, each peer a one-host verdict rests on (shm: Open MPI's allreduce, both MPIs' "
+            "collectives; allreduce: raw Gloo's `bench/peers/gloo_allreduce.cc`) runs alone, recorded as "
+            f"`<metric>.alone`; a peer figure more than {GUARD_LIMIT}x off its standalone one makes the verdict "
+            "UNSURE (see the Targets section).",
             "- Ceilings come from `bench/ceilings/` (two processes over 127.0.0.1 for TCP).",
             "- Raw machine-readable results of this run: `docs/perf/results.json` (per-round values of every metric, "
             "statuses, failures, load), so later runs can be compared.", ""]

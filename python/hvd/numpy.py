@@ -38,6 +38,7 @@ from hvd.common.process_sets import _id_of
 from hvd.common.ops import *  # noqa: F401,F403  (the reduce operations: Average, Sum, Adasum, Min, Max, Product)
 from hvd.common.ops import ALLREDUCE as _ALLREDUCE, ALLGATHER as _ALLGATHER, BROADCAST as _BROADCAST
 from hvd.common.ops import ALLTOALL as _ALLTOALL, REDUCESCATTER as _REDUCESCATTER, BARRIER as _BARRIER
+from hvd.common.ops import enqueue as _enqueue
 
 _OP = _core.OPS
 
@@ -45,7 +46,6 @@ _OP = _core.OPS
 _DTYPES = {_np.dtype(name): code for name, code in _core.DTYPES.items() if name != "bfloat16"}
 _SUPPORTED = ", ".join(str(d) for d in _DTYPES)
 
-_NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
 
 # handle -> (objects kept alive until synchronize, finisher(handle) -> the value synchronize returns)
 _handle_map = {}
@@ -120,14 +120,6 @@ def _scale(value, what):
         return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be a number, got {value!r}") from None
-
-
-def _enqueue(*args):
-    """_core.enqueue, with Horovod's error for use before init."""
-    try:
-        return _core.enqueue(*args)
-    except _core.NotInitializedError:
-        raise HorovodInternalError(_NOT_INITIALIZED) from None
 
 
 def _set_size(process_set):

@@ -12,7 +12,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "launcher/elastic.h"
+#include "launcher/elastic_plan.h"
 #include "tests/launcher/process.h"
 
 using namespace hvd::launcher;

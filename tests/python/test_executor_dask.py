@@ -357,14 +357,22 @@ def test_a_driver_killed_mid_call_ends_the_busy_ranks_worker_processes(cluster, 
         # Killed only once the second call (600 s of sleep) runs on every rank: an idle rank just leaves.
         wait_until(lambda: sorted(int(p) for p in os.listdir(busy)) == sorted(pids), 30,
                    "every rank to start its 600 s call")
+        doomed = {address for address, pid in client.run(os.getpid, callback_timeout=10).items() if pid in pids}
+        assert len(doomed) == len(pids), (doomed, pids)
         driver.kill()
         killed = time.monotonic()
         driver.wait(10)
         wait_until(lambda: not any(alive(p) for p in pids), 5, "the busy ranks' Dask worker processes to end")
         assert time.monotonic() - killed < 5
-        # The nannies replace them: the cluster is whole again, without any rank.
-        wait_until(lambda: len(client.scheduler_info()["workers"]) == 4, 60, "the nannies to restart the workers")
-        fresh = client.run(_worker_state, callback_timeout=10)
+        # The nannies replace them: the cluster is whole again, without any rank. Counting 4 workers is not enough:
+        # the scheduler can still list an ended worker for a while, and a call to it waits for its timeout.
+        def whole():
+            workers = set(client.scheduler_info()["workers"])
+            return len(workers) == 4 and not workers & doomed
+
+        wait_until(whole, 60, "the nannies to restart the workers and the scheduler to forget the ended ones")
+        # A fresh worker answers once its start-up is done (slow on a loaded machine): the wait is generous.
+        fresh = client.run(_worker_state, callback_timeout=60)
         assert all(s["threads"] == [] and s["rank_env"] is None for s in fresh.values()), fresh
     finally:
         if driver.poll() is None:

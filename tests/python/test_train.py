@@ -398,8 +398,11 @@ def test_driver_killed_while_persisting_leaves_no_checkpoint(tmp_path):
     env = dict(os.environ, HVD_TRAIN_TEST_PERSIST_DELAY="60")
     driver = subprocess.Popen([PYTHON, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        # The first persist has written its files and sleeps before the rename.
+        # The first persist has written its files and sleeps before the rename. Rank 0 reports without waiting
+        # for rank 1, which on a loaded machine may not have started its loop yet: both must be running when
+        # the driver dies, so that the test sees both end.
         _wait_for(lambda: (run_dir / "checkpoint_000000.metrics.json").exists(), "the first persist", 90)
+        _wait_for(lambda: len(list(pids.iterdir())) == 2, "both workers to start their loop", 90)
         temp = [p for p in run_dir.iterdir() if p.name.startswith(".tmp_checkpoint_")]
         assert len(temp) == 1 and sorted(os.listdir(temp[0])) == ["a", "b"]
         driver.send_signal(signal.SIGKILL)

@@ -2,6 +2,8 @@
 Horovod's values (exported by those modules), and libhvd's operation codes (hvd._core.OPS)."""
 
 from hvd import _core
+from hvd.common.basics import _NOT_INITIALIZED
+from hvd.common.exceptions import HorovodInternalError
 
 # Reduce operations, with Horovod's values.
 Average = 0
@@ -20,3 +22,13 @@ ALLTOALL = _core.OPS["alltoall"]
 REDUCESCATTER = _core.OPS["reducescatter"]
 BARRIER = _core.OPS["barrier"]
 JOIN = _core.OPS["join"]
+
+NOT_INITIALIZED = _NOT_INITIALIZED  # Horovod's words for an operation before init
+
+
+def enqueue(*args):
+    """hvd._core.enqueue, with Horovod's error (HorovodInternalError) for use before init."""
+    try:
+        return _core.enqueue(*args)
+    except _core.NotInitializedError:
+        raise HorovodInternalError(NOT_INITIALIZED) from None

@@ -27,6 +27,8 @@ from hvd.common.ops import *  # noqa: F401,F403  (the reduce operations: Average
 from hvd.common.ops import ALLREDUCE as _ALLREDUCE, ALLGATHER as _ALLGATHER, BROADCAST as _BROADCAST
 from hvd.common.ops import ALLTOALL as _ALLTOALL, REDUCESCATTER as _REDUCESCATTER, BARRIER as _BARRIER
 from hvd.common.ops import JOIN as _JOIN
+from hvd.common.ops import enqueue as _enqueue
+from hvd.common import ops as _ops
 
 _OP = _core.OPS
 
@@ -37,7 +39,7 @@ _handle_map = {}
 _basics._shutdown_hooks.append(_handle_map.clear)
 _grouped_unnamed = 0
 
-_NOT_INITIALIZED = "Horovod has not been initialized; use hvd.init()."
+_NOT_INITIALIZED = _ops.NOT_INITIALIZED
 
 
 def _check_tensor(tensor, in_place):
@@ -108,14 +110,6 @@ def _reduce_op(op):
     if op not in (Average, Sum, Min, Max, Product):
         raise ValueError(f"unknown reduce operation {op!r}: use Average, Sum, Min, Max or Product")
     return op
-
-
-def _enqueue(*args):
-    """_core.enqueue, with Horovod's error for use before init."""
-    try:
-        return _core.enqueue(*args)
-    except _core.NotInitializedError:
-        raise HorovodInternalError(_NOT_INITIALIZED) from None
 
 
 def _returns_output(output):

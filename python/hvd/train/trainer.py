@@ -25,6 +25,7 @@ Result so far (metrics, checkpoint, path, error). A successful fit() returns a R
 All arguments are checked when the Trainer is made: a bad one is a one-line TypeError or ValueError naming it.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -54,6 +55,7 @@ class TrainingFailedError(RuntimeError):
         self.result = result
 
 
+@dataclasses.dataclass(repr=False, eq=False)
 class Result:
     """The outcome of Trainer.fit.
 
@@ -65,16 +67,13 @@ class Result:
     attempts: how many times the worker group was started.
     """
 
-    def __init__(self, metrics: Optional[Dict[str, Any]], checkpoint: Optional[Checkpoint], path: str,
-                 best_checkpoints: List[Tuple[Checkpoint, Dict[str, Any]]], metrics_history: List[Dict[str, Any]],
-                 error: Optional[BaseException] = None, attempts: int = 1) -> None:
-        self.metrics = metrics
-        self.checkpoint = checkpoint
-        self.path = path
-        self.best_checkpoints = best_checkpoints
-        self.metrics_history = metrics_history
-        self.error = error
-        self.attempts = attempts
+    metrics: Optional[Dict[str, Any]]
+    checkpoint: Optional[Checkpoint]
+    path: str
+    best_checkpoints: List[Tuple[Checkpoint, Dict[str, Any]]]
+    metrics_history: List[Dict[str, Any]]
+    error: Optional[BaseException] = None
+    attempts: int = 1
 
     @property
     def metrics_dataframe(self) -> Any:

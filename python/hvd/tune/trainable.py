@@ -11,20 +11,22 @@ meaning here (hvdrun's ssh reads keys from files) and is refused when true. Bad 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional
 
 
+@dataclasses.dataclass(repr=False, eq=False)
 class DistributedTrainable:
-    def __init__(self, func: Callable, workers: int, nodes: Optional[int], cpus: float, use_gpu: bool,
-                 timeout_s: float):
-        self.func = func
-        self.workers = workers
-        self.nodes = nodes
-        self.cpus = cpus
-        self.use_gpu = use_gpu
-        self.timeout_s = timeout_s
-        self.__name__ = getattr(func, "__name__", "trainable")
-        self.__qualname__ = getattr(func, "__qualname__", self.__name__)
+    func: Callable
+    workers: int
+    nodes: Optional[int]
+    cpus: float
+    use_gpu: bool
+    timeout_s: float
+
+    def __post_init__(self) -> None:
+        self.__name__ = getattr(self.func, "__name__", "trainable")
+        self.__qualname__ = getattr(self.func, "__qualname__", self.__name__)
 
     def __call__(self, config):
         return self.func(config)
