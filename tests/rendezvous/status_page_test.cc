@@ -45,6 +45,16 @@ ServerOptions withToken() {
 const std::string kHostileLine = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>&amp;\x1b[31m";
 const std::string kBadUtf8Line = std::string("bytes \xff\xfe and \xc0\xaf end");
 
+// The report of `rank` of the job below, on `host`, with the pid its launcher gave it.
+RankReport reportOf(int rank, const std::string& host) {
+  RankReport r;
+  r.rank = rank;
+  r.size = 4;
+  r.host = host;
+  r.pid = 1000 + rank;
+  return r;
+}
+
 // A job of 4 ranks: 0 running (rank 0: its report lists a wait for rank 1), 1 running and stuck with hostile
 // output, 2 killed by SIGKILL, 3 exited 0.
 void feed(Monitor& m) {
@@ -54,11 +64,7 @@ void feed(Monitor& m) {
   m.workerStarted(2, 2, "node-c", 1002);
   m.workerStarted(3, 3, "node-d", 1003);
   for (int rank : {0, 1}) m.workerJoined(rank, std::nullopt);
-  RankReport r0;
-  r0.rank = 0;
-  r0.size = 4;
-  r0.host = "node-a";
-  r0.pid = 1000;
+  RankReport r0 = reportOf(0, "node-a");
   r0.collectives["allreduce"] = {12, 4096};
   r0.collectives["broadcast"] = {2, 64};
   r0.rss_bytes = 5 << 20;
@@ -66,11 +72,7 @@ void feed(Monitor& m) {
   r0.waits.push_back({"grad.<3>", "allreduce", 0, {0, 2, 3}, {1}, 12.5});
   r0.stall_warnings = 3;
   m.report(r0);
-  RankReport r1;
-  r1.rank = 1;
-  r1.size = 4;
-  r1.host = "node-\"b\"\\\n<i>";
-  r1.pid = 1001;
+  RankReport r1 = reportOf(1, "node-\"b\"\\\n<i>");
   r1.collectives["allreduce"] = {11, 3000};
   m.report(r1);
   m.workerOutput(1, kHostileLine);
