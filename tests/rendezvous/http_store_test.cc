@@ -398,13 +398,14 @@ class LoggingServer {
 TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats by reference",
           "[httpstore][values][keys][refs]") {
   const std::vector<std::string> keys = {"global/0", "global/1", "global/2", "global/3"};
-  const auto publish = [&](HttpStore& store) {
+  // Publishes four ranks' values on `server`, fetches them three ways and checks what came back; returns the
+  // multi-key fetches the server logged.
+  const auto fetchesOf = [&](LoggingServer& server) {
+    HttpStore store(clientOf(server.port()));
     store.set("global/0", bytes("hostA|0"));
     store.set("global/1", bytes("hostA|1"));
     store.set("global/2", bytes("hostB|2"));
     store.set("global/3", bytes("hostA|3"));
-  };
-  const auto check = [&](HttpStore& store) {
     CHECK(strings(store.waitAndGet(keys, 10s, ValueRange{0, 5, true})) ==
           Strings{"hostA", "hostA", "hostB", "hostA"});
     const ValueList column = store.waitAndGet(keys, 10s, ValueRange{6, 1});
@@ -412,13 +413,11 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
     CHECK(std::string(column[0]) + std::string(column[1]) + std::string(column[2]) + std::string(column[3]) == "0123");
     // Keys that are not a run of ranks go in the body.
     CHECK(strings(store.waitAndGet({"global/3", "global/1"}, 10s)) == Strings{"hostA|3", "hostA|1"});
+    return server.fetches();
   };
   SECTION("this server: keys=0,4 with an empty body, refs=1 for repeats only") {
     LoggingServer server;
-    HttpStore store(clientOf(server.port()));
-    publish(store);
-    check(store);
-    const auto fetches = server.fetches();
+    const auto fetches = fetchesOf(server);
     REQUIRE(fetches.size() == 3);
     CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4&range=0,5&refs=1"));
     CHECK(fetches[0].second.empty());
@@ -430,10 +429,7 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
   }
   SECTION("a server without keys= nor refs=: the list in the body, values whole, once found out") {
     LoggingServer server({"keys=", "refs="});
-    HttpStore store(clientOf(server.port()));
-    publish(store);
-    check(store);
-    const auto fetches = server.fetches();
+    const auto fetches = fetchesOf(server);
     // keys= refused, refs= refused, then the list; later fetches go the old way at once.
     REQUIRE(fetches.size() == 5);
     CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4"));
@@ -446,10 +442,7 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
   }
   SECTION("a server that refuses keys= for another reason: the plain fetch, once found out") {
     LoggingServer server({}, true);
-    HttpStore store(clientOf(server.port()));
-    publish(store);
-    check(store);
-    const auto fetches = server.fetches();
+    const auto fetches = fetchesOf(server);
     REQUIRE(fetches.size() == 4);  // one refused, then the three fetches with the list, refs off
     CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4"));
     for (size_t i = 1; i < fetches.size(); ++i) {
