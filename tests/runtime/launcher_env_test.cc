@@ -3,7 +3,6 @@
 // host names through a store with ranks as threads.
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -18,7 +17,6 @@
 using hvd::runtime::HostEntry;
 using hvd::runtime::HostNumbers;
 using hvd::runtime::Launcher;
-using hvd::runtime::RuntimeOptions;
 using hvd::test::Env;
 using hvd::test::parse;
 

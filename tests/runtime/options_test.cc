@@ -1,7 +1,6 @@
 // RuntimeOptions::fromEnvironment: defaults, parsing, and one clear error per bad value.
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <string>
 
 #include "base/error.h"
@@ -9,7 +8,6 @@
 #include "tests/runtime/options_env.h"
 
 using hvd::runtime::LogLevel;
-using hvd::runtime::RuntimeOptions;
 using hvd::test::Env;
 using hvd::test::parse;
 
@@ -156,7 +154,6 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
 }
 
 TEST_CASE("booleans: integers as Horovod reads them, words as meant", "[options]") {
-  using Env = std::map<std::string, std::string>;
   for (const auto& [text, want] : std::vector<std::pair<std::string, bool>>{
            {"1", true}, {"2", true}, {"0", false}, {"-1", false}, {"true", true}, {"TRUE", true}, {"yes", true},
            {"On", true}, {"false", false}, {"No", false}, {"off", false}, {"", false}, {" ", false},
