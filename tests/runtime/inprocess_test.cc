@@ -15,6 +15,7 @@
 
 using namespace hvd::runtime;
 using hvd::runtime::testing::Cluster;
+using hvd::runtime::testing::request;
 using hvd::gloo_backend::elementSize;
 
 namespace {
@@ -238,14 +239,8 @@ TEST_CASE("allgather with a different first dimension on every rank (including 0
     const int64_t width = 3;
     std::vector<int32_t> in(rows * width);
     for (int64_t i = 0; i < rows * width; ++i) in[i] = r * 100 + static_cast<int32_t>(i);
-    Request q;
-    q.type = OpType::kAllgather;
-    q.name = "gather";
-    q.dtype = DataType::kInt32;
-    q.rows = rows;
-    q.row_elements = width;
-    q.input = in.data();
-    auto w = cluster[r].enqueue(q);
+    auto w =
+        cluster[r].enqueue(request(OpType::kAllgather, "gather", DataType::kInt32, rows, width, in.data()));
     w->wait();
     std::vector<int32_t> want;
     for (int p = 0; p < n; ++p) {
@@ -267,14 +262,9 @@ TEST_CASE("alltoall with explicit and even splits", "[inprocess]") {
       splits[p] = (p + r) % 3;
       for (int64_t k = 0; k < splits[p] * 2; ++k) in.push_back(1000.0f * r + p);
     }
-    Request q;
-    q.type = OpType::kAlltoall;
-    q.name = "a2a";
-    q.dtype = DataType::kFloat32;
-    q.rows = static_cast<int64_t>(in.size() / 2);
-    q.row_elements = 2;
+    Request q = request(OpType::kAlltoall, "a2a", DataType::kFloat32, static_cast<int64_t>(in.size() / 2), 2,
+                        in.data());
     q.splits = splits;
-    q.input = in.data();
     auto w = cluster[r].enqueue(q);
     w->wait();
     std::vector<float> want;
@@ -288,13 +278,7 @@ TEST_CASE("alltoall with explicit and even splits", "[inprocess]") {
     // Even: n rows, one to each rank.
     std::vector<int64_t> even(n);
     for (int p = 0; p < n; ++p) even[p] = r * 10 + p;
-    Request e;
-    e.type = OpType::kAlltoall;
-    e.name = "a2a_even";
-    e.dtype = DataType::kInt64;
-    e.rows = n;
-    e.input = even.data();
-    auto we = cluster[r].enqueue(e);
+    auto we = cluster[r].enqueue(request(OpType::kAlltoall, "a2a_even", DataType::kInt64, n, 1, even.data()));
     we->wait();
     const auto* got = reinterpret_cast<const int64_t*>(we->result.data());
     for (int p = 0; p < n; ++p) REQUIRE(got[p] == p * 10 + r);
@@ -685,12 +669,7 @@ TEST_CASE("process sets: collectives among a subset, scoped names, add and remov
       cluster[r].enqueue(bc)->wait();
       REQUIRE(b == std::vector<int32_t>{3, 3});
       std::vector<int32_t> mine(static_cast<size_t>(r), r);  // rank 1: one row, rank 3: three
-      Request ag;
-      ag.type = OpType::kAllgather;
-      ag.name = "ag";
-      ag.dtype = DataType::kInt32;
-      ag.rows = r;
-      ag.input = mine.data();
+      Request ag = request(OpType::kAllgather, "ag", DataType::kInt32, r, 1, mine.data());
       ag.process_set = odd;
       auto w = cluster[r].enqueue(ag);
       w->wait();
@@ -889,12 +868,8 @@ TEST_CASE("result buffers: released blocks are reused, within the pool's limits"
   cluster.forEach([&](int r) {
     std::vector<float> in(1 << 20, static_cast<float>(r));
     for (int step = 0; step < 2; ++step) {
-      Request q;
-      q.type = OpType::kAllgather;
-      q.name = "gather";
-      q.rows = static_cast<int64_t>(in.size());
-      q.input = in.data();
-      auto w = cluster[r].enqueue(q);
+      auto w = cluster[r].enqueue(request(OpType::kAllgather, "gather", DataType::kFloat32,
+                                          static_cast<int64_t>(in.size()), 1, in.data()));
       w->wait();
       REQUIRE(w->result.size() == 2 * in.size() * sizeof(float));
       const auto* got = reinterpret_cast<const float*>(w->result.data());

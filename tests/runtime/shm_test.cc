@@ -12,6 +12,7 @@
 using namespace hvd::runtime;
 using hvd::gloo_backend::elementSize;
 using hvd::runtime::testing::Cluster;
+using hvd::runtime::testing::request;
 
 namespace {
 
@@ -68,17 +69,6 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
     auto& out = outputs[r];
     int seq = 0;
     auto name = [&] { return "op" + std::to_string(seq++); };
-    // A request of `type` on `rows` rows of `row_elements` from `input`, named with the next number.
-    auto request = [&](OpType type, DataType t, int64_t rows, int64_t row_elements, const void* input) {
-      Request q;
-      q.type = type;
-      q.name = name();
-      q.dtype = t;
-      q.rows = rows;
-      q.row_elements = row_elements;
-      q.input = input;
-      return q;
-    };
     // Runs q and keeps the bytes of its result.
     auto keepResult = [&](const Request& q) {
       auto w = cluster[r].enqueue(q);
@@ -129,7 +119,7 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
       std::vector<std::byte> in;
       const int64_t rows = r == 1 ? 0 : (r + 1) * 40000;
       fill(t, in, static_cast<size_t>(rows) * 3, static_cast<uint32_t>(r));
-      keepResult(request(OpType::kAllgather, t, rows, 3, in.data()));
+      keepResult(request(OpType::kAllgather, name(), t, rows, 3, in.data()));
     }
     // alltoall: uneven splits, some messages across several sub-slots.
     {
@@ -138,7 +128,7 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
       for (int p = 0; p < n; ++p) rows += splits[p] = (p + r) % 3 == 0 ? 0 : 50000 * ((p + r) % 3);
       std::vector<std::byte> in;
       fill(DataType::kInt32, in, static_cast<size_t>(rows) * 2, static_cast<uint32_t>(r + 5));
-      Request q = request(OpType::kAlltoall, DataType::kInt32, rows, 2, in.data());
+      Request q = request(OpType::kAlltoall, name(), DataType::kInt32, rows, 2, in.data());
       q.splits = splits;
       keepResult(q);
     }
@@ -148,7 +138,7 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
         std::vector<std::byte> in;
         const int64_t rows = 100003;
         fill(t, in, static_cast<size_t>(rows) * 2, static_cast<uint32_t>(r * 31 + seq));
-        Request q = request(OpType::kReducescatter, t, rows, 2, in.data());
+        Request q = request(OpType::kReducescatter, name(), t, rows, 2, in.data());
         q.op = op;
         keepResult(q);
       }
