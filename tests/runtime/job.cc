@@ -138,4 +138,11 @@ std::string describe(const std::vector<WorkerResult>& results) {
   return s.str();
 }
 
+void requireEveryRankPrinted(const std::vector<WorkerResult>& results, const std::string& text) {
+  for (const auto& r : results) {
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find(text) != std::string::npos);
+  }
+}
+
 }  // namespace hvd::runtime::testing
