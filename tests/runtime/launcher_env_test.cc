@@ -17,8 +17,7 @@
 using hvd::runtime::HostEntry;
 using hvd::runtime::HostNumbers;
 using hvd::runtime::Launcher;
-using hvd::test::Env;
-using hvd::test::parse;
+using namespace hvd::test;  // Env, parse
 
 namespace {
 

@@ -8,8 +8,7 @@
 #include "tests/runtime/options_env.h"
 
 using hvd::runtime::LogLevel;
-using hvd::test::Env;
-using hvd::test::parse;
+using namespace hvd::test;  // Env, parse
 
 TEST_CASE("no variables: Horovod's defaults, a single process", "[options]") {
   const auto o = parse({});
