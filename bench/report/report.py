@@ -791,10 +791,11 @@ def section_absent(data, section, subject):
     return None
 
 
-def section(heading, name, subject, measured=()):
+def section(heading, name, subject, measured=(), intro=()):
     """Makes body(data, L) a section writer md(data). L starts with `heading` and the note on why the section is
     absent, if it is; an absent section ends there unless some of its figures are in this run (`measured`: a
-    function of data, or prefixes of summary keys)."""
+    function of data, or prefixes of summary keys). A section that goes on has the lines of `intro` (how it
+    was measured) next, then what body adds."""
     def wrap(body):
         @functools.wraps(body)
         def md(data):
@@ -803,7 +804,7 @@ def section(heading, name, subject, measured=()):
             absent = section_absent(data, name, subject)
             if absent and not found:
                 return heading + absent
-            return body(data, heading + (absent or []))
+            return body(data, heading + (absent or []) + list(intro))
         return md
     return wrap
 
@@ -928,16 +929,16 @@ def elastic_targets(data):
     return ts
 
 
-@section(["## Elastic recovery", ""], "elastic", "elastic:hvd", ["elastic."])
+@section(["## Elastic recovery", ""], "elastic", "elastic:hvd", ["elastic."], intro=[
+    "`bench/elastic/recovery.py` on `bench/elastic/worker.py`, one script on Horovod's elastic API (a small "
+    "Linear model, a DistributedOptimizer step and `state.commit()` each step, 20 ms sleep between steps). "
+    "ours: `hvdrun --horovod-compat` (the script's `import horovod` is hvd); Horovod: its own "
+    "`horovodrun --gloo`. Both: `--min-np 1 --max-np 2 --network-interface lo` and a discovery script listing "
+    "`localhost` and `127.0.0.1`, two names of this machine, so that Horovod, which blacklists a whole host "
+    "when a worker fails, can go on. death: 2 workers; after 20 steps each, the one on 127.0.0.1 is "
+    "SIGKILLed. add: 1 worker on localhost; after 20 steps, `127.0.0.1:1` is added to the discovery output. "
+    "Time in ms; re-initialized: to the first reset callback in the new membership.", ""])
 def elastic_md(data, L):
-    L += ["`bench/elastic/recovery.py` on `bench/elastic/worker.py`, one script on Horovod's elastic API (a small "
-          "Linear model, a DistributedOptimizer step and `state.commit()` each step, 20 ms sleep between steps). "
-          "ours: `hvdrun --horovod-compat` (the script's `import horovod` is hvd); Horovod: its own "
-          "`horovodrun --gloo`. Both: `--min-np 1 --max-np 2 --network-interface lo` and a discovery script listing "
-          "`localhost` and `127.0.0.1`, two names of this machine, so that Horovod, which blacklists a whole host "
-          "when a worker fails, can go on. death: 2 workers; after 20 steps each, the one on 127.0.0.1 is "
-          "SIGKILLed. add: 1 worker on localhost; after 20 steps, `127.0.0.1:1` is added to the discovery output. "
-          "Time in ms; re-initialized: to the first reset callback in the new membership.", ""]
     subs = ["hvd", "horovod"]
     owners = {"hvd": ["elastic:hvd", "hvdrun"], "horovod": ["horovod"]}
     rows = []
@@ -1021,16 +1022,16 @@ def tune_targets(data):
     ]
 
 
-@section(["## Hyperparameter search: hvd.tune", ""], "tune", "tune", ["tune."])
+@section(["## Hyperparameter search: hvd.tune", ""], "tune", "tune", ["tune."], intro=[
+    "`bench/tune/tune_bench.py`, each subject a fresh driver process: 20 trials of a train_fn that initialises "
+    "hvd.numpy on 2 ranks, allreduces once, sleeps 1 s and reports, on 4 slots of this host (2 trials at a "
+    "time). hvd.tune.run reuses a finished trial's started workers for the next trial on its slots (Tune's "
+    "reuse_actors); the alternative, Optuna's `study.optimize(objective, n_trials=20, n_jobs=2)` whose "
+    "objective calls `hvd.run(fn, np=2)`, starts an hvdrun job per trial. Ideal: 10 s plus one job start "
+    "(hvd.run of the same init and allreduce, median of 3). Scheduling cost per trial: the median, over the "
+    "trials after the first two, of the wait after the trial before it on its slots ended plus its "
+    "driver-side time beyond the sleep.", ""])
 def tune_md(data, L):
-    L += ["`bench/tune/tune_bench.py`, each subject a fresh driver process: 20 trials of a train_fn that initialises "
-          "hvd.numpy on 2 ranks, allreduces once, sleeps 1 s and reports, on 4 slots of this host (2 trials at a "
-          "time). hvd.tune.run reuses a finished trial's started workers for the next trial on its slots (Tune's "
-          "reuse_actors); the alternative, Optuna's `study.optimize(objective, n_trials=20, n_jobs=2)` whose "
-          "objective calls `hvd.run(fn, np=2)`, starts an hvdrun job per trial. Ideal: 10 s plus one job start "
-          "(hvd.run of the same init and allreduce, median of 3). Scheduling cost per trial: the median, over the "
-          "trials after the first two, of the wait after the trial before it on its slots ended plus its "
-          "driver-side time beyond the sleep.", ""]
     owners = {"hvd_tune": ["tune:tune", "tune"], "optuna_hvd_run": ["tune:optuna_hvd_run", "tune"]}
     rows = [[name(s), subject_cell(data, f"tune.wall.{s}", s, owners[s], failed_key=f"tune.wall.{s}")]
             for s in owners]
