@@ -713,10 +713,11 @@ TEST_CASE("handler: elastic rounds answer rank_and_size as Horovod's driver, and
   CHECK(status(state, http::verb::get, "/round_news/1?wait_ms=3") == 400);
 
   // Bad requests name what is wrong.
-  CHECK(status(state, http::verb::get, "/rank_and_size/a") == 400);
-  CHECK(status(state, http::verb::get, "/rank_and_size/a:x") == 400);
-  CHECK(status(state, http::verb::get, "/rank_and_size/a:0?round=-1") == 400);
-  CHECK(status(state, http::verb::get, "/rank_and_size/a:0?wait_ms=5") == 400);
+  for (const char* bad : {"/rank_and_size/a", "/rank_and_size/a:x", "/rank_and_size/a:0?round=-1",
+                          "/rank_and_size/a:0?wait_ms=5"}) {
+    INFO(bad);
+    CHECK(status(state, http::verb::get, bad) == 400);
+  }
   CHECK(roundOfScope("r12.global") == 12u);
   CHECK_FALSE(roundOfScope("global"));
   CHECK_FALSE(roundOfScope("r.global"));
