@@ -19,14 +19,8 @@
 #include <string.h>
 
 #include "collective_ops.h"
-#include "peer_stats.h"
+#include "mpi_peer.h"
 
-
-/* Reduces per-iteration times to their max over ranks and prints one JSON line on rank 0. */
-static void report(const char* op, long bytes, double* t, int n, int rank) {
-  MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) peer_print_stats(op, bytes, t, n);
-}
 
 /* One operation on count floats of in (out: ranks x count floats, unused by broadcast). */
 static void run_op(int op, float* in, float* out, long count, int size) {
@@ -57,10 +51,8 @@ static void check_op(int op, float* in, float* out, long count, int rank, int si
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  mpi_peer_init(&argc, &argv, &rank, &size);
   if (argc < 3) {
     if (rank == 0)
       fprintf(stderr, "usage: %s OP[,OP...] BYTES:ITERS[,...]  (OP: allgather broadcast alltoall reducescatter)\n",
