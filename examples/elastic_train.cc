@@ -24,45 +24,25 @@
 
 #include <hvd/hvd.hpp>
 
+#include "linreg.h"
+
 namespace {
 
-constexpr int kFeatures = 8;
+using linreg::kFeatures;
+using linreg::predict;
+
 constexpr int kSamples = 4096;
 constexpr int kBatch = 64;
 constexpr int kCommitEvery = 10;
 constexpr float kLearningRate = 0.05f;
 
-struct Data {
-  std::vector<float> x;  // kSamples x kFeatures
-  std::vector<float> y;
-};
+using linreg::Data;
 
-// y = x . w_true + b_true + noise, the same on every rank (any rank may be given any part of it).
+// The same data set on every rank (any rank may be given any part of it): one generator for the true model
+// and the samples.
 Data makeData() {
   std::mt19937 gen(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> w_true(kFeatures);
-  for (auto& w : w_true) w = normal(gen);
-  const float b_true = 0.5f;
-  Data d;
-  d.x.resize(kSamples * kFeatures);
-  d.y.resize(kSamples);
-  for (int i = 0; i < kSamples; ++i) {
-    float y = b_true;
-    for (int j = 0; j < kFeatures; ++j) {
-      d.x[i * kFeatures + j] = normal(gen);
-      y += d.x[i * kFeatures + j] * w_true[j];
-    }
-    d.y[i] = y + 0.01f * normal(gen);
-  }
-  return d;
-}
-
-// Parameters: kFeatures weights, then the bias.
-float predict(const std::vector<float>& params, const float* x) {
-  float p = params[kFeatures];
-  for (int j = 0; j < kFeatures; ++j) p += params[j] * x[j];
-  return p;
+  return linreg::makeData(kSamples, gen, gen);
 }
 
 // Mean squared error over the whole data set: each rank sums its share, an allreduce adds them.
@@ -91,10 +71,7 @@ int main(int argc, char** argv) {
     const Data data = makeData();
 
     // Different starting points on purpose: the first sync gives every rank rank 0's.
-    std::mt19937 init(7 + session.rank());
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> params(kFeatures + 1);
-    for (auto& p : params) p = uniform(init);
+    std::vector<float> params = linreg::randomParams(7 + session.rank());
     int64_t step = 0;
 
     hvd::elastic::State state;
@@ -113,10 +90,8 @@ int main(int argc, char** argv) {
         std::fill(grad.begin(), grad.end(), 0.0f);
         const int first = static_cast<int>((step * kBatch) % kSamples);
         for (int j = hvd_rank(); j < kBatch; j += hvd_size()) {
-          const float* x = &data.x[((first + j) % kSamples) * kFeatures];
-          const float e = predict(params, x) - data.y[(first + j) % kSamples];
-          for (int f = 0; f < kFeatures; ++f) grad[f] += 2.0f * e * x[f] / kBatch;
-          grad[kFeatures] += 2.0f * e / kBatch;
+          const int i = (first + j) % kSamples;
+          linreg::addGradient(params, &data.x[i * kFeatures], data.y[i], kBatch, grad);
         }
         hvd::allreduce<float>(grad, hvd::ReduceOp::kSum, "gradients");
         for (int f = 0; f <= kFeatures; ++f) params[f] -= kLearningRate * grad[f];

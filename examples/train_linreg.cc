@@ -17,48 +17,25 @@
 
 #include <hvd/hvd.hpp>
 
+#include "linreg.h"
+
 namespace {
 
-constexpr int kFeatures = 8;
+using linreg::kFeatures;
+using linreg::predict;
+
 constexpr int kSamplesPerRank = 2048;
 constexpr int kBatch = 64;
 constexpr int kEpochs = 10;
 constexpr float kLearningRate = 0.005f;
 
-struct Shard {
-  std::vector<float> x;  // kSamplesPerRank x kFeatures
-  std::vector<float> y;
-};
+using Shard = linreg::Data;
 
-// y = x . w_true + b_true + noise; the true model is the same on every rank, the samples are not.
+// The true model is the same on every rank, the samples are not.
 Shard makeShard(int rank) {
   std::mt19937 truth(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> w_true(kFeatures);
-  for (auto& w : w_true) w = normal(truth);
-  const float b_true = 0.5f;
-
   std::mt19937 gen(1000 + rank);
-  Shard s;
-  s.x.resize(kSamplesPerRank * kFeatures);
-  s.y.resize(kSamplesPerRank);
-  for (int i = 0; i < kSamplesPerRank; ++i) {
-    float y = b_true;
-    for (int j = 0; j < kFeatures; ++j) {
-      const float v = normal(gen);
-      s.x[i * kFeatures + j] = v;
-      y += v * w_true[j];
-    }
-    s.y[i] = y + 0.01f * normal(gen);
-  }
-  return s;
-}
-
-// Parameters: kFeatures weights, then the bias.
-float predict(const std::vector<float>& params, const float* x) {
-  float p = params[kFeatures];
-  for (int j = 0; j < kFeatures; ++j) p += params[j] * x[j];
-  return p;
+  return linreg::makeData(kSamplesPerRank, truth, gen);
 }
 
 float localLoss(const std::vector<float>& params, const Shard& s) {
@@ -79,10 +56,7 @@ int main() {
     const Shard shard = makeShard(rank);
 
     // Different starting points on purpose: the broadcast must make them equal.
-    std::mt19937 init(7 + rank);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    std::vector<float> params(kFeatures + 1);
-    for (auto& p : params) p = uniform(init);
+    std::vector<float> params = linreg::randomParams(7 + rank);
     hvd::broadcast<float>(params, 0, "initial_params");
 
     float initial = localLoss(params, shard);
@@ -94,12 +68,8 @@ int main() {
     for (int epoch = 0; epoch < kEpochs; ++epoch) {
       for (int start = 0; start < kSamplesPerRank; start += kBatch) {
         std::fill(grad.begin(), grad.end(), 0.0f);
-        for (int i = start; i < start + kBatch; ++i) {
-          const float* x = &shard.x[i * kFeatures];
-          const float e = predict(params, x) - shard.y[i];
-          for (int j = 0; j < kFeatures; ++j) grad[j] += 2.0f * e * x[j] / kBatch;
-          grad[kFeatures] += 2.0f * e / kBatch;
-        }
+        for (int i = start; i < start + kBatch; ++i)
+          linreg::addGradient(params, &shard.x[i * kFeatures], shard.y[i], kBatch, grad);
         hvd::allreduce<float>(grad, hvd::ReduceOp::kAverage, "gradients");
         for (int j = 0; j <= kFeatures; ++j) params[j] -= kLearningRate * grad[j];
       }

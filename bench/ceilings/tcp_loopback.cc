@@ -30,25 +30,21 @@ using Clock = std::chrono::steady_clock;
   std::exit(1);
 }
 
-void sendAll(int fd, const char* p, size_t n) {
+// All n bytes at p through `io` (::send or ::recv), again after EINTR; dies naming `what` on an error or
+// a closed connection.
+template <typename Io, typename Bytes>
+void all(Io io, const char* what, int fd, Bytes p, size_t n) {
   while (n > 0) {
-    ssize_t k = ::send(fd, p, n, 0);
+    ssize_t k = io(fd, p, n, 0);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) die("send");
+    if (k <= 0) die(what);
     p += k;
     n -= size_t(k);
   }
 }
 
-void recvAll(int fd, char* p, size_t n) {
-  while (n > 0) {
-    ssize_t k = ::recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) die("recv");
-    p += k;
-    n -= size_t(k);
-  }
-}
+void sendAll(int fd, const char* p, size_t n) { all(::send, "send", fd, p, n); }
+void recvAll(int fd, char* p, size_t n) { all(::recv, "recv", fd, p, n); }
 
 // Streams `total` bytes in send() calls of `chunk` bytes; the receiver reads in chunks too.
 void stream(int fd, size_t chunk, size_t total, std::vector<char>& buf) {

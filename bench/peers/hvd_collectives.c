@@ -96,24 +96,17 @@ int main(int argc, char** argv) {
   }
   check(hvd_init(), "hvd_init");
   const int rank = hvd_rank(), size = hvd_size();
-  char* ops = strdup(argv[1]);
-  char* save_op = NULL;
-  for (char* o = strtok_r(ops, ",", &save_op); o; o = strtok_r(NULL, ",", &save_op)) {
-    int op = 0;
-    while (op < kOps && strcmp(o, kOpNames[op]) != 0) ++op;
-    if (op == kOps) {
-      fprintf(stderr, "unknown operation '%s'\n", o);
-      return 2;
-    }
-    char* spec = strdup(argv[2]);
-    char* save = NULL;
-    for (char* tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      long bytes = 0;
-      int iters = 0;
-      if (sscanf(tok, "%ld:%d", &bytes, &iters) != 2 || bytes < 4 || iters < 1 || bytes % (4L * size) != 0) {
-        fprintf(stderr, "bad size spec '%s' (want BYTES:ITERS, BYTES a multiple of 4 x %d ranks)\n", tok, size);
-        return 2;
-      }
+  struct collective_args args;
+  char why[256];
+  if (!parse_collective_args(argv[1], argv[2], size, &args, why, sizeof why)) {
+    fprintf(stderr, "%s\n", why);
+    return 2;
+  }
+  for (int o = 0; o < args.nops; ++o) {
+    const int op = args.ops[o];
+    for (int s = 0; s < args.nsizes; ++s) {
+      const long bytes = args.bytes[s];
+      const int iters = args.iters[s];
       size_t count = (size_t)bytes / 4;
       float* buf = malloc(count * sizeof(float));
       double* t = malloc(iters * sizeof(double));
@@ -129,9 +122,7 @@ int main(int argc, char** argv) {
       free(buf);
       free(t);
     }
-    free(spec);
   }
-  free(ops);
   hvd_shutdown();
   return 0;
 }

@@ -10,14 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "peer_stats.h"
+#include "mpi_peer.h"
 
-
-/* Reduces per-iteration times to their max over ranks and prints one JSON line on rank 0. */
-static void report(const char* op, long bytes, double* t, int n, int rank) {
-  MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) peer_print_stats(op, bytes, t, n);
-}
 
 static void check_sum(float* buf, long count, int size, int rank) {
   for (long i = 0; i < count; ++i) buf[i] = (float)(rank + 1);
@@ -33,10 +27,8 @@ static void check_sum(float* buf, long count, int size, int rank) {
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  mpi_peer_init(&argc, &argv, &rank, &size);
   if (argc < 2) {
     if (rank == 0) fprintf(stderr, "usage: %s BYTES:ITERS[,...] [FUSION_REPS]\n", argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);

@@ -19,14 +19,8 @@
 #include <string.h>
 
 #include "collective_ops.h"
-#include "peer_stats.h"
+#include "mpi_peer.h"
 
-
-/* Reduces per-iteration times to their max over ranks and prints one JSON line on rank 0. */
-static void report(const char* op, long bytes, double* t, int n, int rank) {
-  MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) peer_print_stats(op, bytes, t, n);
-}
 
 /* One operation on count floats of in (out: ranks x count floats, unused by broadcast). */
 static void run_op(int op, float* in, float* out, long count, int size) {
@@ -57,35 +51,25 @@ static void check_op(int op, float* in, float* out, long count, int rank, int si
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  mpi_peer_init(&argc, &argv, &rank, &size);
   if (argc < 3) {
     if (rank == 0)
       fprintf(stderr, "usage: %s OP[,OP...] BYTES:ITERS[,...]  (OP: allgather broadcast alltoall reducescatter)\n",
               argv[0]);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  char* ops = strdup(argv[1]);
-  char* save_op = NULL;
-  for (char* o = strtok_r(ops, ",", &save_op); o; o = strtok_r(NULL, ",", &save_op)) {
-    int op = 0;
-    while (op < kOps && strcmp(o, kOpNames[op]) != 0) ++op;
-    if (op == kOps) {
-      if (rank == 0) fprintf(stderr, "unknown operation '%s'\n", o);
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    char* spec = strdup(argv[2]);
-    char* save = NULL;
-    for (char* tok = strtok_r(spec, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-      long bytes = 0;
-      int iters = 0;
-      if (sscanf(tok, "%ld:%d", &bytes, &iters) != 2 || bytes < 4 || iters < 1 || bytes % (4L * size) != 0) {
-        if (rank == 0)
-          fprintf(stderr, "bad size spec '%s' (want BYTES:ITERS, BYTES a multiple of 4 x %d ranks)\n", tok, size);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-      }
+  struct collective_args args;
+  char why[256];
+  if (!parse_collective_args(argv[1], argv[2], size, &args, why, sizeof why)) {
+    if (rank == 0) fprintf(stderr, "%s\n", why);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  for (int o = 0; o < args.nops; ++o) {
+    const int op = args.ops[o];
+    for (int s = 0; s < args.nsizes; ++s) {
+      const long bytes = args.bytes[s];
+      const int iters = args.iters[s];
       long count = bytes / 4;
       float* in = malloc(count * sizeof(float));
       float* out = malloc(count * size * sizeof(float));
@@ -103,9 +87,7 @@ int main(int argc, char** argv) {
       free(out);
       free(t);
     }
-    free(spec);
   }
-  free(ops);
   MPI_Finalize();
   return 0;
 }

@@ -49,6 +49,7 @@
 
 #include "gloo_backend/address_list.h"
 #include "rendezvous/handler.h"
+#include "tests/common/child.h"
 
 using Clock = std::chrono::steady_clock;
 namespace gb = hvd::gloo_backend;
@@ -70,23 +71,12 @@ struct Daemon {
 };
 
 Daemon startDaemon(const std::string& path, int max_connections) {
-  int out[2];
-  if (::pipe(out) != 0) die("pipe failed");
+  const auto child = hvd::test::startAndReadFirstLine(
+      path, {path, "--no-token", "--threads", "2", "--max-connections", std::to_string(max_connections)});
+  if (child.pid < 0) die("cannot start " + path + ": pipe or fork failed");
   Daemon d;
-  d.pid = ::fork();
-  if (d.pid == 0) {
-    ::dup2(out[1], 1);
-    ::close(out[0]);
-    const std::string max = std::to_string(max_connections);
-    ::execl(path.c_str(), path.c_str(), "--no-token", "--threads", "2", "--max-connections", max.c_str(),
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string line;
-  char c;
-  while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(out[0]);
+  d.pid = child.pid;
+  const std::string& line = child.first_line;
   std::smatch m;
   if (!std::regex_search(line, m, std::regex(R"(:(\d+)$)"))) die("cannot start " + path + " (printed '" + line + "')");
   d.port = static_cast<uint16_t>(std::stoi(m[1]));

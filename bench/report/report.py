@@ -15,6 +15,7 @@ flags a deviation beyond GUARD_LIMIT (1.5x) either way, naming the figure, both 
 flagged MET or MISSED becomes UNSURE (status_by_figures keeps what the figures alone say). A verdict whose
 figure has no standalone run says "not cross-checked" and keeps its status.
 """
+import functools
 import json
 import math
 import os
@@ -119,11 +120,18 @@ def why_absent(data, *subjects):
     return "not measured in this run"
 
 
+def new_target(data, tid, issue, text, limit, unit, absent, *figures):
+    """A target's record; when one of `figures` is missing, already NOT MEASURED, with why (from `absent`)."""
+    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
+    if not all(figures):
+        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    return t
+
+
 def ratio_target(data, tid, issue, text, ours_key, peer_key, limit, higher_better, unit, absent):
     o, p = get(data, ours_key), get(data, peer_key)
-    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
-    if not o or not p:
-        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    t = new_target(data, tid, issue, text, limit, unit, absent, o, p)
+    if "status" in t:
         return t
     r = o["median"] / p["median"]
     met = r >= limit if higher_better else r <= limit
@@ -134,9 +142,8 @@ def ratio_target(data, tid, issue, text, ours_key, peer_key, limit, higher_bette
 
 def absolute_target(data, tid, issue, text, key, limit, higher_better, unit, absent):
     v = get(data, key)
-    t = {"id": tid, "issue": issue, "target": text, "limit": limit, "unit": unit}
-    if not v:
-        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    t = new_target(data, tid, issue, text, limit, unit, absent, v)
+    if "status" in t:
         return t
     met = v["median"] >= limit if higher_better else v["median"] <= limit
     t.update(status="MET" if met else "MISSED", ours=v,
@@ -524,23 +531,11 @@ def render(data, chart_errors):
           "Allreduce verdicts use `bench/allreduce` (libhvd and raw Gloo interleaved in the same processes) "
           "when it ran; the cross-check is the same figure from the harness programs in `bench/peers/` "
           "(each started as its own job, like the MPI and torch peers).", ""]
-    L += guard_md(data)
-    L += subject_status(data)
-    L += ceilings_md(data)
-    L += launch_md(data, chart_errors)
-    L += allreduce_md(data, chart_errors)
-    L += fusion_md(data)
-    L += shm_md(data)
-    L += rendezvous_md(data)
-    L += ssh_md(data)
-    L += hier_md(data)
-    L += train_md(data)
-    L += elastic_md(data)
-    L += executor_md(data)
-    L += tune_md(data)
-    L += missed_md(data)
-    L += failures_md(data)
-    L += method_md(data)
+    L += guard_md(data) + subject_status(data) + ceilings_md(data)
+    L += launch_md(data, chart_errors) + allreduce_md(data, chart_errors)
+    for section_md in (fusion_md, shm_md, rendezvous_md, ssh_md, hier_md, train_md, elastic_md, executor_md, tune_md,
+                       missed_md, failures_md, method_md):
+        L += section_md(data)
     return "\n".join(L) + "\n"
 
 
@@ -796,13 +791,27 @@ def section_absent(data, section, subject):
     return None
 
 
-def rendezvous_md(data):
-    L = ["## Rendezvous server", ""]
-    absent = section_absent(data, "rendezvous", "rendezvous")
-    if absent and not get(data, "rendezvous.load_rps.torch_tcpstore"):
-        return L + absent
-    if absent:
-        L += absent
+def section(heading, name, subject, measured=(), intro=()):
+    """Makes body(data, L) a section writer md(data). L starts with `heading` and the note on why the section is
+    absent, if it is; an absent section ends there unless some of its figures are in this run (`measured`: a
+    function of data, or prefixes of summary keys). A section that goes on has the lines of `intro` (how it
+    was measured) next, then what body adds."""
+    def wrap(body):
+        @functools.wraps(body)
+        def md(data):
+            found = measured(data) if callable(measured) else any(k.startswith(tuple(measured))
+                                                                  for k in data["summary"])
+            absent = section_absent(data, name, subject)
+            if absent and not found:
+                return heading + absent
+            return body(data, heading + (absent or []) + list(intro))
+        return md
+    return wrap
+
+
+@section(["## Rendezvous server", ""], "rendezvous", "rendezvous",
+         lambda data: get(data, "rendezvous.load_rps.torch_tcpstore"))
+def rendezvous_md(data, L):
     subs = ["hvd", "torch_tcpstore"]
     load = [["requests/s"] + [cell(get(data, f"rendezvous.load_rps.{s}")) for s in subs],
             ["p99 latency of one request, ms"] + [cell(get(data, f"rendezvous.load_p99.{s}")) for s in subs]]
@@ -838,11 +847,8 @@ def extrapolation(data, ns):
             f"rank: N² × (4 + 21/8) bytes in all).", ""]
 
 
-def ssh_md(data):
-    L = ["## Remote launch over ssh", ""]
-    absent = section_absent(data, "ssh", "ssh")
-    if absent:
-        return L + absent
+@section(["## Remote launch over ssh", ""], "ssh", "ssh")
+def ssh_md(data, L):
     labels = {"openssh_true": "one OpenSSH `ssh host true` (key exchange, login, remote shell)",
               "openssh_8x": "8 OpenSSH `ssh host true` at once, one per host (the floor here: 8 logins on 2 CPUs)",
               "openssh_32x": "32 OpenSSH `ssh host true` at once, 4 per host (what horovodrun starts)",
@@ -860,16 +866,11 @@ def ssh_md(data):
                         if k != "ssh.openssh_true" else "-"] for k in keys]), ""]
 
 
-def hier_md(data):
-    L = ["## Hierarchical allreduce across hosts", "",
-         "Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, 64 MiB; the faster one "
-         "becomes the default.", ""]
-    absent = section_absent(data, "hier", "hier")
+@section(["## Hierarchical allreduce across hosts", "",
+          "Target: 2 hosts x 2 ranks: hierarchical against flat Gloo at 64 KiB, 4 MiB, 64 MiB; the faster one "
+          "becomes the default.", ""], "hier", "hier", ["hier.allreduce."])
+def hier_md(data, L):
     sizes = sorted({int(k.split(".")[2]) for k in data["summary"] if k.startswith("hier.allreduce.")})
-    if absent and not sizes:
-        return L + absent
-    if absent:
-        L += absent
     it = data["params"]["allreduce_iters"]
     L += ["`bench/ssh/bench_hier_allreduce`: 2 network namespaces joined by a bridge, one sshd each, as the ssh "
           "hosts of `hvdrun -np 4 -H host1:2,host2:2`, running `bench/peers/hvd_allreduce.c` (float32 sum, method "
@@ -928,21 +929,16 @@ def elastic_targets(data):
     return ts
 
 
-def elastic_md(data):
-    L = ["## Elastic recovery", ""]
-    absent = section_absent(data, "elastic", "elastic:hvd")
-    if absent and not any(k.startswith("elastic.") for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
-    L += ["`bench/elastic/recovery.py` on `bench/elastic/worker.py`, one script on Horovod's elastic API (a small "
-          "Linear model, a DistributedOptimizer step and `state.commit()` each step, 20 ms sleep between steps). "
-          "ours: `hvdrun --horovod-compat` (the script's `import horovod` is hvd); Horovod: its own "
-          "`horovodrun --gloo`. Both: `--min-np 1 --max-np 2 --network-interface lo` and a discovery script listing "
-          "`localhost` and `127.0.0.1`, two names of this machine, so that Horovod, which blacklists a whole host "
-          "when a worker fails, can go on. death: 2 workers; after 20 steps each, the one on 127.0.0.1 is "
-          "SIGKILLed. add: 1 worker on localhost; after 20 steps, `127.0.0.1:1` is added to the discovery output. "
-          "Time in ms; re-initialized: to the first reset callback in the new membership.", ""]
+@section(["## Elastic recovery", ""], "elastic", "elastic:hvd", ["elastic."], intro=[
+    "`bench/elastic/recovery.py` on `bench/elastic/worker.py`, one script on Horovod's elastic API (a small "
+    "Linear model, a DistributedOptimizer step and `state.commit()` each step, 20 ms sleep between steps). "
+    "ours: `hvdrun --horovod-compat` (the script's `import horovod` is hvd); Horovod: its own "
+    "`horovodrun --gloo`. Both: `--min-np 1 --max-np 2 --network-interface lo` and a discovery script listing "
+    "`localhost` and `127.0.0.1`, two names of this machine, so that Horovod, which blacklists a whole host "
+    "when a worker fails, can go on. death: 2 workers; after 20 steps each, the one on 127.0.0.1 is "
+    "SIGKILLed. add: 1 worker on localhost; after 20 steps, `127.0.0.1:1` is added to the discovery output. "
+    "Time in ms; re-initialized: to the first reset callback in the new membership.", ""])
+def elastic_md(data, L):
     subs = ["hvd", "horovod"]
     owners = {"hvd": ["elastic:hvd", "hvdrun"], "horovod": ["horovod"]}
     rows = []
@@ -992,9 +988,8 @@ def chaos_md(data):
 def speedup_target(data, tid, text, ours_key, peer_key, limit, unit, absent):
     """A latency target read as a speed-up: peer ÷ ours >= limit (ours the faster)."""
     o, p = get(data, ours_key), get(data, peer_key)
-    t = {"id": tid, "issue": None, "target": text, "limit": limit, "unit": unit}
-    if not o or not p:
-        t.update(status="NOT MEASURED", reason=why_absent(data, *absent))
+    t = new_target(data, tid, None, text, limit, unit, absent, o, p)
+    if "status" in t:
         return t
     r = p["median"] / o["median"]
     t.update(status="MET" if r >= limit else "MISSED", ours=o, peer=p, ratio=r, peer_keys=[peer_key],
@@ -1027,21 +1022,16 @@ def tune_targets(data):
     ]
 
 
-def tune_md(data):
-    L = ["## Hyperparameter search: hvd.tune", ""]
-    absent = section_absent(data, "tune", "tune")
-    if absent and not any(k.startswith("tune.") for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
-    L += ["`bench/tune/tune_bench.py`, each subject a fresh driver process: 20 trials of a train_fn that initialises "
-          "hvd.numpy on 2 ranks, allreduces once, sleeps 1 s and reports, on 4 slots of this host (2 trials at a "
-          "time). hvd.tune.run reuses a finished trial's started workers for the next trial on its slots (Tune's "
-          "reuse_actors); the alternative, Optuna's `study.optimize(objective, n_trials=20, n_jobs=2)` whose "
-          "objective calls `hvd.run(fn, np=2)`, starts an hvdrun job per trial. Ideal: 10 s plus one job start "
-          "(hvd.run of the same init and allreduce, median of 3). Scheduling cost per trial: the median, over the "
-          "trials after the first two, of the wait after the trial before it on its slots ended plus its "
-          "driver-side time beyond the sleep.", ""]
+@section(["## Hyperparameter search: hvd.tune", ""], "tune", "tune", ["tune."], intro=[
+    "`bench/tune/tune_bench.py`, each subject a fresh driver process: 20 trials of a train_fn that initialises "
+    "hvd.numpy on 2 ranks, allreduces once, sleeps 1 s and reports, on 4 slots of this host (2 trials at a "
+    "time). hvd.tune.run reuses a finished trial's started workers for the next trial on its slots (Tune's "
+    "reuse_actors); the alternative, Optuna's `study.optimize(objective, n_trials=20, n_jobs=2)` whose "
+    "objective calls `hvd.run(fn, np=2)`, starts an hvdrun job per trial. Ideal: 10 s plus one job start "
+    "(hvd.run of the same init and allreduce, median of 3). Scheduling cost per trial: the median, over the "
+    "trials after the first two, of the wait after the trial before it on its slots ended plus its "
+    "driver-side time beyond the sleep.", ""])
+def tune_md(data, L):
     owners = {"hvd_tune": ["tune:tune", "tune"], "optuna_hvd_run": ["tune:optuna_hvd_run", "tune"]}
     rows = [[name(s), subject_cell(data, f"tune.wall.{s}", s, owners[s], failed_key=f"tune.wall.{s}")]
             for s in owners]
@@ -1068,13 +1058,8 @@ def quickstart_target(data):
     return t
 
 
-def executor_md(data):
-    L = ["## Persistent workers: hvd.Executor and hvd.train", ""]
-    absent = section_absent(data, "executor", "executor")
-    if absent and not any(k.startswith("executor.") for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
+@section(["## Persistent workers: hvd.Executor and hvd.train", ""], "executor", "executor", ["executor."])
+def executor_md(data, L):
     ex = data["params"].get("executor", {})
     np_ = ex.get("np", 4)
     L += [f"`bench/executor/executor_bench.py`, each subject a fresh driver process (hvd imported before the clock "
@@ -1123,13 +1108,8 @@ def executor_md(data):
     return L + [table(["measure", "s", "÷ plain"], rows), ""]
 
 
-def train_md(data):
-    L = ["## Training from Python, np=2 on localhost", ""]
-    absent = section_absent(data, "train", "train:hvd")
-    if absent and not any(k.startswith(("train.", "pyfusion.")) for k in data["summary"]):
-        return L + absent
-    if absent:
-        L += absent
+@section(["## Training from Python, np=2 on localhost", ""], "train", "train:hvd", ["train.", "pyfusion."])
+def train_md(data, L):
     params = data["params"].get("train_steps", {})
     batch = data["params"].get("train_batch", {})
     steps = ", ".join(f"{label} {params[m][0]} warm-up + {params[m][1]} timed"

@@ -49,31 +49,24 @@ every commit; --resume FILE starts from such a file instead of from scratch (the
 to this job's size, as after a reset).
 """
 
-import argparse
 import math
 import os
 import sys
 import time
 
 import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 import hvd.torch as hvd
 from hvd.common.elastic import elastic_round
+from synthetic import compare_with_rank0, flat_parameters, make_data, train_step, training_parser
 
 CRASH_STATUS = 13
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--samples", type=int, default=1024, help="size of the whole data set")
-    parser.add_argument("--features", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=16, help="per rank")
+    parser = training_parser(__doc__.splitlines()[0], epochs=4, samples=1024, features=8, batch_size=16)
     parser.add_argument("--batches-per-commit", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=0.01, help="per rank (scaled by the number of ranks)")
-    parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep after each step")
     parser.add_argument("--crash-at", default=None, metavar="RANK:EPOCH:BATCH")
     parser.add_argument("--crash-marker", default=None, metavar="PATH")
@@ -91,20 +84,6 @@ def parse_args():
             parser.error(f"--crash-at expects RANK:EPOCH:BATCH (three integers), got {args.crash_at!r}")
         args.crash_at = point
     return args
-
-
-def make_data(samples, features, seed):
-    """The same data on every rank: y = tanh(x @ w) @ v + noise."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, features, generator=g)
-    w = torch.randn(features, 8, generator=g) / features ** 0.5
-    v = torch.randn(8, 1, generator=g)
-    y = torch.tanh(x @ w) @ v + 0.05 * torch.randn(samples, 1, generator=g)
-    return TensorDataset(x, y)
-
-
-def flat_parameters(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
 def maybe_crash(args, epoch, batch):
@@ -174,11 +153,7 @@ def main():
             total, count = 0.0, 0
             for idx, (x, y) in enumerate(loader):
                 batch = offset + idx
-                optimizer.zero_grad()
-                loss = F.mse_loss(model(x), y)
-                loss.backward()
-                optimizer.step()
-                total += loss.item()
+                total += train_step(model, optimizer, x, y)
                 count += 1
                 maybe_crash(args, state.epoch, batch)
                 if args.step_seconds > 0:
@@ -206,9 +181,7 @@ def main():
         print(f"final: size {hvd.size()} round {elastic_round()} epochs {state.epoch} loss {state.loss!r} "
               f"checksum {mine.double().sum().item()!r} params {values}", flush=True)
     # Bit-identical parameters: compare the bits (as int32) with rank 0's, and count the ranks that differ.
-    reference = hvd.broadcast(mine, root_rank=0, name="final.parameters")
-    differs = int(not torch.equal(mine.view(torch.int32), reference.view(torch.int32)))
-    differing = int(hvd.allreduce(torch.tensor([differs]), op=hvd.Sum, name="final.differing").item())
+    differs, differing = compare_with_rank0(mine)
     verdict = "bit-identical to" if not differs else "DIFFERENT from"
     print(f"rank {hvd.rank()} of {hvd.size()}: parameters {verdict} rank 0's", flush=True)
     return 0 if differing == 0 else 1

@@ -9,40 +9,18 @@ compares its parameters bit for bit with rank 0's (through a broadcast and an al
 line; the script exits 1 on every rank if any rank differs.
 """
 
-import argparse
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 import hvd.torch as hvd
+from synthetic import compare_with_rank0, flat_parameters, make_data, train_step, training_parser
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--samples", type=int, default=2048, help="size of the whole data set")
-    parser.add_argument("--features", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=0.01, help="per rank (scaled by the number of ranks)")
-    parser.add_argument("--seed", type=int, default=42)
-    return parser.parse_args()
-
-
-def make_data(samples, features, seed):
-    """The same data on every rank: y = tanh(x @ w) @ v + noise."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, features, generator=g)
-    w = torch.randn(features, 8, generator=g) / features ** 0.5
-    v = torch.randn(8, 1, generator=g)
-    y = torch.tanh(x @ w) @ v + 0.05 * torch.randn(samples, 1, generator=g)
-    return TensorDataset(x, y)
-
-
-def flat_parameters(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return training_parser(__doc__.splitlines()[0], epochs=8, samples=2048, features=16, batch_size=32).parse_args()
 
 
 def main():
@@ -68,11 +46,7 @@ def main():
         sampler.set_epoch(epoch)
         total, batches = 0.0, 0
         for x, y in loader:
-            optimizer.zero_grad()
-            batch_loss = F.mse_loss(model(x), y)
-            batch_loss.backward()
-            optimizer.step()
-            total += batch_loss.item()
+            total += train_step(model, optimizer, x, y)
             batches += 1
         loss = hvd.allreduce(torch.tensor(total / batches), name="epoch_loss").item()
         if hvd.rank() == 0:
@@ -80,9 +54,7 @@ def main():
 
     # Bit-identical parameters: compare the bits (as int32) with rank 0's, and count the ranks that differ.
     mine = flat_parameters(model)
-    reference = hvd.broadcast(mine, root_rank=0, name="final.parameters")
-    differs = int(not torch.equal(mine.view(torch.int32), reference.view(torch.int32)))
-    differing = int(hvd.allreduce(torch.tensor([differs]), op=hvd.Sum, name="final.differing").item())
+    differs, differing = compare_with_rank0(mine)
     verdict = "bit-identical to rank 0's" if differing == 0 else f"DIFFERENT on {differing} rank(s)"
     print(f"rank {hvd.rank()} of {hvd.size()}: final loss {loss:.6f}, {mine.numel()} parameters {verdict}",
           flush=True)

@@ -3,6 +3,7 @@
 
 #include "launcher/host_plan.h"
 #include "base/error.h"
+#include "tests/common/throws.h"
 
 using namespace hvd::launcher;
 
@@ -71,14 +72,11 @@ TEST_CASE("bad -H host lists name the token", "[host_plan]") {
   };
   for (const auto& c : cases) {
     INFO(c.spec);
-    try {
-      parseHostList(c.spec);
-      FAIL("no error for " << c.spec);
-    } catch (const hvd::UsageError& e) {
-      CHECK_THAT(e.what(), Catch::Contains(c.message));
-      CHECK_THAT(e.what(), Catch::Contains("-H \"" + c.spec + "\""));
-      CHECK(std::string(e.what()).find('\n') == std::string::npos);
-    }
+    const std::string what =
+        hvd::test::thrownWhat<hvd::UsageError>("no error for " + c.spec, [&] { parseHostList(c.spec); });
+    CHECK_THAT(what, Catch::Contains(c.message));
+    CHECK_THAT(what, Catch::Contains("-H \"" + c.spec + "\""));
+    CHECK(what.find('\n') == std::string::npos);
   }
 }
 
@@ -107,12 +105,9 @@ TEST_CASE("hostfiles in horovodrun and Open MPI formats", "[host_plan]") {
   };
   for (const auto& c : bad) {
     INFO(c.text);
-    try {
-      parseHostfileText(c.text, "hosts.txt");
-      FAIL("no error");
-    } catch (const hvd::UsageError& e) {
-      CHECK_THAT(e.what(), Catch::Contains(c.message));
-    }
+    const std::string what =
+        hvd::test::thrownWhat<hvd::UsageError>("no error", [&] { parseHostfileText(c.text, "hosts.txt"); });
+    CHECK_THAT(what, Catch::Contains(c.message));
   }
   CHECK_THROWS_WITH(
       parseHostfile("/nonexistent/hosts"),
@@ -145,13 +140,10 @@ TEST_CASE("bad host discovery output names the line", "[host_plan][elastic]") {
   };
   for (const auto& c : cases) {
     INFO(c.output);
-    try {
-      parseDiscoveryOutput(c.output, c.slots_per_host);
-      FAIL("no error for " << c.output);
-    } catch (const hvd::UsageError& e) {
-      CHECK_THAT(e.what(), Catch::Contains(c.message));
-      CHECK(std::string(e.what()).find('\n') == std::string::npos);
-    }
+    const std::string what = hvd::test::thrownWhat<hvd::UsageError>(
+        "no error for " + c.output, [&] { parseDiscoveryOutput(c.output, c.slots_per_host); });
+    CHECK_THAT(what, Catch::Contains(c.message));
+    CHECK(what.find('\n') == std::string::npos);
   }
 }
 

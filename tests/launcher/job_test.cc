@@ -273,9 +273,7 @@ TEST_CASE("a command that cannot be executed: 127 and a message naming it", "[jo
 }
 
 TEST_CASE("the command is looked up in the worker's PATH (-x PATH=...), as mpirun does", "[job][env]") {
-  char dir_template[] = "/tmp/hvd-path-test-XXXXXX";
-  REQUIRE(::mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
+  const std::string dir = hvd::test::makeTempDir("/tmp/hvd-path-test-");
   auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
     const std::string path = dir + "/" + name;
     FILE* f = std::fopen(path.c_str(), "w");

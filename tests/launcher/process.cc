@@ -189,18 +189,7 @@ std::string hvdrunPath() {
   return std::string(dir) + "/hvdrun";
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::string makeTempDir() {
-  std::string tmpl = "/tmp/hvd-launcher-test-XXXXXX";
-  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp");
-  return tmpl;
-}
+std::string makeTempDir() { return hvd::test::makeTempDir("/tmp/hvd-launcher-test-"); }
 
 std::string uniqueMarker() {
   std::random_device rd;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/files.h"
+
 namespace hvd::launcher::test {
 
 struct Completed {
@@ -39,7 +41,7 @@ std::vector<pid_t> processesWithEnv(const std::string& marker);
 std::vector<pid_t> waitUntilGone(const std::string& marker, std::chrono::milliseconds timeout);
 
 std::string hvdrunPath();  // $HVD_TEST_HVDRUN, else $HVD_BUILD_DIR/hvdrun
-std::string readFile(const std::string& path);
+using hvd::test::readFile;
 std::string makeTempDir();
 // A unique marker "HVD_TEST_MARKER=<random>" to find a test's workers in /proc.
 std::string uniqueMarker();

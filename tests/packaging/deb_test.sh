@@ -198,28 +198,16 @@ install)
       echo "$test: skipped: needs root, to install the package in a mount namespace"
       exit 77
     fi
-    if ! err="$(unshare -m --propagation private true 2>&1)"; then
-      echo "$test: skipped: no mount namespace (unshare -m: $err)"
-      exit 77
-    fi
     state() {
       dpkg-query -W -f='${Status} ${Version}\n' hvdrun 2>/dev/null || true
       ls /usr/bin/hvdrun /usr/lib/libhvd* /usr/local/bin/hvdrun 2>/dev/null || true
       md5sum /etc/ld.so.cache /var/lib/dpkg/status 2>/dev/null || true
     }
-    before="$(state)"
-    rc=0
-    HVD_PACKAGING_NAMESPACE=1 unshare -m --propagation private bash "$0" "$@" || rc=$?
-    after="$(state)"
-    [[ "$before" == "$after" ]] ||
-      fail "the real system changed: before: ${before//$'\n'/, }; after: ${after//$'\n'/, }"
-    exit "$rc"
+    rerun_in_mount_namespace system "$@"
   fi
 
   # Inside the namespace: /usr, /etc and /var become overlays whose changes live in a tmpfs.
-  work="$(mktemp -d)"
-  trap 'cd /; umount -l "$work" 2>/dev/null; rmdir "$work"' EXIT
-  mount -t tmpfs tmpfs "$work"
+  namespace_scratch
   for dir in usr etc var; do
     mkdir "$work/$dir.upper" "$work/$dir.work"
     if ! err="$(mount -t overlay overlay -o "lowerdir=/$dir,upperdir=$work/$dir.upper,workdir=$work/$dir.work" "/$dir" 2>&1)"; then
@@ -227,8 +215,7 @@ install)
       exit 77
     fi
   done
-  mount -t tmpfs tmpfs /usr/local
-  mkdir -p /usr/local/{bin,etc,games,include,lib,man,sbin,share,src}
+  fresh_usr_local
   export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive
   unset LD_LIBRARY_PATH PKG_CONFIG_PATH CMAKE_PREFIX_PATH PYTHONPATH
   # A machine without the package, and a linker cache without libhvd.

@@ -20,30 +20,17 @@ if [[ "${HVD_PACKAGING_NAMESPACE:-}" != 1 ]]; then
     echo "$test: skipped: needs root, to install into /usr/local in a mount namespace"
     exit 77
   fi
-  if ! err="$(unshare -m --propagation private true 2>&1)"; then
-    echo "$test: skipped: no mount namespace (unshare -m: $err)"
-    exit 77
-  fi
   state() {
     ls -d /usr/local/bin/hvd* /usr/local/lib/libhvd* /usr/local/include/hvd /usr/local/lib/pkgconfig/hvd.pc \
       /usr/local/lib/cmake/hvd /usr/local/lib/python3*/dist-packages/hvd 2>/dev/null || true
     md5sum /etc/ld.so.cache 2>/dev/null || true
   }
-  before="$(state)"
-  rc=0
-  HVD_PACKAGING_NAMESPACE=1 unshare -m --propagation private bash "$0" "$@" || rc=$?
-  after="$(state)"
-  [[ "$before" == "$after" ]] ||
-    fail "the real /usr/local or /etc/ld.so.cache changed: before: ${before//$'\n'/, }; after: ${after//$'\n'/, }"
-  exit "$rc"
+  rerun_in_mount_namespace "/usr/local or /etc/ld.so.cache" "$@"
 fi
 
 # Inside the namespace. Its mounts go away with it; $work's files live in a tmpfs of their own.
-work="$(mktemp -d)"
-trap 'cd /; umount -l "$work" 2>/dev/null; rmdir "$work"' EXIT
-mount -t tmpfs tmpfs "$work"
-mount -t tmpfs tmpfs /usr/local
-mkdir -p /usr/local/{bin,etc,games,include,lib,man,sbin,share,src}
+namespace_scratch
+fresh_usr_local
 mkdir "$work/etc"
 cp -a /etc/. "$work/etc/"
 mount --bind "$work/etc" /etc

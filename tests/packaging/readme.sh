@@ -62,3 +62,35 @@ libhvd_of() {
 cached_libhvd() {
   ldconfig -p | awk '$1 == "libhvd.so.0" && !found { print $NF; found = 1 }'
 }
+
+# For a test that installs into the system, outside the namespace: runs this script again ("$0" ARGS...) in
+# a private mount namespace with HVD_PACKAGING_NAMESPACE=1 and exits with its status; fails, naming WHAT,
+# when the script's `state` function (what the real system holds) prints something else after the run.
+# Skips (exit 77) where mount namespaces are not permitted.
+#   rerun_in_mount_namespace WHAT ARGS...
+rerun_in_mount_namespace() {
+  local what="$1" err before after rc=0
+  shift
+  if ! err="$(unshare -m --propagation private true 2>&1)"; then
+    echo "$test: skipped: no mount namespace (unshare -m: $err)"
+    exit 77
+  fi
+  before="$(state)"
+  HVD_PACKAGING_NAMESPACE=1 unshare -m --propagation private bash "$0" "$@" || rc=$?
+  after="$(state)"
+  [[ "$before" == "$after" ]] ||
+    fail "the real $what changed: before: ${before//$'\n'/, }; after: ${after//$'\n'/, }"
+  exit "$rc"
+}
+
+# Inside the namespace: $work, a directory whose files live in a tmpfs of their own (unmounted at exit), and
+# an empty /usr/local, a fresh machine's.
+namespace_scratch() {
+  work="$(mktemp -d)"
+  trap 'cd /; umount -l "$work" 2>/dev/null; rmdir "$work"' EXIT
+  mount -t tmpfs tmpfs "$work"
+}
+fresh_usr_local() {
+  mount -t tmpfs tmpfs /usr/local
+  mkdir -p /usr/local/{bin,etc,games,include,lib,man,sbin,share,src}
+}

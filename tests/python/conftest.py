@@ -4,7 +4,9 @@ Environment (set by ctest, see tests/python/CMakeLists.txt): HVD_BUILD_DIR, the 
 hvdrun and python/ (the hvd package).
 """
 
+import json
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -66,6 +68,33 @@ def hvdrun(tmp_path):
 
     run.count = 0
     return run
+
+
+def driver_report(driver, lines, timeout):
+    """The JSON object a driver script prints first (its pids), read from `lines` (a queue fed with the driver's
+    stdout lines); when another line or none comes within `timeout` s, kills the driver and fails the test with
+    its stderr."""
+    try:
+        line = lines.get(timeout=timeout)
+    except queue.Empty:
+        line = f"(nothing within {timeout} s)"
+    if not line.startswith("{"):
+        driver.kill()
+        pytest.fail(f"the driver printed {line!r} instead of its pids; stderr:\n{driver.communicate()[1]}")
+    return json.loads(line)
+
+
+# For the worker scripts (prepend it to a script's text): expect_error(kind, fragment, fn, *args, **kwargs) calls
+# fn, asserts that it raises `kind` with `fragment` in the message, and returns the exception.
+EXPECT_ERROR = r"""
+def expect_error(kind, fragment, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except kind as e:
+        assert fragment in str(e), (kind, fragment, str(e))
+        return e
+    raise AssertionError(f"expected {kind.__name__} containing {fragment!r} from {fn!r}")
+"""
 
 
 def assert_ok(job, np):

@@ -18,16 +18,17 @@ default) every worker process has a nanny that restarts it when it dies; nanny=F
 `dask worker --no-nanny` process per worker, and a worker that dies stays gone.
 """
 
-import ctypes
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 
+from lab_common import (Lab, add_bridge, add_bridged_namespace, delete_namespaces, die_with_parent, free_subnet,
+                        netns_unavailable, sh, stop)
+from proc_table import parent
+
 PYTHON = "/usr/bin/python3"
-_PR_SET_PDEATHSIG = 1
 
 
 def unavailable():
@@ -40,37 +41,10 @@ def unavailable():
     r = subprocess.run([PYTHON, "-c", "import distributed"], capture_output=True, text=True)
     if r.returncode != 0:
         return "distributed (Dask) is not installed for /usr/bin/python3: " + r.stderr.strip().splitlines()[-1]
-    probe = f"hvddprobe{os.getpid()}"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if r.returncode != 0:
-        return "ip netns add is not permitted: " + r.stderr.strip()
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
+    return netns_unavailable(f"hvddprobe{os.getpid()}")
 
 
-def sh(*args):
-    r = subprocess.run(list(args), capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
-    return r.stdout
-
-
-def _die_with_parent():
-    # The lab's daemons end with the test process even when it is SIGKILLed (`ip netns exec` execs them).
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _free_subnet():
-    used = sh("ip", "-4", "-o", "addr", "show") + sh("ip", "-4", "route", "show")
-    start = os.getpid() % 200
-    for k in range(200):
-        subnet = f"10.211.{(start + k) % 200 + 1}"
-        if subnet + "." not in used:
-            return subnet
-    raise RuntimeError("no free 10.211.K.0/24 subnet for the Dask lab in this machine's namespace")
-
-
-class DaskLab:
+class DaskLab(Lab):
     def __init__(self, hosts=2, workers_per_host=2, nanny=True, resources=None, build_dir=None):
         self.n = hosts
         self.workers_per_host = workers_per_host
@@ -109,24 +83,13 @@ class DaskLab:
 
     # ----- set-up
 
-    def __enter__(self):
-        try:
-            self._network()
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _setup(self):
+        self._network()
+        self._start()
 
     def _network(self):
-        self.subnet = _free_subnet()
-        sh("ip", "netns", "add", self.hub)
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "set", "lo", "up")
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "add", "br0", "type", "bridge")
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "set", "br0", "up")
+        self.subnet = free_subnet("10.211", 200, "Dask lab")
+        add_bridge(self.hub)
         # The driver's end: a veth pair between this namespace and the bridge.
         sh("ip", "link", "add", self.root_link, "type", "veth", "peer", "name", "vdriver", "netns", self.hub)
         sh("ip", "netns", "exec", self.hub, "ip", "link", "set", "vdriver", "master", "br0")
@@ -135,14 +98,7 @@ class DaskLab:
         sh("ip", "link", "set", self.root_link, "up")
         for k, (ns, addr) in enumerate([(self.sched_ns, self.scheduler_host)] +
                                        [(self.host_ns[i - 1], self.address(i)) for i in range(1, self.n + 1)]):
-            port = f"vd{k}"
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", port, "netns", self.hub, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            sh("ip", "netns", "exec", self.hub, "ip", "link", "set", port, "master", "br0")
-            sh("ip", "netns", "exec", self.hub, "ip", "link", "set", port, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", addr + "/24", "dev", "eth0")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            add_bridged_namespace(self.hub, ns, f"vd{k}", addr)
 
     def _spawn(self, ns, name, argv, with_hvd=True):
         log = os.path.join(self.dir, name + ".log")
@@ -153,7 +109,7 @@ class DaskLab:
         with open(log, "wb") as out:
             proc = subprocess.Popen(["ip", "netns", "exec", ns, PYTHON, *argv], stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.dir,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
         self.procs.append((proc, log))
         return proc
 
@@ -241,35 +197,14 @@ class DaskLab:
         commands = {pid for pid, cmd in procs if "distributed.cli.dask_worker" in cmd}
         if not self.nanny:
             return sorted(commands)
-        return sorted(pid for pid, cmd in procs if pid not in commands and _parent(pid) in commands and
+        return sorted(pid for pid, cmd in procs if pid not in commands and parent(pid) in commands and
                       "spawn_main" in cmd)
 
     # ----- tear-down
 
     def close(self):
-        for proc, _ in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        # A graceful stop first (Dask workers tell the scheduler they leave), a kill after 2 s.
-        deadline = time.time() + 2
-        for proc, _ in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for ns in self.host_ns + [self.sched_ns, self.hub]:
-            # Whatever is still in a namespace (a worker a nanny restarted, a process a test started there).
-            subprocess.run(f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; ip netns del {ns}", shell=True,
-                           capture_output=True)
+        stop([proc for proc, _ in reversed(self.procs)])
+        delete_namespaces(self.host_ns + [self.sched_ns, self.hub])
         # Deleting the bridge's namespace deleted the driver's veth peer, and with it this end; make sure.
         subprocess.run(["ip", "link", "del", self.root_link], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _parent(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None

@@ -15,6 +15,8 @@ import subprocess
 import tempfile
 import time
 
+from lab_common import Lab
+
 BIN = "/usr/lib/postgresql/15/bin"
 _PR_SET_PDEATHSIG = 1
 
@@ -43,7 +45,7 @@ def _as_postgres():
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-class PostgresLab:
+class PostgresLab(Lab):
     def __init__(self, database: str = "hvd", port: int = 5432):
         self.dir = tempfile.mkdtemp(prefix="hvd-pg-")
         self.data = os.path.join(self.dir, "data")
@@ -60,35 +62,27 @@ class PostgresLab:
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip() or r.stdout.strip()}")
 
-    def __enter__(self):
-        try:
-            os.chmod(self.dir, 0o777)
-            self._run(os.path.join(BIN, "initdb"), "-D", self.data, "-A", "trust", "-U", "postgres")
-            self.server = subprocess.Popen(
-                [os.path.join(BIN, "postgres"), "-D", self.data, "-k", self.dir, "-p", str(self.port), "-c",
-                 "listen_addresses=", "-c", "fsync=off"],
-                stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "server.log"), "w"),
-                preexec_fn=_as_postgres)
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                r = subprocess.run([os.path.join(BIN, "pg_isready"), "-h", self.dir, "-p", str(self.port)],
-                                   capture_output=True)
-                if r.returncode == 0:
-                    break
-                if self.server.poll() is not None:
-                    raise RuntimeError(f"postgres exited: {open(os.path.join(self.dir, 'server.log')).read()}")
-                time.sleep(0.1)
-            else:
-                raise TimeoutError("postgres did not accept connections within 30 s")
-            self._run(os.path.join(BIN, "createdb"), "-h", self.dir, "-p", str(self.port), "-U", "postgres",
-                      self.database)
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _setup(self):
+        os.chmod(self.dir, 0o777)
+        self._run(os.path.join(BIN, "initdb"), "-D", self.data, "-A", "trust", "-U", "postgres")
+        self.server = subprocess.Popen(
+            [os.path.join(BIN, "postgres"), "-D", self.data, "-k", self.dir, "-p", str(self.port), "-c",
+             "listen_addresses=", "-c", "fsync=off"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "server.log"), "w"),
+            preexec_fn=_as_postgres)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r = subprocess.run([os.path.join(BIN, "pg_isready"), "-h", self.dir, "-p", str(self.port)],
+                               capture_output=True)
+            if r.returncode == 0:
+                break
+            if self.server.poll() is not None:
+                raise RuntimeError(f"postgres exited: {open(os.path.join(self.dir, 'server.log')).read()}")
+            time.sleep(0.1)
+        else:
+            raise TimeoutError("postgres did not accept connections within 30 s")
+        self._run(os.path.join(BIN, "createdb"), "-h", self.dir, "-p", str(self.port), "-U", "postgres",
+                  self.database)
 
     def close(self):
         if self.server is not None and self.server.poll() is None:

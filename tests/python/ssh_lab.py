@@ -21,19 +21,19 @@ the user key (lab.key, accepted by every sshd as root) is NOT at a default path,
 --ssh-identity-file. The root account's ~/.ssh is never read or written.
 """
 
-import ctypes
 import fcntl
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 
 from executor_common import alive
+from lab_common import (Lab, add_bridge, add_bridged_namespace, delete_namespaces, die_with_parent, free_subnet,
+                        sh, stop)
+from proc_table import cmdline, pids
 
-_PR_SET_PDEATHSIG = 1
 _TOOLS = ("ip", "unshare", "ssh-keygen", "hostname")
 _SSHD = "/usr/sbin/sshd"
 _LOCK = "/tmp/hvd-ssh-lab.lock"
@@ -65,36 +65,6 @@ def unavailable() -> "str | None":
     return None
 
 
-def sh(*args: str) -> str:
-    """Runs a command; its stdout. RuntimeError naming the command and its stderr when it fails."""
-    r = subprocess.run(list(args), capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
-    return r.stdout
-
-
-def _die_with_parent():
-    # The sshds end with the test process even when it is SIGKILLed (unshare, sh and `ip netns exec` exec them).
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def cmdline(pid: int) -> str:
-    """A process's command line, arguments joined by spaces ('' when it has gone)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def parent(pid: int) -> "int | None":
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _namespace_id(path: str) -> "tuple[int, int] | None":
     try:
         st = os.stat(path)
@@ -103,7 +73,7 @@ def _namespace_id(path: str) -> "tuple[int, int] | None":
     return st.st_dev, st.st_ino
 
 
-class SshLab:
+class SshLab(Lab):
     """See the module docstring. hosts: how many ssh hosts (h1..hN)."""
 
     def __init__(self, hosts: int = 2):
@@ -153,20 +123,12 @@ class SshLab:
 
     # ----- set-up
 
-    def __enter__(self) -> "SshLab":
-        try:
-            self._keys()
-            self._network()
-            self._client_config()
-            for i in range(1, self.n + 1):
-                self._start_sshd(i)
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _setup(self):
+        self._keys()
+        self._network()
+        self._client_config()
+        for i in range(1, self.n + 1):
+            self._start_sshd(i)
 
     def _keys(self):
         os.makedirs(os.path.join(self.home, ".ssh"), mode=0o700)
@@ -174,21 +136,12 @@ class SshLab:
         shutil.copy(self.key + ".pub", os.path.join(self.dir, "authorized_keys"))
 
     def _network(self):
-        sh("ip", "netns", "add", self.hub)
+        # Listed before they are made: close() deletes what exists of them.
         self._made.append(self.hub)
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "set", "lo", "up")
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "add", "br0", "type", "bridge")
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "set", "br0", "up")
+        add_bridge(self.hub)
         for i, ns in enumerate(self.host_ns, 1):
-            sh("ip", "netns", "add", ns)
             self._made.append(ns)
-            port = f"vx{i}"
-            sh("ip", "link", "add", port, "netns", self.hub, "type", "veth", "peer", "name", self.interface,
-               "netns", ns)
-            sh("ip", "netns", "exec", self.hub, "ip", "link", "set", port, "master", "br0")
-            sh("ip", "netns", "exec", self.hub, "ip", "link", "set", port, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", self.interface, "up")
+            add_bridged_namespace(self.hub, ns, f"vx{i}", interface=self.interface)
         # The driver's end. The subnet is chosen and taken under a lock: two labs starting at once must not
         # pick the same one.
         sh("ip", "link", "add", self.interface, "type", "veth", "peer", "name", "vdriver", "netns", self.hub)
@@ -197,7 +150,7 @@ class SshLab:
         sh("ip", "netns", "exec", self.hub, "ip", "link", "set", "vdriver", "up")
         with open(_LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            self.subnet = _free_subnet()
+            self.subnet = free_subnet("10.212", 250, "ssh lab")
             sh("ip", "addr", "add", self.driver_address + "/24", "dev", self.interface)
         sh("ip", "link", "set", self.interface, "up")
         for i, ns in enumerate(self.host_ns, 1):
@@ -239,7 +192,7 @@ class SshLab:
             proc = subprocess.Popen(
                 ["unshare", "--uts", "sh", "-c",
                  f"hostname {self.name(i)} && exec ip netns exec {self.host_ns[i - 1]} {_SSHD} -D -e -f {config}"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         self.sshds.append((proc, log))
         deadline = time.monotonic() + 15
         while True:
@@ -274,10 +227,9 @@ class SshLab:
         target = self.namespace_id(i)
         listener = self.sshds[i - 1][0].pid if len(self.sshds) >= i else None
         found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == listener:
+        for pid in pids():
+            if pid == listener:
                 continue
-            pid = int(entry)
             if _namespace_id(f"/proc/{pid}/ns/net") == target and alive(pid):
                 found.append((pid, cmdline(pid)))
         return sorted(found)
@@ -306,34 +258,12 @@ class SshLab:
         if self._closed:
             return
         self._closed = True
-        for proc, _ in self.sshds:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 2
-        for proc, _ in self.sshds:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for ns in reversed(self._made):
-            # Whatever still runs there (a leaked worker, an ssh session) goes with the namespace.
-            subprocess.run(f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; ip netns del {ns}", shell=True,
-                           capture_output=True)
+        stop([proc for proc, _ in self.sshds])
+        delete_namespaces(reversed(self._made))
         if self._link:
             # Deleting the bridge's namespace deleted the driver's veth peer, and with it this end; make sure.
             subprocess.run(["ip", "link", "del", self.interface], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _free_subnet() -> str:
-    used = sh("ip", "-4", "-o", "addr", "show") + sh("ip", "-4", "route", "show")
-    start = os.getpid() % 250
-    for k in range(250):
-        subnet = f"10.212.{(start + k) % 250 + 1}"
-        if subnet + "." not in used:
-            return subnet
-    raise RuntimeError("no free 10.212.K.0/24 subnet for the ssh lab in this machine's namespace")
 
 
 def _tail(path: str) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HVDRUN, PACKAGE_DIR, PYTHON, Job, assert_ok
+from proc_table import environ, pids
 
 SOURCE_DIR = Path(os.environ.get("HVD_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 EXAMPLE = SOURCE_DIR / "examples" / "python" / "elastic_torch_train.py"
@@ -247,19 +248,13 @@ def test_example_crash_in_a_static_job_fails_the_job(tmp_path):
 def worker_pids(marker, slot_index):
     """Live processes started by hvdrun with `marker` ("NAME=VALUE") in their environment for slot index
     `slot_index` (HOROVOD_LOCAL_RANK), leaving out standby processes."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if (marker.encode() in env and f"HOROVOD_LOCAL_RANK={slot_index}".encode() in env
+    found = []
+    for pid in pids():
+        env = environ(pid)
+        if (env is not None and marker.encode() in env and f"HOROVOD_LOCAL_RANK={slot_index}".encode() in env
                 and b"HVD_ELASTIC_STANDBY=1" not in env):
-            pids.append(int(entry))
-    return pids
+            found.append(pid)
+    return found
 
 
 def run_until(cmd, env, cwd, on_line, timeout=180):

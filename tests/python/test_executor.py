@@ -15,8 +15,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PACKAGE_DIR, PYTHON
+from conftest import PACKAGE_DIR, PYTHON, driver_report
 from executor_common import alive, wait_gone
+from proc_table import children
 
 import hvd
 from hvd.executor import Executor, ExecutorError, ExecutorSettings, HvdrunEngine, WorkerError, send
@@ -140,19 +141,6 @@ def expected_weights(ranks, steps, lr):
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-def children(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return found
-
-
 def shm_entries():
     try:
         return set(os.listdir("/dev/shm"))
@@ -355,8 +343,6 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
 def test_the_driver_interrupted_or_killed_leaves_no_worker(tmp_path, how):
-    import json
-
     script = tmp_path / "driver.py"
     script.write_text(_DRIVER.format(package=str(PACKAGE_DIR), tests=os.path.dirname(__file__)))
     shm_before = shm_entries()
@@ -372,14 +358,7 @@ def test_the_driver_interrupted_or_killed_leaves_no_worker(tmp_path, how):
                               daemon=True)
     reader.start()
     try:
-        try:
-            line = lines.get(timeout=60)
-        except queue.Empty:
-            line = "(nothing within 60 s)"
-        if not line.startswith("{"):
-            driver.kill()
-            pytest.fail(f"the driver printed {line!r} instead of its pids; stderr:\n{driver.communicate()[1]}")
-        info = json.loads(line)
+        info = driver_report(driver, lines, 60)
         pids = info["pids"] + [info["hvdrun"]]
         time.sleep(0.5)  # the sleep call is running on the workers
         assert all(alive(p) for p in pids)

@@ -21,6 +21,7 @@ from dask_lab import DaskLab, unavailable
 from executor_common import Accumulator, alive
 from executor_common import allreduce_for as _allreduce_for
 from executor_common import noop as _noop
+from proc_table import cmdline
 
 distributed = pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402  (a dependency of distributed)
@@ -116,14 +117,6 @@ def children(pid):
     except OSError:
         pass
     return found
-
-
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 # ----- tests

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from dask_lab import DaskLab, unavailable
+from proc_table import cmdline, environ, pids
 
 distributed = pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402  (a dependency of distributed)
@@ -162,15 +163,10 @@ def executor_processes(lab, marker=None):
     hosts, and, given the driver's `marker` variable, hvdrun, its agents and the ranks anywhere."""
     found = [(pid, cmd) for i in (1, 2) for pid, cmd in lab.processes(i)
              if "hvd-proxy" in cmd or "hvd.executor.worker" in cmd]
-    for pid in os.listdir("/proc") if marker else []:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker.encode() not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                found.append((int(pid), f.read().replace(b"\0", b" ").decode(errors="replace").strip()))
-        except (OSError, ValueError):
-            pass
+    for pid in pids() if marker else []:
+        env = environ(pid)
+        if env is not None and marker.encode() in env:
+            found.append((pid, cmdline(pid)))
     return found
 
 

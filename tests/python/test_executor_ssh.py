@@ -17,11 +17,12 @@ import time
 
 import pytest
 
-from conftest import BUILD_DIR, PACKAGE_DIR, PYTHON
+from conftest import BUILD_DIR, PACKAGE_DIR, PYTHON, driver_report
 from executor_common import Accumulator, alive, wait_gone
 from executor_common import allreduce_for as _allreduce_for
 from executor_common import noop as _noop
-from ssh_lab import SshLab, cmdline, parent, unavailable
+from proc_table import cmdline, parent
+from ssh_lab import SshLab, unavailable
 
 from hvd.executor import Executor, ExecutorError
 
@@ -217,14 +218,7 @@ def test_a_killed_driver_ends_every_rank_on_every_host_within_5_s(hosts, tmp_pat
     lines = queue.SimpleQueue()
     threading.Thread(target=lambda: lines.put(driver.stdout.readline()), daemon=True).start()
     try:
-        try:
-            line = lines.get(timeout=90)
-        except queue.Empty:
-            line = "(nothing within 90 s)"
-        if not line.startswith("{"):
-            driver.kill()
-            pytest.fail(f"the driver printed {line!r} instead of its pids; stderr:\n{driver.communicate()[1]}")
-        info = json.loads(line)
+        info = driver_report(driver, lines, 90)
         pids = info["pids"]
         assert [lab.host_of(p) for p in pids] == [1, 1, 2, 2]
         assert [len(proxies(lab, i)) for i in (1, 2)] == [1, 1]

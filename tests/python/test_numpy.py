@@ -2,21 +2,13 @@
 
 import numpy as np
 import pytest
-from conftest import assert_ok
+from conftest import EXPECT_ERROR, assert_ok
 
-PRELUDE = """
+PRELUDE = EXPECT_ERROR + """
 import gc
 import sys
 import numpy as np
 import hvd.numpy as hvd
-
-def expect_error(kind, text, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except kind as e:
-        assert text in str(e), f"{kind.__name__} without {text!r}: {e}"
-        return e
-    raise AssertionError(f"no {kind.__name__} ({text!r}) from {fn.__name__}")
 """
 
 

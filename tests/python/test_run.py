@@ -6,6 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
+from proc_table import cmdline, pids
+
 import hvd
 import hvd.runner
 
@@ -23,17 +25,7 @@ def rank_and_sum(offset, scale=1):
 
 def _run_task_processes(marker):
     """Pids of live processes whose command line contains marker."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    pids.append(int(pid))
-        except OSError:
-            pass
-    return pids
+    return [pid for pid in pids() if marker in cmdline(pid)]
 
 
 @pytest.fixture

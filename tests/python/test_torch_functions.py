@@ -3,9 +3,9 @@ real jobs (hvdrun, np 2 and 3). Each job runs every check in one worker script."
 
 import pytest
 
-from conftest import assert_ok
+from conftest import EXPECT_ERROR, assert_ok
 
-WORKER = r"""
+WORKER = EXPECT_ERROR + r"""
 import torch
 import hvd.torch as hvd
 
@@ -26,15 +26,6 @@ class Point:
 
     def norm1(self):
         return abs(self.x) + abs(self.y)
-
-
-def expect_error(kind, fragment, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except kind as e:
-        assert fragment in str(e), (kind, fragment, str(e))
-        return
-    raise AssertionError(f"expected {kind.__name__} containing {fragment!r}")
 
 
 def same_everywhere(t):

@@ -5,10 +5,10 @@ gradients are computed independently: every rank backpropagates through an ident
 optimizer hooks, and the local gradients are allgathered and averaged.
 """
 
-from conftest import assert_ok
+from conftest import EXPECT_ERROR, assert_ok
 
 # Helpers shared by the worker scripts.
-PRELUDE = r"""
+PRELUDE = EXPECT_ERROR + r"""
 import copy
 import os
 import time
@@ -64,15 +64,6 @@ def assert_close(actual, wanted, what, rtol=1e-6, atol=1e-7):
 
 def grads_of(model):
     return [p.grad.detach().clone() for p in model.parameters()]
-
-
-def expect_error(kind, fragment, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except kind as e:
-        assert fragment in str(e), (kind, fragment, str(e))
-        return e
-    raise AssertionError(f"expected {kind.__name__} containing {fragment!r}")
 
 
 def train_run(steps=40):

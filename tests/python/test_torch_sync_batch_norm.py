@@ -3,9 +3,9 @@ backward equal torch's BatchNorm applied to the batch concatenated from every ra
 
 import pytest
 
-from conftest import assert_ok
+from conftest import EXPECT_ERROR, assert_ok
 
-WORKER = r"""
+WORKER = EXPECT_ERROR + r"""
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 import hvd.torch as hvd
@@ -13,15 +13,6 @@ import hvd.torch as hvd
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-def expect_error(kind, fragment, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except kind as e:
-        assert fragment in str(e), (kind, fragment, str(e))
-        return
-    raise AssertionError(f"expected {kind.__name__} containing {fragment!r}")
 
 
 def close(a, b, what):

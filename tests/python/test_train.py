@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from conftest import PACKAGE_DIR, PYTHON
+from proc_table import children
 
 import hvd.train as train
 from hvd.train import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, Trainer,
@@ -485,16 +486,7 @@ def test_dataset_types(tmp_path):
 # -------------------------------------------------------------------------------------------- bad input
 
 def _children():
-    me = str(os.getpid())
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if Path(f"/proc/{entry}/stat").read_text().rsplit(") ", 1)[1].split()[1] == me:
-                    found.add(int(entry))
-            except (OSError, IndexError):
-                pass
-    return found
+    return set(children(os.getpid()))
 
 
 def two_args(a, b):

@@ -6,8 +6,10 @@
 #include "base/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/token.h"
+#include "tests/rendezvous/local_peers.h"
 
 using namespace hvd::rendezvous;
+using namespace hvd::rendezvous::testing;
 using namespace std::chrono_literals;
 namespace http = boost::beast::http;
 
@@ -274,19 +276,9 @@ TEST_CASE("handler: token required when configured; /status stays open", "[handl
 
 TEST_CASE("handler: a server that trusts local peers accepts tokenless requests from its own user only",
           "[handler][token]") {
-  ServerOptions options;
-  options.token = "sesame";
-  options.trust_local_peers = true;
-  KvState state(options);
-  PeerInfo same;
-  same.address = "127.0.0.1";
-  same.port = 40000;
-  same.loopback = true;
-  same.uid = 1000;
-  same.same_user = true;
-  PeerInfo other = same;
-  other.uid = 65534;
-  other.same_user = false;
+  KvState state(trustingLocalPeers("sesame"));
+  PeerInfo same = sameUserPeer();
+  PeerInfo other = otherUserPeer();
   PeerInfo remote;
   remote.address = "10.0.0.2";
   remote.port = 40001;
@@ -721,10 +713,11 @@ TEST_CASE("handler: elastic rounds answer rank_and_size as Horovod's driver, and
   CHECK(status(state, http::verb::get, "/round_news/1?wait_ms=3") == 400);
 
   // Bad requests name what is wrong.
-  CHECK(status(state, http::verb::get, "/rank_and_size/a") == 400);
-  CHECK(status(state, http::verb::get, "/rank_and_size/a:x") == 400);
-  CHECK(status(state, http::verb::get, "/rank_and_size/a:0?round=-1") == 400);
-  CHECK(status(state, http::verb::get, "/rank_and_size/a:0?wait_ms=5") == 400);
+  for (const char* bad : {"/rank_and_size/a", "/rank_and_size/a:x", "/rank_and_size/a:0?round=-1",
+                          "/rank_and_size/a:0?wait_ms=5"}) {
+    INFO(bad);
+    CHECK(status(state, http::verb::get, bad) == 400);
+  }
   CHECK(roundOfScope("r12.global") == 12u);
   CHECK_FALSE(roundOfScope("global"));
   CHECK_FALSE(roundOfScope("r.global"));

@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "rendezvous/handler.h"
 #include "rendezvous/http_store.h"
+#include "tests/common/throws.h"
 #include "tests/rendezvous/test_server.h"
 
 using namespace hvd::rendezvous;
@@ -127,6 +128,15 @@ void setTwoValues(HttpStore& store) {
   store.set("global/1", bytes("abcdef"));
 }
 
+using Strings = std::vector<std::string>;
+
+// A fetch's values as strings, so that one comparison checks how many there are and each of them.
+Strings strings(const ValueList& values) {
+  Strings out;
+  for (size_t i = 0; i < values.size(); ++i) out.emplace_back(values[i]);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("HttpStore retries with backoff until the server is up", "[httpstore]") {
@@ -164,17 +174,14 @@ TEST_CASE("HttpStore timeout names server, scope, keys and ranks", "[httpstore]"
   ServerThread server;
   HttpStore store(server.storeOptions());
   store.set("global/1", bytes("x"));
-  try {
+  const std::string what = hvd::test::thrownWhat<hvd::RendezvousTimeout>("wait did not time out", [&] {
     store.wait({"global/1", "global/3", "global/rank_5", "global/extra", "local_h/2"}, 300ms);
-    FAIL("wait did not time out");
-  } catch (const hvd::RendezvousTimeout& e) {
-    const std::string what = e.what();
-    CHECK_THAT(what, Catch::Contains("http://127.0.0.1:" + std::to_string(server.port())));
-    CHECK_THAT(what, Catch::Contains("[global/3, global/rank_5, global/extra, local_h/2]"));
-    CHECK_THAT(what, Catch::Contains("scope 'global' is missing the keys of rank(s) [3, 5] and keys [extra]"));
-    CHECK_THAT(what, Catch::Contains("scope 'local_h' is missing the keys of rank(s) [2]"));
-    CHECK_THAT(what, !Catch::Contains("global/1,"));
-  }
+  });
+  CHECK_THAT(what, Catch::Contains("http://127.0.0.1:" + std::to_string(server.port())));
+  CHECK_THAT(what, Catch::Contains("[global/3, global/rank_5, global/extra, local_h/2]"));
+  CHECK_THAT(what, Catch::Contains("scope 'global' is missing the keys of rank(s) [3, 5] and keys [extra]"));
+  CHECK_THAT(what, Catch::Contains("scope 'local_h' is missing the keys of rank(s) [2]"));
+  CHECK_THAT(what, !Catch::Contains("global/1,"));
 }
 
 TEST_CASE("HttpStore reports a rejected token", "[httpstore]") {
@@ -236,15 +243,12 @@ TEST_CASE("HttpStore::waitAndGet fetches every value, in the order asked, in one
   CHECK(values.bytes(0) == Bytes(300, 'z'));
   CHECK(values[1] == "zero");
   CHECK(values.bytes(2) == (Bytes{'a', '\0', 'b'}));
-  try {
+  const std::string what = hvd::test::thrownWhat<hvd::RendezvousTimeout>("waitAndGet did not time out", [&] {
     scoped.waitAndGet({"0", "7", "rank_9"}, 300ms);
-    FAIL("waitAndGet did not time out");
-  } catch (const hvd::RendezvousTimeout& e) {
-    const std::string what = e.what();
-    CHECK_THAT(what, Catch::Contains("[global/7, global/rank_9]"));
-    CHECK_THAT(what, Catch::Contains("scope 'global' is missing the keys of rank(s) [7, 9]"));
-    CHECK_THAT(what, Catch::Contains("timed out after 300 ms"));
-  }
+  });
+  CHECK_THAT(what, Catch::Contains("[global/7, global/rank_9]"));
+  CHECK_THAT(what, Catch::Contains("scope 'global' is missing the keys of rank(s) [7, 9]"));
+  CHECK_THAT(what, Catch::Contains("timed out after 300 ms"));
 }
 
 TEST_CASE("HttpStore::waitAndGet falls back to one GET per key against Horovod's server", "[httpstore][compat][values]") {
@@ -321,16 +325,10 @@ TEST_CASE("HttpStore::waitAndGet with a range fetches only the slices", "[httpst
   scoped.set("0", bytes("header0:ab"));
   scoped.set("1", bytes("header1:cd"));
   scoped.set("2", bytes("h2"));
-  const ValueList headers = scoped.waitAndGet({"0", "1", "2"}, 10s, ValueRange{0, 7});
-  REQUIRE(headers.size() == 3);
-  CHECK(headers[0] == "header0");
-  CHECK(headers[1] == "header1");
-  CHECK(headers[2] == "h2");  // clipped
-  const ValueList column = scoped.waitAndGet({"2", "0", "1"}, 10s, ValueRange{9, 1});
-  REQUIRE(column.size() == 3);
-  CHECK(column[0].empty());
-  CHECK(column[1] == "b");
-  CHECK(column[2] == "d");
+  // "h2" clipped to its length; nothing of it at offset 9.
+  CHECK(strings(scoped.waitAndGet({"0", "1", "2"}, 10s, ValueRange{0, 7})) ==
+        Strings{"header0", "header1", "h2"});
+  CHECK(strings(scoped.waitAndGet({"2", "0", "1"}, 10s, ValueRange{9, 1})) == Strings{"", "b", "d"});
 }
 
 TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a server without ranges",
@@ -339,16 +337,11 @@ TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a serv
     NoRangeServer server;
     HttpStore store(clientOf(server.port()));
     setTwoValues(store);
-    const ValueList values = store.waitAndGet({"global/0", "global/1"}, 10s, ValueRange{2, 3});
-    REQUIRE(values.size() == 2);
-    CHECK(values[0] == "23");
-    CHECK(values[1] == "cde");
+    CHECK(strings(store.waitAndGet({"global/0", "global/1"}, 10s, ValueRange{2, 3})) == Strings{"23", "cde"});
     CHECK(server.ranged() == 1);
     CHECK(server.fetches() == 1);
     // Known now: the next sliced fetch asks for whole values at once.
-    const ValueList again = store.waitAndGet({"global/1"}, 10s, ValueRange{5, 9});
-    REQUIRE(again.size() == 1);
-    CHECK(again[0] == "f");
+    CHECK(strings(store.waitAndGet({"global/1"}, 10s, ValueRange{5, 9})) == Strings{"f"});
     CHECK(server.ranged() == 1);
     CHECK(server.fetches() == 2);
   }
@@ -356,10 +349,7 @@ TEST_CASE("HttpStore::waitAndGet with a range slices whole values against a serv
     HorovodLikeServer server;
     HttpStore store(clientOf(server.port()));
     setTwoValues(store);
-    const ValueList values = store.waitAndGet({"global/1", "global/0"}, 10s, ValueRange{3, 2});
-    REQUIRE(values.size() == 2);
-    CHECK(values[0] == "de");
-    CHECK(values[1] == "3");
+    CHECK(strings(store.waitAndGet({"global/1", "global/0"}, 10s, ValueRange{3, 2})) == Strings{"de", "3"});
     CHECK_THROWS_AS(store.waitAndGet({"global/0", "global/2"}, 200ms, ValueRange{0, 1}), hvd::RendezvousTimeout);
   }
 }
@@ -408,34 +398,26 @@ class LoggingServer {
 TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats by reference",
           "[httpstore][values][keys][refs]") {
   const std::vector<std::string> keys = {"global/0", "global/1", "global/2", "global/3"};
-  const auto publish = [&](HttpStore& store) {
+  // Publishes four ranks' values on `server`, fetches them three ways and checks what came back; returns the
+  // multi-key fetches the server logged.
+  const auto fetchesOf = [&](LoggingServer& server) {
+    HttpStore store(clientOf(server.port()));
     store.set("global/0", bytes("hostA|0"));
     store.set("global/1", bytes("hostA|1"));
     store.set("global/2", bytes("hostB|2"));
     store.set("global/3", bytes("hostA|3"));
-  };
-  const auto check = [&](HttpStore& store) {
-    const ValueList hosts = store.waitAndGet(keys, 10s, ValueRange{0, 5, true});
-    REQUIRE(hosts.size() == 4);
-    CHECK(hosts[0] == "hostA");
-    CHECK(hosts[1] == "hostA");
-    CHECK(hosts[2] == "hostB");
-    CHECK(hosts[3] == "hostA");
+    CHECK(strings(store.waitAndGet(keys, 10s, ValueRange{0, 5, true})) ==
+          Strings{"hostA", "hostA", "hostB", "hostA"});
     const ValueList column = store.waitAndGet(keys, 10s, ValueRange{6, 1});
     REQUIRE(column.size() == 4);
     CHECK(std::string(column[0]) + std::string(column[1]) + std::string(column[2]) + std::string(column[3]) == "0123");
     // Keys that are not a run of ranks go in the body.
-    const ValueList some = store.waitAndGet({"global/3", "global/1"}, 10s);
-    REQUIRE(some.size() == 2);
-    CHECK(some[0] == "hostA|3");
-    CHECK(some[1] == "hostA|1");
+    CHECK(strings(store.waitAndGet({"global/3", "global/1"}, 10s)) == Strings{"hostA|3", "hostA|1"});
+    return server.fetches();
   };
   SECTION("this server: keys=0,4 with an empty body, refs=1 for repeats only") {
     LoggingServer server;
-    HttpStore store(clientOf(server.port()));
-    publish(store);
-    check(store);
-    const auto fetches = server.fetches();
+    const auto fetches = fetchesOf(server);
     REQUIRE(fetches.size() == 3);
     CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4&range=0,5&refs=1"));
     CHECK(fetches[0].second.empty());
@@ -447,10 +429,7 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
   }
   SECTION("a server without keys= nor refs=: the list in the body, values whole, once found out") {
     LoggingServer server({"keys=", "refs="});
-    HttpStore store(clientOf(server.port()));
-    publish(store);
-    check(store);
-    const auto fetches = server.fetches();
+    const auto fetches = fetchesOf(server);
     // keys= refused, refs= refused, then the list; later fetches go the old way at once.
     REQUIRE(fetches.size() == 5);
     CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4"));
@@ -463,10 +442,7 @@ TEST_CASE("HttpStore::waitAndGet names rank keys by range and asks for repeats b
   }
   SECTION("a server that refuses keys= for another reason: the plain fetch, once found out") {
     LoggingServer server({}, true);
-    HttpStore store(clientOf(server.port()));
-    publish(store);
-    check(store);
-    const auto fetches = server.fetches();
+    const auto fetches = fetchesOf(server);
     REQUIRE(fetches.size() == 4);  // one refused, then the three fetches with the list, refs off
     CHECK_THAT(fetches[0].first, Catch::Contains("&keys=0,4"));
     for (size_t i = 1; i < fetches.size(); ++i) {

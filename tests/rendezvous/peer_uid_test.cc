@@ -16,6 +16,8 @@
 
 #include "base/error.h"
 #include "rendezvous/token.h"
+#include "tests/common/files.h"
+#include "tests/rendezvous/local_peers.h"
 #include "tests/rendezvous/raw_client.h"
 #include "tests/rendezvous/test_server.h"
 
@@ -43,9 +45,7 @@ std::string withToken(const std::string& request, const std::string& token) {
 class Scratch {
  public:
   Scratch() {
-    char pattern[] = "/tmp/hvd_peer_uid.XXXXXX";
-    REQUIRE(::mkdtemp(pattern) != nullptr);
-    dir_ = pattern;
+    dir_ = hvd::test::makeTempDir("/tmp/hvd_peer_uid.");
     ::chmod(dir_.c_str(), 0755);
     const char* build = std::getenv("HVD_BUILD_DIR");
     REQUIRE(build);
@@ -117,9 +117,7 @@ struct RootCheck {
 
 TEST_CASE("peer uid: a trusting server serves Horovod's tokenless bytes from its own user only",
           "[peer_uid]") {
-  ServerOptions options;
-  options.token = generateToken();
-  options.trust_local_peers = true;
+  const ServerOptions options = trustingLocalPeers(generateToken());
   ServerThread server(options);
   server.server().setScopeSizes({{"global", 2}});
   Rejections rejections;
@@ -190,17 +188,8 @@ TEST_CASE("peer uid: a server that does not trust local peers wants the token fr
 }
 
 TEST_CASE("peer uid: IPv6 loopback is judged the same way", "[peer_uid]") {
-  ServerOptions options;
-  options.bind_address = "::1";
-  options.token = generateToken();
-  options.trust_local_peers = true;
-  std::unique_ptr<ServerThread> server;
-  try {
-    server = std::make_unique<ServerThread>(options);
-  } catch (const hvd::NetworkError& e) {
-    WARN("no IPv6 loopback here: " << e.what());
-    return;
-  }
+  const auto server = ipv6LoopbackServer(trustingLocalPeers(generateToken()));
+  if (!server) return;
   Scratch scratch;
   CHECK(scratch.send("::1", server->port(), horovodRequest("PUT", "/global/0", "v6"), false) == 200);
   CHECK(scratch.send("::1", server->port(), horovodRequest("GET", "/global/0"), true) == 403);

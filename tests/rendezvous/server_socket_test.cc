@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "rendezvous/http_store.h"
+#include "tests/rendezvous/local_peers.h"
 #include "tests/rendezvous/raw_client.h"
 #include "tests/rendezvous/test_server.h"
 
@@ -357,15 +358,8 @@ TEST_CASE("sockets: bind failures name the address", "[server]") {
 }
 
 TEST_CASE("sockets: the server listens on IPv6 loopback when asked", "[server]") {
-  ServerOptions options;
-  options.bind_address = "::1";
-  std::unique_ptr<ServerThread> server;
-  try {
-    server = std::make_unique<ServerThread>(options);
-  } catch (const hvd::NetworkError& e) {
-    WARN("no IPv6 loopback here: " << e.what());
-    return;
-  }
+  const auto server = ipv6LoopbackServer({});
+  if (!server) return;
   CHECK(server->server().address() == "::1");
   StoreOptions client;
   client.host = "::1";
@@ -441,10 +435,7 @@ TEST_CASE("sockets: peerSocketOwner finds the owner of the other end of a loopba
 
 TEST_CASE("sockets: a server that trusts local peers serves this user's tokenless Horovod bytes",
           "[server][compat][peer]") {
-  ServerOptions options;
-  options.token = "job-secret";
-  options.trust_local_peers = true;
-  ServerThread server(options);
+  ServerThread server(trustingLocalPeers("job-secret"));
   server.server().setScopeSizes({{"global", 2}});
   std::mutex mutex;
   std::vector<TokenlessRejection> rejections;

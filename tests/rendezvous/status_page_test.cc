@@ -9,8 +9,10 @@
 
 #include "rendezvous/status_page.h"
 #include "rendezvous/token.h"
+#include "tests/rendezvous/local_peers.h"
 
 using namespace hvd::rendezvous;
+using namespace hvd::rendezvous::testing;
 using hvd::RankReport;
 namespace http = boost::beast::http;
 
@@ -40,25 +42,18 @@ ServerOptions withToken() {
   return o;
 }
 
-PeerInfo sameUser() {
-  PeerInfo p;
-  p.address = "127.0.0.1";
-  p.port = 40000;
-  p.loopback = true;
-  p.uid = 1000;
-  p.same_user = true;
-  return p;
-}
-
-PeerInfo otherUser() {
-  PeerInfo p = sameUser();
-  p.uid = 65534;
-  p.same_user = false;
-  return p;
-}
-
 const std::string kHostileLine = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>&amp;\x1b[31m";
 const std::string kBadUtf8Line = std::string("bytes \xff\xfe and \xc0\xaf end");
+
+// The report of `rank` of the job below, on `host`, with the pid its launcher gave it.
+RankReport reportOf(int rank, const std::string& host) {
+  RankReport r;
+  r.rank = rank;
+  r.size = 4;
+  r.host = host;
+  r.pid = 1000 + rank;
+  return r;
+}
 
 // A job of 4 ranks: 0 running (rank 0: its report lists a wait for rank 1), 1 running and stuck with hostile
 // output, 2 killed by SIGKILL, 3 exited 0.
@@ -69,11 +64,7 @@ void feed(Monitor& m) {
   m.workerStarted(2, 2, "node-c", 1002);
   m.workerStarted(3, 3, "node-d", 1003);
   for (int rank : {0, 1}) m.workerJoined(rank, std::nullopt);
-  RankReport r0;
-  r0.rank = 0;
-  r0.size = 4;
-  r0.host = "node-a";
-  r0.pid = 1000;
+  RankReport r0 = reportOf(0, "node-a");
   r0.collectives["allreduce"] = {12, 4096};
   r0.collectives["broadcast"] = {2, 64};
   r0.rss_bytes = 5 << 20;
@@ -81,11 +72,7 @@ void feed(Monitor& m) {
   r0.waits.push_back({"grad.<3>", "allreduce", 0, {0, 2, 3}, {1}, 12.5});
   r0.stall_warnings = 3;
   m.report(r0);
-  RankReport r1;
-  r1.rank = 1;
-  r1.size = 4;
-  r1.host = "node-\"b\"\\\n<i>";
-  r1.pid = 1001;
+  RankReport r1 = reportOf(1, "node-\"b\"\\\n<i>");
   r1.collectives["allreduce"] = {11, 3000};
   m.report(r1);
   m.workerOutput(1, kHostileLine);
@@ -184,8 +171,8 @@ TEST_CASE("status page: access by path, credential and peer", "[status]") {
   }
   SECTION("no credential from another user or host: the overview; /metrics 401") {
     expect(outcomes(m, guarded, {}, remote), "overview", "overview", "401");
-    expect(outcomes(m, guarded, {}, otherUser()), "overview", "overview", "401");
-    auto metrics = get(m, guarded, "/metrics", {}, otherUser());
+    expect(outcomes(m, guarded, {}, otherUserPeer()), "overview", "overview", "401");
+    auto metrics = get(m, guarded, "/metrics", {}, otherUserPeer());
     CHECK(metrics[http::field::www_authenticate] == "Bearer realm=\"hvd\"");
     auto overview = json(get(m, guarded, "/status.json", {}, remote));
     CHECK(overview.at("name") == "train.py --epochs 3");
@@ -196,12 +183,12 @@ TEST_CASE("status page: access by path, credential and peer", "[status]") {
     CHECK(page.find("/?token=TOKEN") != std::string::npos);  // says how to get in
   }
   SECTION("this user's loopback connection: everything, without a token") {
-    expect(outcomes(m, guarded, {}, sameUser()), "full", "full", "full");
+    expect(outcomes(m, guarded, {}, sameUserPeer()), "full", "full", "full");
   }
   SECTION("X-Hvd-Token: right is everything, wrong is 403 on every path, even for this user") {
     expect(outcomes(m, guarded, {{{"X-Hvd-Token", kToken}}}, remote), "full", "full", "full");
     expect(outcomes(m, guarded, {{{"X-Hvd-Token", kToken + "0"}}}, remote), "403", "403", "403");
-    expect(outcomes(m, guarded, {{{"X-Hvd-Token", ""}}}, sameUser()), "403", "403", "403");
+    expect(outcomes(m, guarded, {{{"X-Hvd-Token", ""}}}, sameUserPeer()), "403", "403", "403");
     CHECK(get(m, guarded, "/", {{{"X-Hvd-Token", "nope"}}}, remote).body() == "status port: wrong X-Hvd-Token\n");
   }
   SECTION("Authorization: Bearer, any case of the scheme; other schemes are not ours") {
@@ -213,8 +200,8 @@ TEST_CASE("status page: access by path, credential and peer", "[status]") {
   SECTION("the hvd_token cookie: right is everything; wrong is 403 for others, ignored for this user") {
     expect(outcomes(m, guarded, {{{"Cookie", "theme=dark; hvd_token=" + kToken}}}, remote), "full", "full", "full");
     expect(outcomes(m, guarded, {{{"Cookie", "hvd_token=stale"}}}, remote), "403", "403", "403");
-    expect(outcomes(m, guarded, {{{"Cookie", "hvd_token=stale"}}}, otherUser()), "403", "403", "403");
-    expect(outcomes(m, guarded, {{{"Cookie", "hvd_token=stale"}}}, sameUser()), "full", "full", "full");
+    expect(outcomes(m, guarded, {{{"Cookie", "hvd_token=stale"}}}, otherUserPeer()), "403", "403", "403");
+    expect(outcomes(m, guarded, {{{"Cookie", "hvd_token=stale"}}}, sameUserPeer()), "full", "full", "full");
     CHECK(get(m, guarded, "/", {{{"Cookie", "hvd_token=stale"}}}, remote).body().find("/?token=TOKEN") !=
           std::string::npos);
     // Two Cookie fields (as HTTP/2 proxies send them): the one holding ours counts.
@@ -231,7 +218,7 @@ TEST_CASE("status page: access by path, credential and peer", "[status]") {
     expect(outcomes(m, guarded, {{{"Cookie", pair}}}, remote), "full", "full", "full");
 
     CHECK(get(m, guarded, "/?token=wrong", {}, remote).result_int() == 403);
-    CHECK(get(m, guarded, "/?token=", {}, sameUser()).result_int() == 403);
+    CHECK(get(m, guarded, "/?token=", {}, sameUserPeer()).result_int() == 403);
     CHECK(get(m, guarded, "/?x=1&token=%zz", {}, remote).result_int() == 400);
     CHECK(get(m, guarded, "/?x=1", {}, remote).result_int() == 200);  // other parameters are ignored
   }
@@ -256,7 +243,7 @@ TEST_CASE("status page: access by path, credential and peer", "[status]") {
 TEST_CASE("status page: the server-rendered page shows every worker, the stuck one and the exited ones", "[status]") {
   Monitor m("train.py", 4);
   feed(m);
-  auto r = get(m, withToken(), "/", {}, sameUser());
+  auto r = get(m, withToken(), "/", {}, sameUserPeer());
   REQUIRE(r.result_int() == 200);
   const std::string& page = r.body();
   CHECK(r[http::field::content_type] == "text/html; charset=utf-8");
@@ -454,22 +441,22 @@ TEST_CASE("status page: bad requests get 4xx with a one-line body naming what wa
   Monitor m;
   const ServerOptions o = withToken();
   for (auto method : {http::verb::post, http::verb::put, http::verb::delete_, http::verb::options}) {
-    auto r = get(m, o, "/", {}, sameUser(), method);
+    auto r = get(m, o, "/", {}, sameUserPeer(), method);
     INFO(r.body());
     CHECK(r.result_int() == 405);
     CHECK(r[http::field::allow] == "GET, HEAD");
     CHECK(r.body() == "status port: method '" + std::string(http::to_string(method)) + "' not allowed; use GET or HEAD\n");
   }
-  auto missing = get(m, o, "/secrets?token=x", {}, sameUser());
+  auto missing = get(m, o, "/secrets?token=x", {}, sameUserPeer());
   CHECK(missing.result_int() == 404);
   CHECK(missing.body() == "status port: no page '/secrets'; there are /, /status.json and /metrics\n");
-  auto control = get(m, o, "/a\x01" "b", {}, sameUser());
+  auto control = get(m, o, "/a\x01" "b", {}, sameUserPeer());
   CHECK(control.result_int() == 404);
   CHECK(control.body() == "status port: no page '/a?b'; there are /, /status.json and /metrics\n");
-  auto long_target = get(m, o, "/" + std::string(kMaxStatusTargetBytes, 'x'), {}, sameUser());
+  auto long_target = get(m, o, "/" + std::string(kMaxStatusTargetBytes, 'x'), {}, sameUserPeer());
   CHECK(long_target.result_int() == 414);
   CHECK(long_target.body() == "status port: request target of 2049 bytes exceeds the limit of 2048 bytes\n");
-  auto bad_escape = get(m, o, "/?token=%g1", {}, sameUser());
+  auto bad_escape = get(m, o, "/?token=%g1", {}, sameUserPeer());
   CHECK(bad_escape.result_int() == 400);
   CHECK(bad_escape.body() == "status port: malformed %-escape in the token parameter\n");
   for (const auto& r : {missing, long_target, bad_escape}) {
@@ -480,8 +467,8 @@ TEST_CASE("status page: bad requests get 4xx with a one-line body naming what wa
   SECTION("HEAD: the GET's headers, no body") {
     for (const char* path : {"/", "/status.json", "/metrics"}) {
       INFO(path);
-      auto g = get(m, o, path, {}, sameUser());
-      auto h = get(m, o, path, {}, sameUser(), http::verb::head);
+      auto g = get(m, o, path, {}, sameUserPeer());
+      auto h = get(m, o, path, {}, sameUserPeer(), http::verb::head);
       CHECK(h.result_int() == 200);
       CHECK(h.body().empty());
       CHECK(h[http::field::content_type] == g[http::field::content_type]);

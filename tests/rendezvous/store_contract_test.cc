@@ -11,6 +11,7 @@
 #include "rendezvous/file_store.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/memory_store.h"
+#include "tests/common/throws.h"
 #include "tests/rendezvous/test_server.h"
 
 using namespace hvd::rendezvous;
@@ -96,16 +97,14 @@ TEST_CASE("Store contract", "[store]") {
     const auto start = Clock::now();
     REQUIRE_THROWS_AS(store.wait({"t/present", "t/missing_one"}, 200ms), hvd::RendezvousTimeout);
     REQUIRE(Clock::now() - start >= 190ms);
-    try {
+    const std::string what = hvd::test::thrownWhat<hvd::RendezvousTimeout>("wait did not throw", [&] {
       store.wait({"t/present", "t/missing_one", "t/3"}, 100ms);
-      FAIL("wait did not throw");
-    } catch (const hvd::RendezvousTimeout& e) {
-      const std::string what = e.what();
-      CHECK_THAT(what, Catch::Contains("t/missing_one"));
-      CHECK_THAT(what, Catch::Contains("t/3"));
-      CHECK_THAT(what, !Catch::Contains("present"));
-      CHECK_THAT(what, Catch::Contains(store.describe()) || Catch::Contains(fixture->server ? "127.0.0.1" : "store"));
-    }
+    });
+    CHECK_THAT(what, Catch::Contains("t/missing_one"));
+    CHECK_THAT(what, Catch::Contains("t/3"));
+    CHECK_THAT(what, !Catch::Contains("present"));
+    CHECK_THAT(what,
+               Catch::Contains(store.describe()) || Catch::Contains(fixture->server ? "127.0.0.1" : "store"));
   }
 
   SECTION("wait and get wake up when another thread sets the key") {

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <catch2/catch.hpp>
 
+#include "base/error.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/server.h"
 
@@ -40,5 +42,17 @@ class ServerThread {
   std::unique_ptr<Server> server_;
   std::vector<std::thread> threads_;
 };
+
+// A ServerThread with `options` bound to ::1, or null (and a warning saying why) where this machine has no
+// IPv6 loopback.
+inline std::unique_ptr<ServerThread> ipv6LoopbackServer(ServerOptions options) {
+  options.bind_address = "::1";
+  try {
+    return std::make_unique<ServerThread>(std::move(options));
+  } catch (const hvd::NetworkError& e) {
+    WARN("no IPv6 loopback here: " << e.what());
+    return nullptr;
+  }
+}
 
 }  // namespace hvd::rendezvous::testing

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "runtime/autotune.h"
+#include "tests/common/files.h"
 
 using namespace hvd::runtime;
 using namespace std::chrono_literals;
@@ -15,6 +16,15 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
+
+// The tuner's options with `warmup` warm-up samples and `steps` steps per sample; the rest as
+// AutotuneOptions has them.
+AutotuneOptions sampling(int warmup, int steps) {
+  AutotuneOptions o;
+  o.warmup_samples = warmup;
+  o.steps_per_sample = steps;
+  return o;
+}
 
 // Runs steps of two allreduces (16 MiB of bytes per step) whose duration speed(params) gives, feeding
 // the tuner as the coordinator would, until it is done or max_steps ran. Returns the steps run.
@@ -34,20 +44,11 @@ int runJob(Autotuner& tuner, const std::function<std::chrono::microseconds(const
   return steps;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("autotune finds the fastest fusion threshold and cycle time, and logs Horovod's CSV", "[autotune]") {
   const std::string log = "/tmp/hvd_autotune_test_" + std::to_string(::getpid()) + ".csv";
-  AutotuneOptions o;
-  o.warmup_samples = 2;
-  o.steps_per_sample = 3;
+  AutotuneOptions o = sampling(2, 3);
   o.max_samples = 20;
   o.log_path = log;
   const TunableParams start{kMiB, 1000us, false};
@@ -64,7 +65,7 @@ TEST_CASE("autotune finds the fastest fusion threshold and cycle time, and logs 
   CHECK(tuner.current() == TunableParams{4 * kMiB, 0us, false});
   // After the warm-up: 1 start + 4 fusion + 3 cycle-time candidates + 4 confirmation samples.
   CHECK(tuner.samples() == 1 + 4 + 3 + 4);
-  const std::string csv = slurp(log);
+  const std::string csv = hvd::test::readFile(log);
   std::remove(log.c_str());
   CHECK(csv.rfind("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
                   "tensor_fusion_threshold,score\n",
@@ -77,9 +78,7 @@ TEST_CASE("autotune finds the fastest fusion threshold and cycle time, and logs 
 }
 
 TEST_CASE("autotune never keeps parameters that lose to the starting ones", "[autotune]") {
-  AutotuneOptions o;
-  o.warmup_samples = 0;
-  o.steps_per_sample = 2;
+  AutotuneOptions o = sampling(0, 2);
   o.tune_cycle_time = false;
   Autotuner tuner(o, TunableParams{kMiB, 1000us, false});
   // A job where 16 MiB looks fast exactly once (a lucky sample), then is slow: the confirmation sees it.
@@ -94,9 +93,7 @@ TEST_CASE("autotune never keeps parameters that lose to the starting ones", "[au
 }
 
 TEST_CASE("autotune: the path is searched only when allowed, and the budget is respected", "[autotune]") {
-  AutotuneOptions o;
-  o.warmup_samples = 1;
-  o.steps_per_sample = 1;
+  AutotuneOptions o = sampling(1, 1);
   o.tune_fusion = false;
   o.tune_cycle_time = false;
   o.tune_hierarchical = true;

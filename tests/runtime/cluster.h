@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,5 +69,19 @@ class Cluster {
  private:
   std::vector<std::unique_ptr<Runtime>> runtimes_;
 };
+
+// A request of `type` named `name` on `rows` rows of `row_elements` elements of `dtype` read from `input`;
+// the other fields as Request has them (op kSum, root 0, process set 0, no output buffer).
+inline Request request(OpType type, std::string name, DataType dtype, int64_t rows, int64_t row_elements,
+                       const void* input) {
+  Request q;
+  q.type = type;
+  q.name = std::move(name);
+  q.dtype = dtype;
+  q.rows = rows;
+  q.row_elements = row_elements;
+  q.input = input;
+  return q;
+}
 
 }  // namespace hvd::runtime::testing

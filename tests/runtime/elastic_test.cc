@@ -23,6 +23,7 @@
 #include <hvd/hvd.hpp>
 
 #include "rendezvous/server.h"
+#include "tests/common/files.h"
 #include "tests/runtime/job.h"
 
 using namespace hvd::runtime::testing;
@@ -239,9 +240,8 @@ TEST_CASE("elastic init whose round is over joins the next round: refused keys (
 
 TEST_CASE("hvd_elastic_check_host_updates is 0 until the driver begins a newer round, then 1 with its changes",
           "[multiprocess][elastic]") {
-  char dir[] = "/tmp/hvd_host_updates_XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  const std::string signal = std::string(dir) + "/checked";
+  const std::string dir = hvd::test::makeTempDir("/tmp/hvd_host_updates_");
+  const std::string signal = dir + "/checked";
   JobOptions o;
   o.np = 2;
   o.argv = {buildPath("tests/runtime/scenario_worker"), "host_updates"};
@@ -261,7 +261,7 @@ TEST_CASE("hvd_elastic_check_host_updates is 0 until the driver begins a newer r
   const auto results = runJob(o);
   driver.join();
   ::unlink(signal.c_str());
-  ::rmdir(dir);
+  ::rmdir(dir.c_str());
   INFO(describe(results));
   REQUIRE(began);
   for (const auto& r : results) {

@@ -15,6 +15,7 @@
 
 using namespace hvd::runtime;
 using hvd::runtime::testing::Cluster;
+using hvd::runtime::testing::request;
 using hvd::gloo_backend::elementSize;
 
 namespace {
@@ -114,6 +115,26 @@ double expected(DataType t, ReduceOp op, int n, size_t i) {
 bool close(DataType t, double got, double want) {
   const double tol = (t == DataType::kFloat16 || t == DataType::kBFloat16) ? 1e-2 : 1e-6;
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+// Runs `q` as a reducescatter on rank r of `cluster` and waits for it. Checks that the result holds this
+// rank's share of q.rows (the first rows % n ranks take one more); `first` is the share's first row.
+struct Reducescatter {
+  std::shared_ptr<Work> work;
+  int64_t rows = 0, first = 0;
+};
+Reducescatter reducescatter(Cluster& cluster, int r, Request q) {
+  q.type = OpType::kReducescatter;
+  const int64_t rows = q.rows;
+  Reducescatter out;
+  out.work = cluster[r].enqueue(std::move(q));
+  out.work->wait();
+  const int n = cluster.size();
+  const int64_t base = rows / n, extra = rows % n;
+  out.rows = base + (r < extra);
+  out.first = r * base + std::min<int64_t>(r, extra);
+  REQUIRE(out.work->result_rows == out.rows);
+  return out;
 }
 
 }  // namespace
@@ -218,14 +239,8 @@ TEST_CASE("allgather with a different first dimension on every rank (including 0
     const int64_t width = 3;
     std::vector<int32_t> in(rows * width);
     for (int64_t i = 0; i < rows * width; ++i) in[i] = r * 100 + static_cast<int32_t>(i);
-    Request q;
-    q.type = OpType::kAllgather;
-    q.name = "gather";
-    q.dtype = DataType::kInt32;
-    q.rows = rows;
-    q.row_elements = width;
-    q.input = in.data();
-    auto w = cluster[r].enqueue(q);
+    auto w =
+        cluster[r].enqueue(request(OpType::kAllgather, "gather", DataType::kInt32, rows, width, in.data()));
     w->wait();
     std::vector<int32_t> want;
     for (int p = 0; p < n; ++p) {
@@ -247,14 +262,9 @@ TEST_CASE("alltoall with explicit and even splits", "[inprocess]") {
       splits[p] = (p + r) % 3;
       for (int64_t k = 0; k < splits[p] * 2; ++k) in.push_back(1000.0f * r + p);
     }
-    Request q;
-    q.type = OpType::kAlltoall;
-    q.name = "a2a";
-    q.dtype = DataType::kFloat32;
-    q.rows = static_cast<int64_t>(in.size() / 2);
-    q.row_elements = 2;
+    Request q = request(OpType::kAlltoall, "a2a", DataType::kFloat32, static_cast<int64_t>(in.size() / 2), 2,
+                        in.data());
     q.splits = splits;
-    q.input = in.data();
     auto w = cluster[r].enqueue(q);
     w->wait();
     std::vector<float> want;
@@ -268,13 +278,7 @@ TEST_CASE("alltoall with explicit and even splits", "[inprocess]") {
     // Even: n rows, one to each rank.
     std::vector<int64_t> even(n);
     for (int p = 0; p < n; ++p) even[p] = r * 10 + p;
-    Request e;
-    e.type = OpType::kAlltoall;
-    e.name = "a2a_even";
-    e.dtype = DataType::kInt64;
-    e.rows = n;
-    e.input = even.data();
-    auto we = cluster[r].enqueue(e);
+    auto we = cluster[r].enqueue(request(OpType::kAlltoall, "a2a_even", DataType::kInt64, n, 1, even.data()));
     we->wait();
     const auto* got = reinterpret_cast<const int64_t*>(we->result.data());
     for (int p = 0; p < n; ++p) REQUIRE(got[p] == p * 10 + r);
@@ -293,21 +297,16 @@ TEST_CASE("reducescatter with uneven rows, sum and average", "[inprocess]") {
       std::vector<double> in(rows * width);
       for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>(i) + r;
       Request q;
-      q.type = OpType::kReducescatter;
       q.name = std::string("rs") + hvd::gloo_backend::name(op);
       q.dtype = DataType::kFloat64;
       q.op = op;
       q.rows = rows;
       q.row_elements = width;
       q.input = in.data();
-      auto w = cluster[r].enqueue(q);
-      w->wait();
-      const int64_t base = rows / n, extra = rows % n;
-      const int64_t mine = base + (r < extra), first = r * base + std::min<int64_t>(r, extra);
-      REQUIRE(w->result_rows == mine);
-      const auto* got = reinterpret_cast<const double*>(w->result.data());
-      for (int64_t i = 0; i < mine * width; ++i) {
-        const double idx = static_cast<double>(first * width + i);
+      const auto rs = reducescatter(cluster, r, q);
+      const auto* got = reinterpret_cast<const double*>(rs.work->result.data());
+      for (int64_t i = 0; i < rs.rows * width; ++i) {
+        const double idx = static_cast<double>(rs.first * width + i);
         double want = idx * n + n * (n - 1) / 2.0;
         if (op == ReduceOp::kAverage) want /= n;
         REQUIRE(got[i] == Approx(want));
@@ -343,20 +342,15 @@ TEST_CASE("large allreduce and reducescatter: the segmented ring's blocks of sev
     std::vector<int32_t> in(rows);
     for (int64_t i = 0; i < rows; ++i) in[i] = static_cast<int32_t>(i % 1000 + r);
     Request q;
-    q.type = OpType::kReducescatter;
     q.name = "big_reducescatter";
     q.dtype = DataType::kInt32;
     q.op = ReduceOp::kSum;
     q.rows = rows;
     q.input = in.data();
-    auto w = cluster[r].enqueue(q);
-    w->wait();
-    const int64_t base = rows / n, extra = rows % n;
-    const int64_t mine = base + (r < extra), first = r * base + std::min<int64_t>(r, extra);
-    REQUIRE(w->result_rows == mine);
-    const auto* got = reinterpret_cast<const int32_t*>(w->result.data());
-    for (int64_t i = 0; i < mine; ++i) {
-      const int64_t idx = first + i;
+    const auto rs = reducescatter(cluster, r, q);
+    const auto* got = reinterpret_cast<const int32_t*>(rs.work->result.data());
+    for (int64_t i = 0; i < rs.rows; ++i) {
+      const int64_t idx = rs.first + i;
       const int32_t want = static_cast<int32_t>((idx % 1000) * n + n * (n - 1) / 2);
       if (got[i] != want) FAIL("rank " << r << " reducescatter element " << i << ": got " << got[i] << ", want " << want);
     }
@@ -675,12 +669,7 @@ TEST_CASE("process sets: collectives among a subset, scoped names, add and remov
       cluster[r].enqueue(bc)->wait();
       REQUIRE(b == std::vector<int32_t>{3, 3});
       std::vector<int32_t> mine(static_cast<size_t>(r), r);  // rank 1: one row, rank 3: three
-      Request ag;
-      ag.type = OpType::kAllgather;
-      ag.name = "ag";
-      ag.dtype = DataType::kInt32;
-      ag.rows = r;
-      ag.input = mine.data();
+      Request ag = request(OpType::kAllgather, "ag", DataType::kInt32, r, 1, mine.data());
       ag.process_set = odd;
       auto w = cluster[r].enqueue(ag);
       w->wait();
@@ -879,12 +868,8 @@ TEST_CASE("result buffers: released blocks are reused, within the pool's limits"
   cluster.forEach([&](int r) {
     std::vector<float> in(1 << 20, static_cast<float>(r));
     for (int step = 0; step < 2; ++step) {
-      Request q;
-      q.type = OpType::kAllgather;
-      q.name = "gather";
-      q.rows = static_cast<int64_t>(in.size());
-      q.input = in.data();
-      auto w = cluster[r].enqueue(q);
+      auto w = cluster[r].enqueue(request(OpType::kAllgather, "gather", DataType::kFloat32,
+                                          static_cast<int64_t>(in.size()), 1, in.data()));
       w->wait();
       REQUIRE(w->result.size() == 2 * in.size() * sizeof(float));
       const auto* got = reinterpret_cast<const float*>(w->result.data());

@@ -13,19 +13,11 @@
 #include <catch2/catch.hpp>
 
 #include "rendezvous/server.h"
+#include "tests/common/files.h"
 
 namespace hvd::runtime::testing {
 
-namespace {
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
+using hvd::test::readFile;
 
 std::string buildPath(const std::string& relative) {
   const char* dir = std::getenv("HVD_BUILD_DIR");
@@ -49,9 +41,7 @@ std::vector<WorkerResult> runJob(const JobOptions& options) {
     server_thread = std::thread([&] { ioc.run(); });
   }
 
-  char dir_template[] = "/tmp/hvd_job_XXXXXX";
-  REQUIRE(::mkdtemp(dir_template) != nullptr);
-  const std::string dir = dir_template;
+  const std::string dir = hvd::test::makeTempDir("/tmp/hvd_job_");
 
   std::vector<pid_t> pids(options.np, -1);
   for (int rank = 0; rank < options.np; ++rank) {
@@ -146,6 +136,13 @@ std::string describe(const std::vector<WorkerResult>& results) {
       << r.output;
   }
   return s.str();
+}
+
+void requireEveryRankPrinted(const std::vector<WorkerResult>& results, const std::string& text) {
+  for (const auto& r : results) {
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find(text) != std::string::npos);
+  }
 }
 
 }  // namespace hvd::runtime::testing

@@ -45,4 +45,7 @@ std::string buildPath(const std::string& relative);
 // Readable summary of a job's results for assertion messages.
 std::string describe(const std::vector<WorkerResult>& results);
 
+// Rank by rank: REQUIREs that it exited 0 and CHECKs that its output holds `text`.
+void requireEveryRankPrinted(const std::vector<WorkerResult>& results, const std::string& text);
+
 }  // namespace hvd::runtime::testing

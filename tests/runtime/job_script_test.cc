@@ -32,10 +32,13 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/files.h"
+
 extern char** environ;
 
 namespace {
 
+using hvd::test::readFile;
 using namespace std::chrono_literals;
 using Env = std::map<std::string, std::string>;
 namespace fs = std::filesystem;
@@ -137,24 +140,13 @@ Result run(const std::vector<std::string>& argv, const Env& env, std::chrono::mi
 
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/hvd_job_script_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
+  TempDir() : path_(hvd::test::makeTempDir("/tmp/hvd_job_script_")) {}
   ~TempDir() { fs::remove_all(path_); }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
  private:
   std::string path_;
 };
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // hvd-rendezvous as a job script starts it in the background: a token file, --port 0, --address-file.
 class Daemon {

@@ -3,7 +3,6 @@
 // host names through a store with ranks as threads.
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -12,21 +11,15 @@
 #include "rendezvous/memory_store.h"
 #include "runtime/launcher_env.h"
 #include "runtime/options.h"
+#include "tests/common/throws.h"
+#include "tests/runtime/options_env.h"
 
 using hvd::runtime::HostEntry;
 using hvd::runtime::HostNumbers;
 using hvd::runtime::Launcher;
-using hvd::runtime::RuntimeOptions;
-using Env = std::map<std::string, std::string>;
+using namespace hvd::test;  // Env, parse
 
 namespace {
-
-RuntimeOptions parse(const Env& env) {
-  return RuntimeOptions::fromEnvironment([&](const char* name) -> const char* {
-    auto it = env.find(name);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
-}
 
 Env with(Env env, const Env& more) {
   for (const auto& [k, v] : more) env[k] = v;
@@ -123,25 +116,23 @@ TEST_CASE("a batch or salloc shell is no srun task: one process", "[launcher_env
 }
 
 TEST_CASE("Open MPI and Hydra: rank, size and their local numbers", "[launcher_env]") {
+  // Both name rank 1 of 3, local rank 1 of 2.
+  for (const auto& [env, launcher] :
+       {std::pair{kOpenMpi, Launcher::kOpenMpi}, std::pair{kHydra, Launcher::kPmi}}) {
+    INFO(env.begin()->first);
+    const auto o = parse(with(env, kRendezvous));
+    REQUIRE(o.launcher.has_value());
+    CHECK(o.launcher->launcher == launcher);
+    CHECK(o.rank == 1);
+    CHECK(o.size == 3);
+    CHECK(o.launcher->local_rank == 1);
+    CHECK(o.launcher->local_size == 2);
+    CHECK(o.hostname == systemHostName());
+  }
   const auto o = parse(with(kOpenMpi, kRendezvous));
-  REQUIRE(o.launcher.has_value());
-  CHECK(o.launcher->launcher == Launcher::kOpenMpi);
-  CHECK(o.rank == 1);
-  CHECK(o.size == 3);
-  CHECK(o.launcher->local_rank == 1);
-  CHECK(o.launcher->local_size == 2);
   CHECK(o.launcher->node == -1);  // OMPI_COMM_WORLD_NODE_RANK is a rank on the node, not the node's number
   CHECK(o.launcher->job == "ompi3815112705");
-  CHECK(o.hostname == systemHostName());
 
-  const auto h = parse(with(kHydra, kRendezvous));
-  REQUIRE(h.launcher.has_value());
-  CHECK(h.launcher->launcher == Launcher::kPmi);
-  CHECK(h.rank == 1);
-  CHECK(h.size == 3);
-  CHECK(h.launcher->local_rank == 1);
-  CHECK(h.launcher->local_size == 2);
-  CHECK(h.hostname == systemHostName());
   // Slurm's PMI-2 plugin gives PMI_RANK and PMI_SIZE alone.
   const auto pmi2 = parse(with({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}}, kRendezvous));
   CHECK(pmi2.launcher->local_rank == -1);
@@ -255,13 +246,9 @@ TEST_CASE("partial or contradictory launcher variables: one line naming them", "
   };
   for (const auto& [env, message] : cases) {
     INFO(message);
-    REQUIRE_THROWS_AS(parse(env), hvd::UsageError);
-    REQUIRE_THROWS_WITH(parse(env), Catch::StartsWith(message));
-    try {
-      parse(env);
-    } catch (const hvd::UsageError& e) {
-      CHECK(std::string(e.what()).find('\n') == std::string::npos);
-    }
+    hvd::test::requireUsageError(env, message);
+    const std::string what = hvd::test::thrownWhat<hvd::UsageError>("no error", [&] { parse(env); });
+    CHECK(what.find('\n') == std::string::npos);
   }
 }
 

@@ -35,10 +35,7 @@ TEST_CASE("hello examples in C and C++ sum the ranks", "[multiprocess]") {
     o.argv = {buildPath(binary)};
     const auto results = runJob(o);
     INFO(binary << "\n" << describe(results));
-    for (const auto& r : results) {
-      REQUIRE(r.exit_code == 0);
-      CHECK(r.output.find("of 3: sum of ranks = 3") != std::string::npos);
-    }
+    requireEveryRankPrinted(results, "of 3: sum of ranks = 3");
   }
 }
 
@@ -128,10 +125,7 @@ TEST_CASE("shared memory: a rank stopped for 3 s (SIGSTOP, SIGCONT) is waited fo
   o.timeout = std::chrono::seconds(40);
   const auto results = runJob(o);
   INFO(describe(results));
-  for (const auto& r : results) {
-    REQUIRE(r.exit_code == 0);
-    CHECK(r.output.find("stop ok after") != std::string::npos);
-  }
+  requireEveryRankPrinted(results, "stop ok after");
 }
 
 namespace {
@@ -260,10 +254,7 @@ TEST_CASE("process sets and groups through the C and C++ APIs", "[multiprocess][
   o.env = {{"HOROVOD_DYNAMIC_PROCESS_SETS", "1"}};
   const auto results = runJob(o);
   INFO(describe(results));
-  for (const auto& r : results) {
-    REQUIRE(r.exit_code == 0);
-    CHECK(r.output.find("process_sets ok") != std::string::npos);
-  }
+  requireEveryRankPrinted(results, "process_sets ok");
 }
 
 TEST_CASE("an elastic worker initializing again joins the next round with the place the driver gave it",

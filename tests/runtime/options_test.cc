@@ -1,25 +1,14 @@
 // RuntimeOptions::fromEnvironment: defaults, parsing, and one clear error per bad value.
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <string>
 
 #include "base/error.h"
 #include "runtime/options.h"
+#include "tests/runtime/options_env.h"
 
 using hvd::runtime::LogLevel;
-using hvd::runtime::RuntimeOptions;
-
-namespace {
-
-RuntimeOptions parse(const std::map<std::string, std::string>& env) {
-  return RuntimeOptions::fromEnvironment([&](const char* name) -> const char* {
-    auto it = env.find(name);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
-}
-
-}  // namespace
+using namespace hvd::test;  // Env, parse
 
 TEST_CASE("no variables: Horovod's defaults, a single process", "[options]") {
   const auto o = parse({});
@@ -123,7 +112,6 @@ TEST_CASE("HVD_REPORT_INTERVAL_SECONDS: 1 s by default, fractions, 0 for none; H
 }
 
 TEST_CASE("bad values: one error naming the variable and the value", "[options]") {
-  using Env = std::map<std::string, std::string>;
   const std::vector<std::pair<Env, std::string>> cases = {
       {{{"HOROVOD_RANK", "abc"}}, "HOROVOD_RANK='abc' is not an integer"},
       {{{"HOROVOD_SIZE", "0"}}, "HOROVOD_SIZE=0 is out of range"},
@@ -160,13 +148,11 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
   };
   for (const auto& [env, message] : cases) {
     INFO(message);
-    REQUIRE_THROWS_AS(parse(env), hvd::UsageError);
-    REQUIRE_THROWS_WITH(parse(env), Catch::StartsWith(message));
+    hvd::test::requireUsageError(env, message);
   }
 }
 
 TEST_CASE("booleans: integers as Horovod reads them, words as meant", "[options]") {
-  using Env = std::map<std::string, std::string>;
   for (const auto& [text, want] : std::vector<std::pair<std::string, bool>>{
            {"1", true}, {"2", true}, {"0", false}, {"-1", false}, {"true", true}, {"TRUE", true}, {"yes", true},
            {"On", true}, {"false", false}, {"No", false}, {"off", false}, {"", false}, {" ", false},

@@ -18,6 +18,7 @@
 #include "rendezvous/server.h"
 #include "runtime/coordinator.h"
 #include "runtime/reporter.h"
+#include "tests/common/child.h"
 #include "tests/runtime/job.h"
 
 using namespace hvd::runtime::testing;
@@ -197,24 +198,13 @@ TEST_CASE("reports: a server without the report route (404, or Horovod's dropped
   REQUIRE(log_fd >= 0);
   ::close(log_fd);
   const std::string log = log_template;
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
   const char* source = std::getenv("HVD_SOURCE_DIR");
   REQUIRE(source != nullptr);
   const std::string script = std::string(source) + "/tests/runtime/kv_only_server.py";
-  const pid_t server = ::fork();
-  REQUIRE(server >= 0);
-  if (server == 0) {
-    ::dup2(out[1], 1);
-    ::close(out[0]);
-    ::execl("/usr/bin/python3", "python3", script.c_str(), log.c_str(), mode.c_str(), nullptr);
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string port;
-  char c;
-  while (::read(out[0], &c, 1) == 1 && c != '\n') port += c;
-  ::close(out[0]);
+  const auto child = hvd::test::startAndReadFirstLine("/usr/bin/python3", {"python3", script, log, mode});
+  REQUIRE(child.pid >= 0);
+  const pid_t server = child.pid;
+  const std::string port = child.first_line;
   REQUIRE(!port.empty());
 
   JobOptions o;

@@ -300,6 +300,17 @@ int stateScenario() {
   return 0;
 }
 
+// A survivor's line for the step whose collective failed with `status` (the step began at `start`, the
+// seconds are printed with `decimals` places), after which it shuts down; returns main's exit code, 0.
+int reportSurvived(int rank, int step, int status, std::chrono::steady_clock::time_point start,
+                   int decimals) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("rank %d survived: step %d failed with status %d after %.*f s: %s\n", rank, step, status,
+              decimals, s, hvd_error_text());
+  hvd_shutdown();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -381,13 +392,7 @@ int main(int argc, char** argv) {
       if (rank == 1 && step == 5) _exit(9);
       const auto start = std::chrono::steady_clock::now();
       const int status = allreduceOnce("step", v, 16);
-      if (status != HVD_SUCCESS) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::printf("rank %d survived: step %d failed with status %d after %.1f s: %s\n", rank, step, status, s,
-                    hvd_error_text());
-        hvd_shutdown();
-        return 0;
-      }
+      if (status != HVD_SUCCESS) return reportSurvived(rank, step, status, start, 1);
     }
   }
   if (std::strcmp(scenario, "kill_mid") == 0) {
@@ -400,13 +405,7 @@ int main(int argc, char** argv) {
         ::raise(SIGKILL);
       }
       const int status = h < 0 ? h : hvd_wait(h);
-      if (status != HVD_SUCCESS) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::printf("rank %d survived: step %d failed with status %d after %.3f s: %s\n", rank, step, status, s,
-                    hvd_error_text());
-        hvd_shutdown();
-        return 0;
-      }
+      if (status != HVD_SUCCESS) return reportSurvived(rank, step, status, start, 3);
     }
   }
   if (std::strcmp(scenario, "peer_lost") == 0) {

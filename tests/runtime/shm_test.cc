@@ -12,6 +12,7 @@
 using namespace hvd::runtime;
 using hvd::gloo_backend::elementSize;
 using hvd::runtime::testing::Cluster;
+using hvd::runtime::testing::request;
 
 namespace {
 
@@ -68,6 +69,12 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
     auto& out = outputs[r];
     int seq = 0;
     auto name = [&] { return "op" + std::to_string(seq++); };
+    // Runs q and keeps the bytes of its result.
+    auto keepResult = [&](const Request& q) {
+      auto w = cluster[r].enqueue(q);
+      w->wait();
+      out.emplace_back(w->result.begin(), w->result.end());
+    };
     // allreduce: every type and op; counts within a chunk and across several (256 KiB chunks).
     for (DataType t : kAllTypes) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
@@ -112,16 +119,7 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
       std::vector<std::byte> in;
       const int64_t rows = r == 1 ? 0 : (r + 1) * 40000;
       fill(t, in, static_cast<size_t>(rows) * 3, static_cast<uint32_t>(r));
-      Request q;
-      q.type = OpType::kAllgather;
-      q.name = name();
-      q.dtype = t;
-      q.rows = rows;
-      q.row_elements = 3;
-      q.input = in.data();
-      auto w = cluster[r].enqueue(q);
-      w->wait();
-      out.emplace_back(w->result.begin(), w->result.end());
+      keepResult(request(OpType::kAllgather, name(), t, rows, 3, in.data()));
     }
     // alltoall: uneven splits, some messages across several sub-slots.
     {
@@ -130,17 +128,9 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
       for (int p = 0; p < n; ++p) rows += splits[p] = (p + r) % 3 == 0 ? 0 : 50000 * ((p + r) % 3);
       std::vector<std::byte> in;
       fill(DataType::kInt32, in, static_cast<size_t>(rows) * 2, static_cast<uint32_t>(r + 5));
-      Request q;
-      q.type = OpType::kAlltoall;
-      q.name = name();
-      q.dtype = DataType::kInt32;
-      q.rows = rows;
-      q.row_elements = 2;
+      Request q = request(OpType::kAlltoall, name(), DataType::kInt32, rows, 2, in.data());
       q.splits = splits;
-      q.input = in.data();
-      auto w = cluster[r].enqueue(q);
-      w->wait();
-      out.emplace_back(w->result.begin(), w->result.end());
+      keepResult(q);
     }
     // reducescatter: uneven blocks, every reducible type.
     for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kFloat16}) {
@@ -148,17 +138,9 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
         std::vector<std::byte> in;
         const int64_t rows = 100003;
         fill(t, in, static_cast<size_t>(rows) * 2, static_cast<uint32_t>(r * 31 + seq));
-        Request q;
-        q.type = OpType::kReducescatter;
-        q.name = name();
-        q.dtype = t;
+        Request q = request(OpType::kReducescatter, name(), t, rows, 2, in.data());
         q.op = op;
-        q.rows = rows;
-        q.row_elements = 2;
-        q.input = in.data();
-        auto w = cluster[r].enqueue(q);
-        w->wait();
-        out.emplace_back(w->result.begin(), w->result.end());
+        keepResult(q);
       }
     }
   });

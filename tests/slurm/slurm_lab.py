@@ -18,10 +18,21 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
+
+from lab_common import Lab, add_bridge, add_bridged_namespace, delete_namespaces, netns_unavailable  # noqa: E402
+
 SUBNET = "10.97.0"
+BUILD = os.environ.get("HVD_BUILD_DIR", "")
+
+
+def hvd_env():
+    """What a batch script needs to run the build tree's hvdrun (and hvdrun its hvd-proxy) on the nodes."""
+    return {"PATH": f"{BUILD}:/usr/sbin:/usr/bin:/sbin:/bin", "HVD_BIN": BUILD}
 
 
 def unavailable():
@@ -31,19 +42,14 @@ def unavailable():
     for tool in ("slurmctld", "slurmd", "munged", "srun", "sbatch", "unshare", "nsenter", "ip"):
         if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
             return f"{tool} not installed (packaging/install-deps.sh installs slurm-wlm and munge)"
-    probe = f"hvdslprobe{os.getpid()}"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if r.returncode != 0:
-        return "ip netns add is not permitted: " + r.stderr.strip()
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
+    return netns_unavailable(f"hvdslprobe{os.getpid()}")
 
 
 def sh(*args, **kw):
     return subprocess.run(list(args), check=True, capture_output=True, text=True, **kw)
 
 
-class SlurmLab:
+class SlurmLab(Lab):
     def __init__(self, nodes=3, cpus=4):
         self.n = nodes
         self.cpus = cpus
@@ -65,24 +71,14 @@ class SlurmLab:
 
     # ----- set-up
 
-    def __enter__(self):
-        try:
-            self._network()
-            self._munge()
-            self._config()
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _setup(self):
+        self._network()
+        self._munge()
+        self._config()
+        self._start()
 
     def _network(self):
-        sh("ip", "netns", "add", self.hub)
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "add", "br0", "type", "bridge")
-        sh("ip", "netns", "exec", self.hub, "ip", "link", "set", "br0", "up")
+        add_bridge(self.hub)
         hosts = ["127.0.0.1 localhost", f"{SUBNET}.1 slurmctl"]
         hosts += [f"{self.address(i)} {self.node(i)}" for i in range(1, self.n + 1)]
         self.hosts_file = os.path.join(self.dir, "hosts")
@@ -90,14 +86,7 @@ class SlurmLab:
             f.write("\n".join(hosts) + "\n")
         for k, (ns, addr) in enumerate([(self.ctl, f"{SUBNET}.1")] +
                                        [(self.node_ns[i - 1], self.address(i)) for i in range(1, self.n + 1)]):
-            port = f"vs{os.getpid() % 100000}_{k}"[:15]
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", port, "netns", self.hub, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            sh("ip", "netns", "exec", self.hub, "ip", "link", "set", port, "master", "br0")
-            sh("ip", "netns", "exec", self.hub, "ip", "link", "set", port, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", addr + "/24", "dev", "eth0")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            add_bridged_namespace(self.hub, ns, f"vs{os.getpid() % 100000}_{k}"[:15], addr)
             # `ip netns exec` puts this over /etc/hosts for commands run in the namespace.
             os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
             shutil.copy(self.hosts_file, f"/etc/netns/{ns}/hosts")
@@ -259,9 +248,9 @@ class SlurmLab:
             except (OSError, ValueError):
                 pass
         time.sleep(0.3)
-        for ns in self.node_ns + [self.ctl, self.hub]:
-            subprocess.run(f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; ip netns del {ns}",
-                           shell=True, capture_output=True)
+        namespaces = self.node_ns + [self.ctl, self.hub]
+        delete_namespaces(namespaces)
+        for ns in namespaces:
             shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         for pidfile in self.daemons:
             try:

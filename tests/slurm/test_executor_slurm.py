@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from slurm_lab import SlurmLab, unavailable
+from slurm_lab import BUILD, SlurmLab, hvd_env, unavailable
 
-BUILD = os.environ.get("HVD_BUILD_DIR", "")
 
 why = unavailable() or (None if BUILD else "HVD_BUILD_DIR is not set")
 pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm lab: {why}")
@@ -49,10 +48,6 @@ print("driver done", flush=True)
 def lab():
     with SlurmLab(nodes=2, cpus=4) as lab:
         yield lab
-
-
-def hvd_env():
-    return {"PATH": f"{BUILD}:/usr/sbin:/usr/bin:/sbin:/bin", "HVD_BIN": BUILD}
 
 
 PATTERN = r"hvd-proxy|hvd\.executor\.worker|hvdrun"

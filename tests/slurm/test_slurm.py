@@ -4,13 +4,11 @@ srun against an hvd-rendezvous daemon, scancel and SIGKILL of hvdrun mid-job, ex
 
 import os
 import re
-import time
 
 import pytest
 
-from slurm_lab import SlurmLab, unavailable
+from slurm_lab import BUILD, SlurmLab, hvd_env, unavailable
 
-BUILD = os.environ.get("HVD_BUILD_DIR", "")
 SOURCE = os.environ.get("HVD_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 why = unavailable() or (None if BUILD else "HVD_BUILD_DIR is not set")
@@ -21,10 +19,6 @@ pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm lab: {why}")
 def lab():
     with SlurmLab(nodes=3, cpus=4) as lab:
         yield lab
-
-
-def hvd_env():
-    return {"PATH": f"{BUILD}:/usr/sbin:/usr/bin:/sbin:/bin", "HVD_BIN": BUILD}
 
 
 PATTERN = r"hvd-proxy|scenario_worker|train_linreg|hvdrun"
@@ -38,12 +32,19 @@ def wait_clean(lab, timeout=15):
     return lab.wait_clean(PATTERN, timeout)
 
 
-def test_hvdrun_in_an_allocation_runs_the_demo_over_two_nodes(lab):
+def run_example(lab, script, command):
+    """examples/slurm/<script> as a batch job on 2 nodes x 2 tasks; its output, once the job COMPLETED and the
+    script's last line said `<command> exit 0`."""
     job = lab.sbatch(["--nodes=2", "--ntasks-per-node=2"],
-                     f"{SOURCE}/examples/slurm/hvdrun.sbatch; echo \"hvdrun exit $?\"", env=hvd_env())
+                     f"{SOURCE}/examples/slurm/{script}; echo \"{command} exit $?\"", env=hvd_env())
     assert lab.wait(job) == "COMPLETED", lab.output(job)
     out = lab.output(job)
-    assert "hvdrun exit 0" in out, out
+    assert f"{command} exit 0" in out, out
+    return out
+
+
+def test_hvdrun_in_an_allocation_runs_the_demo_over_two_nodes(lab):
+    out = run_example(lab, "hvdrun.sbatch", "hvdrun")
     assert re.search(r"hvdrun: 4 ranks on node1:2,node2:2 from the Slurm allocation \d+ "
                      r"\(SLURM_JOB_NODELIST=node\[1-2\], SLURM_TASKS_PER_NODE=2\(x2\)\); launcher slurm", out), out
     for rank, node in ((0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")):
@@ -55,11 +56,7 @@ def test_hvdrun_in_an_allocation_runs_the_demo_over_two_nodes(lab):
 
 
 def test_srun_workers_with_an_hvd_rendezvous_daemon(lab):
-    job = lab.sbatch(["--nodes=2", "--ntasks-per-node=2"],
-                     f"{SOURCE}/examples/slurm/srun.sbatch; echo \"script exit $?\"", env=hvd_env())
-    assert lab.wait(job) == "COMPLETED", lab.output(job)
-    out = lab.output(job)
-    assert "script exit 0" in out, out
+    out = run_example(lab, "srun.sbatch", "script")
     assert "parameters identical on all 4 ranks" in out, out
     assert not any(wait_clean(lab).values())
 

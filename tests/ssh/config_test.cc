@@ -8,6 +8,7 @@
 #include "launcher/ssh/config.h"
 #include "launcher/ssh/remote.h"
 #include "base/error.h"
+#include "tests/common/files.h"
 
 using hvd::launcher::ssh::matchPattern;
 using hvd::launcher::ssh::SshConfig;
@@ -109,9 +110,7 @@ TEST_CASE("ssh config: bad lines name file, line and token") {
 }
 
 TEST_CASE("ssh config: Include reads globbed files in place, relative to ~/.ssh, conditionally inside Host") {
-  char dir_template[] = "/tmp/hvd-sshcfg-XXXXXX";
-  REQUIRE(::mkdtemp(dir_template) != nullptr);
-  const std::string home = dir_template;
+  const std::string home = hvd::test::makeTempDir("/tmp/hvd-sshcfg-");
   const std::string dir = home + "/.ssh";  // where relative Includes start
   std::filesystem::create_directories(dir + "/config.d");
   auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir + "/" + name) << text; };

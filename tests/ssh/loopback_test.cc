@@ -163,6 +163,25 @@ struct Loopback {
   }
 };
 
+// A Loopback in `mode`, its launcher on one io_context (preflighted to 127.0.0.1 when asked), and a
+// Recorder for the workers it starts.
+struct Session {
+  Loopback lb;
+  boost::asio::io_context io;
+  std::unique_ptr<Launcher> launcher;
+  Recorder rec;
+  explicit Session(const std::string& mode, bool preflight = true) {
+    lb.setMode(mode);
+    launcher = lb.launcher(io);
+    if (preflight) launcher->preflight({hostNamed("127.0.0.1")});
+  }
+  // Runs the loop until `rank` has exited or `limit` passes; returns whether it exited.
+  bool waitExit(int rank, std::chrono::milliseconds limit) {
+    return runUntil(
+        io, [&] { return rec.exits.count(rank) > 0; }, limit);
+  }
+};
+
 std::string preflightError(Loopback& lb, const SshOptions& options, std::vector<HostSpec> hosts) {
   boost::asio::io_context io;
   auto launcher = ssh::makeLauncher(io, options);
@@ -177,14 +196,9 @@ std::string preflightError(Loopback& lb, const SshOptions& options, std::vector<
 }  // namespace
 
 TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment that survives intact") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  launcher->preflight({hostNamed("127.0.0.1")});
-  Recorder rec;
+  Session s(mode);
   const std::vector<std::pair<std::string, std::string>> env = {
       {"V1", "with  two spaces"},
       {"V2", "it's \"quoted\" and 'single'"},
@@ -194,17 +208,16 @@ TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment 
       {"V6", ""},
       {"my.dotted", "dot value"},
   };
-  auto worker = launcher->start(
-      lb.spec(
+  auto worker = s.launcher->start(
+      s.lb.spec(
           0,
           {"bash", "-c",
            "for v in V1 V2 V3 V4 V5 V6; do printf '%s=<%s>\\n' \"$v\" \"${!v}\"; done; printenv my.dotted; "
            "pwd; echo to-stderr >&2; exit 3"},
           env),
-      rec);
-  REQUIRE(runUntil(
-      io, [&] { return rec.exits.count(0) > 0; }, 20s));
-  CHECK(rec.out[0] ==
+      s.rec);
+  REQUIRE(s.waitExit(0, 20s));
+  CHECK(s.rec.out[0] ==
         "V1=<with  two spaces>\n"
         "V2=<it's \"quoted\" and 'single'>\n"
         "V3=<line one\nline two\n>\n"
@@ -212,107 +225,85 @@ TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment 
         "V5=<$HOME `echo injected` $(echo injected) \\ back>\n"
         "V6=<>\n"
         "dot value\n" +
-            lb.cwd() + "\n");
-  CHECK(rec.err[0] == "to-stderr\n");
-  CHECK(rec.exits[0].kind == ExitStatus::Kind::kExited);
-  CHECK(rec.exits[0].code == 3);
+            s.lb.cwd() + "\n");
+  CHECK(s.rec.err[0] == "to-stderr\n");
+  CHECK(s.rec.exits[0].kind == ExitStatus::Kind::kExited);
+  CHECK(s.rec.exits[0].code == 3);
   CHECK(worker->state() == WorkerState::kFailed);
 }
 
 TEST_CASE("the rendezvous token never appears on a command line on the remote host") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  launcher->preflight({hostNamed("127.0.0.1")});
+  Session s(mode);
   const std::string token = uniqueTag("secret-token-");
-  Recorder rec;
-  auto worker = launcher->start(
-      lb.spec(0, {"bash", "-c", "[ \"$HVD_RENDEZVOUS_TOKEN\" = \"$EXPECTED\" ] && echo token-ok; sleep 1"},
-              {{"HVD_RENDEZVOUS_TOKEN", token}, {"EXPECTED", token}}),
-      rec);
+  auto worker = s.launcher->start(
+      s.lb.spec(0, {"bash", "-c", "[ \"$HVD_RENDEZVOUS_TOKEN\" = \"$EXPECTED\" ] && echo token-ok; sleep 1"},
+                {{"HVD_RENDEZVOUS_TOKEN", token}, {"EXPECTED", token}}),
+      s.rec);
   // Scan every process's command line while the bootstrap and the worker run.
   int scans = 0;
   bool leaked = false;
-  boost::asio::steady_timer scan(io);
+  boost::asio::steady_timer scan(s.io);
   std::function<void()> arm = [&] {
     scan.expires_after(5ms);
     scan.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
       ++scans;
       leaked = leaked || anyProcessWith(token);
-      if (!rec.exits.count(0)) arm();
+      if (!s.rec.exits.count(0)) arm();
     });
   };
   arm();
-  REQUIRE(runUntil(
-      io, [&] { return rec.exits.count(0) > 0; }, 20s));
+  REQUIRE(s.waitExit(0, 20s));
   scan.cancel();
-  CHECK(rec.out[0] == "token-ok\n");
-  CHECK(rec.exits[0].success());
+  CHECK(s.rec.out[0] == "token-ok\n");
+  CHECK(s.rec.exits[0].success());
   CHECK(scans > 20);
   CHECK_FALSE(leaked);
 }
 
 TEST_CASE("a missing remote directory is a clear error with exit code 126") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  Recorder rec;
-  auto spec = lb.spec(4, {"true"});
+  Session s(mode, /*preflight=*/false);
+  auto spec = s.lb.spec(4, {"true"});
   spec.cwd = "/nonexistent/hvd dir";
-  auto worker = launcher->start(spec, rec);
-  REQUIRE(runUntil(
-      io, [&] { return rec.exits.count(4) > 0; }, 20s));
-  CHECK(rec.err[4] == "hvdrun: remote directory /nonexistent/hvd dir missing on 127.0.0.1\n");
-  CHECK(rec.exits[4].code == 126);
+  auto worker = s.launcher->start(spec, s.rec);
+  REQUIRE(s.waitExit(4, 20s));
+  CHECK(s.rec.err[4] == "hvdrun: remote directory /nonexistent/hvd dir missing on 127.0.0.1\n");
+  CHECK(s.rec.exits[4].code == 126);
 }
 
 TEST_CASE("a remote worker killed by a signal is reported as that signal") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  Recorder rec;
-  auto worker = launcher->start(lb.spec(1, {"bash", "-c", "kill -SEGV $$"}), rec);
-  REQUIRE(runUntil(
-      io, [&] { return rec.exits.count(1) > 0; }, 20s));
-  CHECK(rec.exits[1].kind == ExitStatus::Kind::kSignaled);
-  CHECK(rec.exits[1].signal == SIGSEGV);
-  CHECK(rec.exits[1].shellCode() == 128 + SIGSEGV);
+  Session s(mode, /*preflight=*/false);
+  auto worker = s.launcher->start(s.lb.spec(1, {"bash", "-c", "kill -SEGV $$"}), s.rec);
+  REQUIRE(s.waitExit(1, 20s));
+  CHECK(s.rec.exits[1].kind == ExitStatus::Kind::kSignaled);
+  CHECK(s.rec.exits[1].signal == SIGSEGV);
+  CHECK(s.rec.exits[1].shellCode() == 128 + SIGSEGV);
 }
 
 TEST_CASE("signal() ends a remote worker and everything it started") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  launcher->preflight({hostNamed("127.0.0.1")});
-  Recorder rec;
+  Session s(mode);
   const std::string mark = uniqueTag("hvdmark");
   // A worker with a child: both must go (the process group is signalled, not just the worker).
-  auto worker = launcher->start(
-      lb.spec(2, {"bash", "-c", "(exec -a " + mark + "child sleep 60) & exec -a " + mark + " sleep 60"}),
-      rec);
+  auto worker = s.launcher->start(
+      s.lb.spec(2, {"bash", "-c", "(exec -a " + mark + "child sleep 60) & exec -a " + mark + " sleep 60"}),
+      s.rec);
   // The child itself (its argv[0]), not a command line that merely mentions it: the worker's group is
   // complete once the child runs.
   REQUIRE(runUntil(
-      io, [&] { return anyProcessNamed(mark + "child"); }, 20s));
+      s.io, [&] { return anyProcessNamed(mark + "child"); }, 20s));
   REQUIRE(worker->state() == WorkerState::kRunning);
   worker->signal(SIGTERM);
-  REQUIRE(runUntil(
-      io, [&] { return rec.exits.count(2) > 0; }, 10s));
-  CHECK(rec.exits[2].kind == ExitStatus::Kind::kSignaled);
-  CHECK(rec.exits[2].signal == SIGTERM);
+  REQUIRE(s.waitExit(2, 10s));
+  CHECK(s.rec.exits[2].kind == ExitStatus::Kind::kSignaled);
+  CHECK(s.rec.exits[2].signal == SIGTERM);
   CHECK(worker->state() == WorkerState::kStopped);
   CHECK(waitGone(mark, 5s));
 }
@@ -385,24 +376,20 @@ TEST_CASE("remote workers end within 5 s when the launcher process is SIGKILLed"
 }
 
 TEST_CASE("more workers on one host than one connection carries") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  launcher->preflight({hostNamed("127.0.0.1")});
-  Recorder rec;
+  Session s(mode);
   std::vector<std::unique_ptr<Worker>> workers;
   const int n = static_cast<int>(ssh::kMaxChannelsPerConnection) + 4;  // sshd's MaxSessions is 10
   for (int r = 0; r < n; ++r)
-    workers.push_back(launcher->start(lb.spec(r, {"sh", "-c", "echo rank $0", std::to_string(r)}), rec));
+    workers.push_back(
+        s.launcher->start(s.lb.spec(r, {"sh", "-c", "echo rank $0", std::to_string(r)}), s.rec));
   REQUIRE(runUntil(
-      io, [&] { return static_cast<int>(rec.exits.size()) == n; }, 60s));
+      s.io, [&] { return static_cast<int>(s.rec.exits.size()) == n; }, 60s));
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
-    CHECK(rec.exits[r].success());
-    CHECK(rec.out[r] == "rank " + std::to_string(r) + "\n");
+    CHECK(s.rec.exits[r].success());
+    CHECK(s.rec.out[r] == "rank " + std::to_string(r) + "\n");
   }
 }
 
@@ -512,84 +499,73 @@ TEST_CASE("connection failures: one line each, naming the host and the cause") {
 }
 
 TEST_CASE("every host must reach the rendezvous address") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  launcher->preflight({hostNamed("127.0.0.1")});
-  boost::asio::ip::tcp::acceptor listening(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  CHECK_NOTHROW(launcher->checkRendezvousReachable({hostNamed("127.0.0.1")}, "127.0.0.1",
-                                                   listening.local_endpoint().port()));
+  Session s(mode);
+  boost::asio::ip::tcp::acceptor listening(s.io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  CHECK_NOTHROW(s.launcher->checkRendezvousReachable({hostNamed("127.0.0.1")}, "127.0.0.1",
+                                                     listening.local_endpoint().port()));
   const uint16_t closed = hvd::test::freeLoopbackPort();
-  CHECK_THROWS_WITH(launcher->checkRendezvousReachable({hostNamed("127.0.0.1")}, "127.0.0.1", closed),
-                    "host root@127.0.0.1:" + std::to_string(lb.sshd.port()) +
+  CHECK_THROWS_WITH(s.launcher->checkRendezvousReachable({hostNamed("127.0.0.1")}, "127.0.0.1", closed),
+                    "host root@127.0.0.1:" + std::to_string(s.lb.sshd.port()) +
                         " cannot reach the rendezvous server at 127.0.0.1:" + std::to_string(closed) +
                         " (Connection refused); choose a reachable address "
                         "with --network-interface");
   // Workers still start after the checks.
-  Recorder rec;
-  auto w = launcher->start(lb.spec(0, {"true"}), rec);
-  REQUIRE(runUntil(
-      io, [&] { return rec.exits.count(0) > 0; }, 20s));
-  CHECK(rec.exits[0].success());
+  auto w = s.launcher->start(s.lb.spec(0, {"true"}), s.rec);
+  REQUIRE(s.waitExit(0, 20s));
+  CHECK(s.rec.exits[0].success());
 }
 
 TEST_CASE("one hvd-proxy per host starts every rank; output and exit codes stay per rank") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank", "fallback");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  launcher->preflight({hostNamed("127.0.0.1")});
-  Recorder rec;
-  const std::string go = lb.home.home() + "/go";
+  Session s(mode);
+  const std::string go = s.lb.home.home() + "/go";
   std::vector<std::unique_ptr<Worker>> workers;
   const int n = 5;
   // Each rank reports its parent, then waits for the test to look at that parent before it ends.
   for (int r = 0; r < n; ++r) {
     workers.push_back(
-        launcher->start(lb.spec(r, {"bash", "-c",
-                                    "echo ppid=$PPID; while [ ! -e \"$1\" ]; do sleep 0.05; done; "
-                                    "printf 'out %s\\nsecond line %s\\n' $0 $0; echo err $0 >&2; exit $0",
-                                    std::to_string(r), go}),
-                        rec));
+        s.launcher->start(s.lb.spec(r, {"bash", "-c",
+                                        "echo ppid=$PPID; while [ ! -e \"$1\" ]; do sleep 0.05; done; "
+                                        "printf 'out %s\\nsecond line %s\\n' $0 $0; echo err $0 >&2; exit $0",
+                                        std::to_string(r), go}),
+                          s.rec));
   }
   REQUIRE(runUntil(
-      io,
+      s.io,
       [&] {
         for (int r = 0; r < n; ++r) {
-          if (rec.out[r].find('\n') == std::string::npos) return false;
+          if (s.rec.out[r].find('\n') == std::string::npos) return false;
         }
         return true;
       },
       30s));
   std::set<std::string> parents;
   for (int r = 0; r < n; ++r) {
-    REQUIRE(rec.out[r].rfind("ppid=", 0) == 0);
-    parents.insert(rec.out[r].substr(5, rec.out[r].find('\n') - 5));
+    REQUIRE(s.rec.out[r].rfind("ppid=", 0) == 0);
+    parents.insert(s.rec.out[r].substr(5, s.rec.out[r].find('\n') - 5));
   }
   if (mode == "proxy") {
     // One remote process (one channel, one login shell) for all five ranks: the proxy.
     REQUIRE(parents.size() == 1);
     const auto cmdline = readCommandLine(std::stoi(*parents.begin()));
     REQUIRE(cmdline);
-    CHECK(cmdline->rfind(lb.proxy.path, 0) == 0);
+    CHECK(cmdline->rfind(s.lb.proxy.path, 0) == 0);
   } else {
     CHECK(parents.size() == static_cast<size_t>(n));  // a bootstrap shell, and a channel, per rank
   }
   std::ofstream(go).put('\n');
   REQUIRE(runUntil(
-      io, [&] { return static_cast<int>(rec.exits.size()) == n; }, 30s));
+      s.io, [&] { return static_cast<int>(s.rec.exits.size()) == n; }, 30s));
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
-    const std::string s = std::to_string(r);
-    CHECK(rec.out[r].substr(rec.out[r].find('\n') + 1) == "out " + s + "\nsecond line " + s + "\n");
-    CHECK(rec.err[r] == "err " + s + "\n");
-    CHECK(rec.exits[r].kind == ExitStatus::Kind::kExited);
-    CHECK(rec.exits[r].code == r);
+    const std::string rs = std::to_string(r);
+    CHECK(s.rec.out[r].substr(s.rec.out[r].find('\n') + 1) == "out " + rs + "\nsecond line " + rs + "\n");
+    CHECK(s.rec.err[r] == "err " + rs + "\n");
+    CHECK(s.rec.exits[r].kind == ExitStatus::Kind::kExited);
+    CHECK(s.rec.exits[r].code == r);
     CHECK(workers[r]->state() == (r == 0 ? WorkerState::kSucceeded : WorkerState::kFailed));
   }
 }
@@ -621,18 +597,13 @@ TEST_CASE("stdin reaches a remote rank 0 through hvd-proxy; other ranks read /de
 }
 
 TEST_CASE("a command that cannot be executed ends with exit code 127 and says why") {
-  Loopback lb;
   const std::string mode = GENERATE(as<std::string>{}, "proxy", "per-rank");
   INFO("mode " << mode);
-  lb.setMode(mode);
-  boost::asio::io_context io;
-  auto launcher = lb.launcher(io);
-  Recorder rec;
-  auto w = launcher->start(lb.spec(3, {"no-such-command-hvd"}), rec);
-  REQUIRE(runUntil(
-      io, [&] { return rec.exits.count(3) > 0; }, 20s));
-  CHECK(rec.exits[3].code == 127);
-  CHECK(rec.err[3].find("no-such-command-hvd") != std::string::npos);
+  Session s(mode, /*preflight=*/false);
+  auto w = s.launcher->start(s.lb.spec(3, {"no-such-command-hvd"}), s.rec);
+  REQUIRE(s.waitExit(3, 20s));
+  CHECK(s.rec.exits[3].code == 127);
+  CHECK(s.rec.err[3].find("no-such-command-hvd") != std::string::npos);
 }
 
 TEST_CASE("HVD_SSH_PROXY and HVD_SSH_PROXY_PATH choose the mode; bad values are usage errors") {

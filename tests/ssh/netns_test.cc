@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -41,6 +42,22 @@ int countMarked(const NetnsLab& lab, int i, const std::string& mark) {
   int n = 0;
   for (const auto& c : lab.commandLinesIn(i)) n += c.rfind(mark, 0) == 0;
   return n;
+}
+
+// Checks, host by host, that no process of `lab` has a command line starting with `mark`.
+void checkNoneMarked(const NetnsLab& lab, const std::string& mark) {
+  for (int i = 0; i < lab.hosts(); ++i) {
+    INFO("host " << lab.hostAddress(i));
+    CHECK(countMarked(lab, i, mark) == 0);
+  }
+}
+
+// Asks `done` every `period` until it holds or `limit` has passed since the call; the caller checks the
+// condition itself after.
+void pollUntil(const std::function<bool()>& done, std::chrono::milliseconds limit,
+               std::chrono::milliseconds period = 50ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(period);
 }
 
 std::string hostList(const NetnsLab& lab, int slots) {
@@ -243,8 +260,7 @@ TEST_CASE("hvdrun SIGKILLed: no worker survives on any host after 5 s") {
     }
     return true;
   };
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (!all(4) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  pollUntil([&] { return all(4); }, 60s);
   INFO(run.output());
   REQUIRE(all(4));  // 2 workers + 2 children per host
   // ONE remote process per host started them: its hvd-proxy (one exec channel, one login shell), and no
@@ -258,12 +274,8 @@ TEST_CASE("hvdrun SIGKILLed: no worker survives on any host after 5 s") {
   }
   run.kill9();
   REQUIRE(run.wait(5s) == 128 + SIGKILL);
-  const auto killed = std::chrono::steady_clock::now();
-  while (!all(0) && std::chrono::steady_clock::now() - killed < 5s) std::this_thread::sleep_for(50ms);
-  for (int i = 0; i < lab.hosts(); ++i) {
-    INFO("host " << lab.hostAddress(i));
-    CHECK(countMarked(lab, i, mark) == 0);
-  }
+  pollUntil([&] { return all(0); }, 5s);
+  checkNoneMarked(lab, mark);
 }
 
 TEST_CASE("a host whose network drops ends its workers within 5 s") {
@@ -273,17 +285,10 @@ TEST_CASE("a host whose network drops ends its workers within 5 s") {
   const std::string mark = "hvdcutmark" + std::to_string(::getpid());
   Hvdrun run(lab, home, {"-np", "2", "-H", hostList(lab, 1), "bash", "-c", "exec -a " + mark + " sleep 120"},
              home.home() + "/hvdrun.out");
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while ((countMarked(lab, 0, mark) != 1 || countMarked(lab, 1, mark) != 1) &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(50ms);
-  }
+  pollUntil([&] { return countMarked(lab, 0, mark) == 1 && countMarked(lab, 1, mark) == 1; }, 60s);
   REQUIRE(countMarked(lab, 1, mark) == 1);
   lab.cutHost(1);  // no FIN, no RST: the connection just goes silent
-  const auto cut = std::chrono::steady_clock::now();
-  while (countMarked(lab, 1, mark) != 0 && std::chrono::steady_clock::now() - cut < 5s) {
-    std::this_thread::sleep_for(50ms);
-  }
+  pollUntil([&] { return countMarked(lab, 1, mark) == 0; }, 5s);
   CHECK(countMarked(lab, 1, mark) == 0);
   // hvdrun's side: the connection is aborted (TCP_USER_TIMEOUT 10 s), rank 1 is lost, the job stops.
   const int rc = run.wait(40s);
@@ -306,10 +311,7 @@ TEST_CASE("a failing remote rank stops the job: hvdrun exits with its code, no w
   INFO(run.output());
   CHECK(rc == 3);
   CHECK(run.output().find("RANK 3 ON HOST " + lab.hostAddress(1)) != std::string::npos);
-  for (int i = 0; i < lab.hosts(); ++i) {
-    INFO("host " << lab.hostAddress(i));
-    CHECK(countMarked(lab, i, mark) == 0);
-  }
+  checkNoneMarked(lab, mark);
 }
 
 TEST_CASE("elastic: a host that drops off the network is blacklisted, and the job goes on without it") {
@@ -324,27 +326,21 @@ TEST_CASE("elastic: a host that drops off the network is blacklisted, and the jo
               "echo \"$HOROVOD_HOSTNAME rank $HOROVOD_RANK of $HOROVOD_SIZE round $HVD_ELASTIC_ROUND\"; "
               "until [ -e " + stop + " ]; do (exec -a " + mark + " sleep 0.2); done"},
              home.home() + "/hvdrun.out");
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (run.output().find("rank 2 of 3 round 1") == std::string::npos && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(50ms);
-  }
+  pollUntil([&] { return run.output().find("rank 2 of 3 round 1") != std::string::npos; }, 60s);
   INFO(run.output());
   REQUIRE(run.output().find("rank 2 of 3 round 1") != std::string::npos);
   lab.cutHost(1);  // no FIN, no RST: the connection just goes silent
   const std::string cut = lab.hostAddress(1);
-  const auto cut_at = std::chrono::steady_clock::now();
   // hvdrun's side: the connection is aborted (TCP_USER_TIMEOUT 10 s), the host is blacklisted, round 2 has
   // the two others.
   const std::string round2 = "hvdrun: elastic round 2: 2 ranks on " + lab.hostAddress(0) + ":1, " + lab.hostAddress(2) + ":1";
-  while (run.output().find(round2) == std::string::npos && std::chrono::steady_clock::now() - cut_at < 40s) {
-    std::this_thread::sleep_for(100ms);
-  }
+  pollUntil([&] { return run.output().find(round2) != std::string::npos; }, 40s, 100ms);
   INFO(run.output());
   CHECK_THAT(run.output(), Catch::Contains("hvdrun: blacklisting host " + cut + " for the rest of the job: unreachable"));
   CHECK_THAT(run.output(), Catch::Contains(round2));
   std::ofstream(stop) << "";
   CHECK(run.wait(30s) == 0);
-  for (int i = 0; i < 3; ++i) CHECK(countMarked(lab, i, mark) == 0);
+  checkNoneMarked(lab, mark);
 }
 
 TEST_CASE("elastic training across hosts: a host cut off mid-training, the others finish from the last commit") {

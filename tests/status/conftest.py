@@ -99,6 +99,19 @@ def put_report(daemon, report, token=None, rank=None):
     return request(daemon.port, "PUT", f"/_hvd/report/{report['rank'] if rank is None else rank}", headers, body)[0]
 
 
+def job_reports(hostile_host, fields):
+    """The reports of a 4-rank job on node-0 to node-2 and `hostile_host`, whose rank 3 has shut down; each
+    report with the fields that fields(rank) adds (pid, counters, waits)."""
+    return [{"rank": rank, "size": 4, "local_rank": rank, "host": hostile_host if rank == 3 else f"node-{rank}",
+             "state": "shutdown" if rank == 3 else "running", **fields(rank)} for rank in range(4)]
+
+
+def wait_for_rank_2(name, seconds):
+    """A wait in rank 0's report: ranks 0, 1 and 3 submitted the allreduce `name`, rank 2 has not."""
+    return {"name": name, "op": "allreduce", "process_set": 0, "submitted": [0, 1, 3], "missing": [2],
+            "seconds": seconds}
+
+
 # A client that runs in another process, possibly as another user: argv[1] port, argv[2] method, argv[3]
 # path, argv[4] headers as JSON; prints {"status", "headers", "body"} as JSON.
 _CLIENT = textwrap.dedent("""

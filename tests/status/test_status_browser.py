@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BUILD_DIR, CHROMIUM_MISSING, HVDRUN, Dom, artifact, chromium, chromium_path, png_size, put_report,
-                      request, require_root)
+from conftest import (BUILD_DIR, CHROMIUM_MISSING, HVDRUN, Dom, artifact, chromium, chromium_path, job_reports,
+                      png_size, put_report, request, require_root, wait_for_rank_2)
 
 # Without chromium every test here is skipped, and the session exits 77 (conftest.py) for ctest to show SKIPPED.
 pytestmark = pytest.mark.skipif(not chromium_path(), reason=CHROMIUM_MISSING)
@@ -31,19 +31,12 @@ HOSTILE_HOST = "node-3<script>document.title='pwned'</script>"
 
 def reports():
     """A 4-rank job: rank 0 waits for rank 2 in two allreduces (one with a hostile name); rank 3 shut down."""
-    out = []
-    for rank in range(4):
-        out.append({
-            "rank": rank, "size": 4, "local_rank": rank, "host": HOSTILE_HOST if rank == 3 else f"node-{rank}",
-            "pid": 7000 + rank, "state": "shutdown" if rank == 3 else "running", "uptime_s": 30.0,
-            "collectives": {"allreduce": {"count": 100 + rank, "bytes": (rank + 1) << 22}},
-            "rss_bytes": 300 << 20, "peak_rss_bytes": (400 + rank) << 20,
-            "waits": [{"name": "grad.3", "op": "allreduce", "process_set": 0, "submitted": [0, 1, 3],
-                       "missing": [2], "seconds": 12.0},
-                      {"name": HOSTILE_TENSOR, "op": "allreduce", "process_set": 0, "submitted": [0, 1, 3],
-                       "missing": [2], "seconds": 2.0}] if rank == 0 else [],
-        })
-    return out
+    return job_reports(HOSTILE_HOST, lambda rank: {
+        "pid": 7000 + rank, "uptime_s": 30.0,
+        "collectives": {"allreduce": {"count": 100 + rank, "bytes": (rank + 1) << 22}},
+        "rss_bytes": 300 << 20, "peak_rss_bytes": (400 + rank) << 20,
+        "waits": [wait_for_rank_2("grad.3", 12.0), wait_for_rank_2(HOSTILE_TENSOR, 2.0)] if rank == 0 else [],
+    })
 
 
 def rows(dom):

@@ -10,26 +10,21 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import DAEMON, client, put_report, request, require_root
+from conftest import DAEMON, client, job_reports, put_report, request, require_root, wait_for_rank_2
 
 HOSTILE_HOST = 'node-"3"\\\n<b>'
 
 
 def reports():
     """Reports of a 4-rank job: rank 0 waits for rank 2 in allreduce 'grad.3'; rank 3 has shut down."""
-    out = []
-    for rank in range(4):
-        out.append({
-            "rank": rank, "size": 4, "local_rank": rank, "host": HOSTILE_HOST if rank == 3 else f"node-{rank}",
-            "pid": 4000 + rank, "state": "shutdown" if rank == 3 else "running", "uptime_s": 5.0 + rank,
-            "collectives": {"allreduce": {"count": 10 * (rank + 1), "bytes": 4096 * (rank + 1)},
-                            "broadcast": {"count": rank, "bytes": 8 * rank}},
-            "rss_bytes": (100 + rank) << 20, "peak_rss_bytes": (200 + rank) << 20,
-            "waits": [{"name": "grad.3", "op": "allreduce", "process_set": 0, "submitted": [0, 1, 3],
-                       "missing": [2], "seconds": 3.5}] if rank == 0 else [],
-            "stall_warnings": 2 if rank == 0 else 0,
-        })
-    return out
+    return job_reports(HOSTILE_HOST, lambda rank: {
+        "pid": 4000 + rank, "uptime_s": 5.0 + rank,
+        "collectives": {"allreduce": {"count": 10 * (rank + 1), "bytes": 4096 * (rank + 1)},
+                        "broadcast": {"count": rank, "bytes": 8 * rank}},
+        "rss_bytes": (100 + rank) << 20, "peak_rss_bytes": (200 + rank) << 20,
+        "waits": [wait_for_rank_2("grad.3", 3.5)] if rank == 0 else [],
+        "stall_warnings": 2 if rank == 0 else 0,
+    })
 
 
 def metrics_of(text):
