@@ -43,11 +43,7 @@ HelperProcess startHelper(const std::vector<std::string>& args, const std::vecto
     if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(out[1], 2) < 0) ::_exit(127);
     ::close_range(3, ~0U, 0);
     resetSignalsForExec();
-    environ = envp.data();
-    ::execvp(argv[0], argv.data());
-    const std::string line = exec_error + std::strerror(errno) + "\n";
-    [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
-    ::_exit(127);
+    execOrExit(argv.data(), envp.data(), exec_error);
   }
   const int err = errno;
   ::close(out[1]);

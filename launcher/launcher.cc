@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,6 +44,17 @@ void resetSignalsForExec() noexcept {
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+void execOrExit(char* const argv[], char* envp[], std::string_view exec_error) noexcept {
+  environ = envp;
+  ::execvp(argv[0], argv);
+  const char* why = std::strerror(errno);
+  iovec parts[] = {{const_cast<char*>(exec_error.data()), exec_error.size()},
+                   {const_cast<char*>(why), std::strlen(why)},
+                   {const_cast<char*>("\n"), 1}};
+  [[maybe_unused]] const ssize_t n = ::writev(STDERR_FILENO, parts, 3);
+  ::_exit(127);
 }
 
 int signalWorkerGroup(pid_t pid, int signo) noexcept {

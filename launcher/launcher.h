@@ -80,6 +80,11 @@ const char* toString(WorkerState state);
 // ignored signals or blocked set. Call it only once nothing of the parent's may run any more.
 void resetSignalsForExec() noexcept;
 
+// For a child after fork(): makes envp its environment and runs argv[0] (looked up in envp's PATH, as
+// execvp does). When that fails, writes exec_error, the reason and a newline to stderr in one write and
+// exits 127. Never returns.
+[[noreturn]] void execOrExit(char* const argv[], char* envp[], std::string_view exec_error) noexcept;
+
 // Sends `signo` to the process group a forked worker leads (it calls setsid() first thing). Until the
 // child has done so, the group does not exist and kill(-pid) reaches nobody: the child itself is signalled
 // then (it has started nothing yet). Returns kill()'s result.

@@ -59,6 +59,20 @@ Metrics::Labels workerLabels(const WorkerView& w) {
   return {{"rank", std::to_string(w.rank)}, {"worker", std::to_string(w.id)}};
 }
 
+// A counter family with one sample per worker and op: `field` of the worker's last report's counts.
+void perOpCounter(Metrics& m, const JobSnapshot& s, const char* name, const char* help,
+                  uint64_t CollectiveCount::*field) {
+  m.family(name, "counter", help);
+  for (const auto& w : s.workers) {
+    if (!w.report) continue;
+    for (const auto& [op, c] : w.report->collectives) {
+      auto labels = workerLabels(w);
+      labels.emplace_back("op", op);
+      m.sample(name, labels, static_cast<double>(c.*field));
+    }
+  }
+}
+
 }  // namespace
 
 std::string prometheusText(const JobSnapshot& s) {
@@ -103,24 +117,10 @@ std::string prometheusText(const JobSnapshot& s) {
   m.family("hvd_worker_restarts_total", "counter", "Workers the elastic driver started again.");
   m.sample("hvd_worker_restarts_total", static_cast<double>(s.restarts));
 
-  m.family("hvd_collectives_total", "counter", "Collectives completed by the worker's runtime, by op.");
-  for (const auto& w : s.workers) {
-    if (!w.report) continue;
-    for (const auto& [op, c] : w.report->collectives) {
-      auto labels = workerLabels(w);
-      labels.emplace_back("op", op);
-      m.sample("hvd_collectives_total", labels, static_cast<double>(c.count));
-    }
-  }
-  m.family("hvd_collective_bytes_total", "counter", "Bytes of the tensors given to completed collectives, by op.");
-  for (const auto& w : s.workers) {
-    if (!w.report) continue;
-    for (const auto& [op, c] : w.report->collectives) {
-      auto labels = workerLabels(w);
-      labels.emplace_back("op", op);
-      m.sample("hvd_collective_bytes_total", labels, static_cast<double>(c.bytes));
-    }
-  }
+  perOpCounter(m, s, "hvd_collectives_total", "Collectives completed by the worker's runtime, by op.",
+               &CollectiveCount::count);
+  perOpCounter(m, s, "hvd_collective_bytes_total", "Bytes of the tensors given to completed collectives, by op.",
+               &CollectiveCount::bytes);
   double longest = 0;
   for (const auto& w : s.waits) longest = std::max(longest, w.seconds);
   int stuck = 0;

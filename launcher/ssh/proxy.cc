@@ -419,11 +419,7 @@ class Proxy {
         ::_exit(126);
       }
       // PATH lookup with the rank's PATH, as the bootstrap's `env` did.
-      environ = envp.data();
-      ::execvp(argv[0], argv.data());
-      const std::string line = exec_error + std::strerror(errno) + "\n";
-      [[maybe_unused]] const ssize_t n = ::write(2, line.data(), line.size());
-      ::_exit(127);
+      execOrExit(argv.data(), envp.data(), exec_error);
     }
     const int fork_errno = errno;
     ::close(out[1]);

@@ -709,33 +709,11 @@ void Session::service() {
 
 void Session::armWaits() {
   if (!error_.empty() || channels_.empty()) return;
-  auto weak = weak_from_this();
-  if (!read_armed_) {
-    read_armed_ = true;
-    socket_.async_wait(tcp::socket::wait_read, [weak, alive = alive_](const boost::system::error_code& ec) {
-      auto self = weak.lock();
-      if (!self || !*alive) return;
-      self->read_armed_ = false;
-      if (ec) {
-        self->breakSession(ec.message());
-        return;
-      }
-      self->service();
-    });
-  }
+  if (!read_armed_) armSocketWait(tcp::socket::wait_read, &Session::read_armed_);
   if (!write_armed_ && (libssh2_session_block_directions(session_) & LIBSSH2_SESSION_BLOCK_OUTBOUND)) {
-    write_armed_ = true;
-    socket_.async_wait(tcp::socket::wait_write, [weak, alive = alive_](const boost::system::error_code& ec) {
-      auto self = weak.lock();
-      if (!self || !*alive) return;
-      self->write_armed_ = false;
-      if (ec) {
-        self->breakSession(ec.message());
-        return;
-      }
-      self->service();
-    });
+    armSocketWait(tcp::socket::wait_write, &Session::write_armed_);
   }
+  auto weak = weak_from_this();
   bool want_heartbeat = false;
   for (const auto& ch : channels_)
     want_heartbeat |= !ch->heartbeat_.empty() && ch->state_ == Channel::State::kRunning;
@@ -750,6 +728,20 @@ void Session::armWaits() {
       self->onHeartbeat();
     });
   }
+}
+
+void Session::armSocketWait(tcp::socket::wait_type wait, bool Session::*armed) {
+  this->*armed = true;
+  socket_.async_wait(wait, [weak = weak_from_this(), alive = alive_, armed](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (!self || !*alive) return;
+    (*self).*armed = false;
+    if (ec) {
+      self->breakSession(ec.message());
+      return;
+    }
+    self->service();
+  });
 }
 
 void Session::onHeartbeat() {

@@ -157,6 +157,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void finish(Channel& ch, ChannelEnd end);
   void breakSession(const std::string& why);
   void armWaits();
+  // Waits for the socket to be ready for `wait` (armed, until then, in *armed), then services the session.
+  void armSocketWait(boost::asio::ip::tcp::socket::wait_type wait, bool Session::*armed);
   void onHeartbeat();
 
   boost::asio::ip::tcp::socket socket_;

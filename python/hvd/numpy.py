@@ -29,6 +29,7 @@ import numpy as _np
 
 from hvd import _core
 from hvd.common import basics as _basics
+from hvd.common import ops as _ops
 from hvd.common.basics import *  # noqa: F401,F403  (re-exported: basics.__all__)
 from hvd.common.basics import is_homogeneous  # noqa: F401
 from hvd.common.exceptions import HorovodInternalError  # noqa: F401
@@ -56,12 +57,8 @@ _basics._shutdown_hooks.append(_handle_map.clear)
 
 def _check_array(array, what):
     """The libhvd dtype code of array; ValueError for anything that is not an ndarray of a supported dtype."""
-    if not isinstance(array, _np.ndarray):
-        raise ValueError(f"{what}: expected a numpy.ndarray, got {type(array).__name__}")
-    code = _DTYPES.get(array.dtype)
-    if code is None:
-        raise ValueError(f"{what}: array dtype {array.dtype} is not supported (supported: {_SUPPORTED})")
-    return code
+    return _ops.dtype_code(array, _np.ndarray, _DTYPES,
+                           lambda a: f"array dtype {a.dtype} is not supported (supported: {_SUPPORTED})", what)
 
 
 def _check_in_place(array, what):

@@ -26,6 +26,19 @@ JOIN = _core.OPS["join"]
 NOT_INITIALIZED = _NOT_INITIALIZED  # Horovod's words for an operation before init
 
 
+def dtype_code(value, kind, dtypes, unsupported, what=None):
+    """The libhvd dtype code of value, an instance of kind, looked up by value.dtype in dtypes. ValueError
+    naming value's type when it is not a kind, or with the message unsupported(value) when its dtype has no
+    code; what, when given, starts either message."""
+    prefix = f"{what}: " if what else ""
+    if not isinstance(value, kind):
+        raise ValueError(f"{prefix}expected a {kind.__module__}.{kind.__qualname__}, got {type(value).__name__}")
+    code = dtypes.get(value.dtype)
+    if code is None:
+        raise ValueError(prefix + unsupported(value))
+    return code
+
+
 def enqueue(*args):
     """hvd._core.enqueue, with Horovod's error (HorovodInternalError) for use before init."""
     try:

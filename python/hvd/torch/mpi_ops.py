@@ -44,11 +44,7 @@ _NOT_INITIALIZED = _ops.NOT_INITIALIZED
 
 def _check_tensor(tensor, in_place):
     """The libhvd dtype code of tensor; ValueError for what libhvd cannot take."""
-    if not isinstance(tensor, torch.Tensor):
-        raise ValueError(f"expected a torch.Tensor, got {type(tensor).__name__}")
-    code = _DTYPES.get(tensor.dtype)
-    if code is None:
-        raise ValueError(f"Tensor type {tensor.type()} is not supported.")
+    code = _ops.dtype_code(tensor, torch.Tensor, _DTYPES, lambda t: f"Tensor type {t.type()} is not supported.")
     if tensor.device.type != "cpu":
         _check_device(tensor)
         # Every entry point stages a CUDA tensor first: libhvd must never get a device address.
