@@ -27,19 +27,22 @@ operations, and Adasum is not supported (NotImplementedError, as in hvd.torch).
 
 import numpy as _np
 
+# Re-exported: basics.__all__, HorovodInternalError, process_sets.__all__ (ProcessSet, global_process_set,
+# add/remove) and the reduce operations (Average, Sum, Adasum, Min, Max, Product).
+from hvd.common.basics import *  # noqa: F401,F403
+from hvd.common.basics import is_homogeneous  # noqa: F401
+from hvd.common.exceptions import HorovodInternalError  # noqa: F401
+from hvd.common.ops import *  # noqa: F401,F403
+from hvd.common.process_sets import *  # noqa: F401,F403
+
+# Private.
 from hvd import _core
 from hvd.common import basics as _basics
 from hvd.common import ops as _ops
-from hvd.common.basics import *  # noqa: F401,F403  (re-exported: basics.__all__)
-from hvd.common.basics import is_homogeneous  # noqa: F401
-from hvd.common.exceptions import HorovodInternalError  # noqa: F401
-from hvd.common.process_sets import *  # noqa: F401,F403  (ProcessSet, global_process_set, add/remove)
-from hvd.common.process_sets import _id_of
-
-from hvd.common.ops import *  # noqa: F401,F403  (the reduce operations: Average, Sum, Adasum, Min, Max, Product)
-from hvd.common.ops import ALLREDUCE as _ALLREDUCE, ALLGATHER as _ALLGATHER, BROADCAST as _BROADCAST
-from hvd.common.ops import ALLTOALL as _ALLTOALL, REDUCESCATTER as _REDUCESCATTER, BARRIER as _BARRIER
+from hvd.common.ops import ALLGATHER as _ALLGATHER, ALLREDUCE as _ALLREDUCE, ALLTOALL as _ALLTOALL
+from hvd.common.ops import BARRIER as _BARRIER, BROADCAST as _BROADCAST, REDUCESCATTER as _REDUCESCATTER
 from hvd.common.ops import enqueue as _enqueue
+from hvd.common.process_sets import _id_of
 
 _OP = _core.OPS
 

@@ -14,21 +14,23 @@ import warnings
 
 import torch
 
+# Re-exported, as Horovod exports them from mpi_ops: basics.__all__, process_sets.__all__ (ProcessSet,
+# global_process_set, add/remove) and the reduce operations (Average, Sum, Adasum, Min, Max, Product).
+from hvd.common.basics import *  # noqa: F401,F403
+from hvd.common.basics import is_homogeneous  # noqa: F401
+from hvd.common.ops import *  # noqa: F401,F403
+from hvd.common.process_sets import *  # noqa: F401,F403
+
+# Private.
 from hvd import _core
 from hvd.common import basics as _basics
-from hvd.common.basics import *  # noqa: F401,F403  (basics.__all__: Horovod exports these from mpi_ops)
-from hvd.common.basics import is_homogeneous  # noqa: F401
-from hvd.common.exceptions import HorovodInternalError
-from hvd.common import process_sets as _process_sets
-from hvd.common.process_sets import *  # noqa: F401,F403  (ProcessSet, global_process_set, add/remove)
-from hvd.torch import cuda_staging as _cuda
-
-from hvd.common.ops import *  # noqa: F401,F403  (the reduce operations: Average, Sum, Adasum, Min, Max, Product)
-from hvd.common.ops import ALLREDUCE as _ALLREDUCE, ALLGATHER as _ALLGATHER, BROADCAST as _BROADCAST
-from hvd.common.ops import ALLTOALL as _ALLTOALL, REDUCESCATTER as _REDUCESCATTER, BARRIER as _BARRIER
-from hvd.common.ops import JOIN as _JOIN
-from hvd.common.ops import enqueue as _enqueue
 from hvd.common import ops as _ops
+from hvd.common import process_sets as _process_sets
+from hvd.common.exceptions import HorovodInternalError
+from hvd.common.ops import ALLGATHER as _ALLGATHER, ALLREDUCE as _ALLREDUCE, ALLTOALL as _ALLTOALL
+from hvd.common.ops import BARRIER as _BARRIER, BROADCAST as _BROADCAST, JOIN as _JOIN
+from hvd.common.ops import REDUCESCATTER as _REDUCESCATTER, enqueue as _enqueue
+from hvd.torch import cuda_staging as _cuda
 
 _OP = _core.OPS
 
