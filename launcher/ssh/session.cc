@@ -613,21 +613,20 @@ bool Session::step(Channel& ch) {
     return true;
   };
 
+  // One call that, once done, moves the channel to `next`.
+  auto advance = [&](Op op, const char* what, State next) {
+    const int rc = call(op);
+    if (again) return false;
+    if (rc != 0) return failed(rc, what);
+    ch.state_ = next;
+    return true;
+  };
+
   switch (ch.state_) {
-    case State::kOpening: {
-      const int rc = call(Op::kOpen);
-      if (again) return false;
-      if (rc != 0) return failed(rc, "opening a channel");
-      ch.state_ = State::kExec;
-      return true;
-    }
-    case State::kExec: {
-      const int rc = call(Op::kExec);
-      if (again) return false;
-      if (rc != 0) return failed(rc, "starting the remote command");
-      ch.state_ = State::kRunning;
-      return true;
-    }
+    case State::kOpening:
+      return advance(Op::kOpen, "opening a channel", State::kExec);
+    case State::kExec:
+      return advance(Op::kExec, "starting the remote command", State::kRunning);
     case State::kRunning: {
       // Writes before reads, except that a call libssh2 left half-done goes first.
       std::vector<Op> ops = {Op::kWrite, Op::kEof, Op::kRead, Op::kReadStderr};
