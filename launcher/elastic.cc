@@ -330,7 +330,7 @@ void ElasticDriver::beginRound(const std::vector<ElasticPlace>& plan, bool count
   std::set<std::string> next;
   for (const auto& e : plan) {
     const Placement& p = e.place;
-    round.slots[e.slot] = p;
+    round.slots[e.slot] = rendezvous::SlotAssignment(p);
     next.insert(e.slot);
   }
   // Scopes under both names: the round's for libhvd, the plain ones for Horovod's own workers.

@@ -49,7 +49,9 @@ void resetSignalsForExec() noexcept {
 void execOrExit(char* const argv[], char* envp[], std::string_view exec_error) noexcept {
   environ = envp;
   ::execvp(argv[0], argv);
-  const char* why = std::strerror(errno);
+  // strerrordesc_np, not strerror: no locale lookup (which may lock or allocate) in a forked child.
+  const char* why = ::strerrordesc_np(errno);
+  if (!why) why = "unknown error";
   iovec parts[] = {{const_cast<char*>(exec_error.data()), exec_error.size()},
                    {const_cast<char*>(why), std::strlen(why)},
                    {const_cast<char*>("\n"), 1}};

@@ -82,7 +82,7 @@ void resetSignalsForExec() noexcept;
 
 // For a child after fork(): makes envp its environment and runs argv[0] (looked up in envp's PATH, as
 // execvp does). When that fails, writes exec_error, the reason and a newline to stderr in one write and
-// exits 127. Never returns.
+// exits 127. Never returns. Async-signal-safe once argv and envp are built.
 [[noreturn]] void execOrExit(char* const argv[], char* envp[], std::string_view exec_error) noexcept;
 
 // Sends `signo` to the process group a forked worker leads (it calls setsid() first thing). Until the

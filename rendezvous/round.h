@@ -15,7 +15,7 @@ namespace hvd::rendezvous {
 // One slot's place in an elastic round (Horovod's SlotInfo); -1 everywhere when the slot is not in it.
 struct SlotAssignment : SlotInfo {
   SlotAssignment() : SlotInfo{-1, -1, -1, -1, -1, -1} {}  // not in the round
-  SlotAssignment(const SlotInfo& place) : SlotInfo(place) {}
+  explicit SlotAssignment(const SlotInfo& place) : SlotInfo(place) {}
   SlotAssignment(int rank, int size, int local_rank, int local_size, int cross_rank, int cross_size)
       : SlotInfo{rank, size, local_rank, local_size, cross_rank, cross_size} {}
 };

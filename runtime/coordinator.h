@@ -26,19 +26,10 @@
 #include <vector>
 
 #include "base/report.h"
+#include "runtime/negotiation_options.h"
 #include "runtime/wire.h"
 
 namespace hvd::runtime {
-
-// The negotiation settings a user chooses (HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY and the
-// HOROVOD_STALL_* variables); RuntimeOptions carries them to the coordinator.
-struct NegotiationOptions {
-  size_t fusion_threshold = size_t{1} << 20;
-  size_t cache_capacity = 1024;  // response cache entries, 0: off
-  bool stall_check = true;
-  std::chrono::milliseconds stall_warning_time{std::chrono::seconds(60)};
-  std::chrono::milliseconds stall_shutdown_time{0};  // 0: never
-};
 
 struct CoordinatorOptions : NegotiationOptions {
   int size = 1;

@@ -49,9 +49,9 @@
 
 #include "base/slot.h"
 #include "rendezvous/store.h"
-#include "runtime/coordinator.h"
 #include "runtime/autotune.h"
 #include "runtime/launcher_env.h"
+#include "runtime/negotiation_options.h"
 
 namespace hvd::runtime {
 

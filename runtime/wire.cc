@@ -37,9 +37,9 @@ class Writer {
   void as(const T&... v) {
     (put(static_cast<W>(v)), ...);
   }
-  // A count, then each element's fields(*this, element).
+  // A count, then each element's fields(*this, element). `noun` names the elements in decode errors.
   template <typename T, typename Fields>
-  void items(const std::vector<T>& v, Fields fields) {
+  void items(const std::vector<T>& v, const char* /*noun*/, Fields fields) {
     put(static_cast<uint64_t>(v.size()));
     for (const auto& x : v) fields(*this, x);
   }
@@ -101,9 +101,9 @@ class Reader {
     ((v = static_cast<T>(get<W>())), ...);
   }
   template <typename T, typename Fields>
-  void items(std::vector<T>& v, Fields fields) {
+  void items(std::vector<T>& v, const char* noun, Fields fields) {
     const auto n = get<uint64_t>();
-    HVD_CHECK(n <= in_.size() - pos_, BackendError, "corrupt ", what_, " control message (", n, " entries)");
+    HVD_CHECK(n <= in_.size() - pos_, BackendError, "corrupt ", what_, " (", n, " ", noun, ")");
     v.resize(n);
     for (auto& x : v) fields(*this, x);
   }
@@ -173,7 +173,7 @@ void helloFields(IO& io, M& m) {
 template <typename IO, typename M>
 void requestBatchFields(IO& io, M& m) {
   io.template as<uint8_t>(m.shutdown);
-  io.items(m.requests, [](auto& io, auto& q) { requestFields(io, q); });
+  io.items(m.requests, "requests", [](auto& visit, auto& q) { requestFields(visit, q); });
   io(m.cached);
   io.template as<uint8_t>(m.has_waiting);
   io(m.waiting_sets, m.waiting_names);
@@ -183,7 +183,7 @@ template <typename IO, typename M>
 void responseListFields(IO& io, M& m) {
   io.template as<uint8_t>(m.shutdown, m.abort, m.peer_lost);
   io(m.path, m.shutdown_reason);
-  io.items(m.responses, [](auto& io, auto& s) { responseFields(io, s); });
+  io.items(m.responses, "responses", [](auto& visit, auto& s) { responseFields(visit, s); });
 }
 
 template <typename M, typename Fields>
@@ -204,33 +204,36 @@ M decodeMessage(const std::vector<char>& payload, MessageKind kind, const char* 
 }  // namespace
 
 std::vector<char> encode(const Hello& m) {
-  return encodeMessage(MessageKind::kHello, m, [](auto& io, auto& m) { helloFields(io, m); });
+  return encodeMessage(MessageKind::kHello, m, [](auto& visit, auto& x) { helloFields(visit, x); });
 }
 
 Hello decodeHello(const std::vector<char>& payload) {
-  return decodeMessage<Hello>(payload, MessageKind::kHello, "hello", [](auto& io, auto& m) { helloFields(io, m); });
+  return decodeMessage<Hello>(payload, MessageKind::kHello, "hello",
+                              [](auto& visit, auto& x) { helloFields(visit, x); });
 }
 
 std::vector<char> encode(const RequestBatch& m) {
-  return encodeMessage(MessageKind::kRequests, m, [](auto& io, auto& m) { requestBatchFields(io, m); });
+  return encodeMessage(MessageKind::kRequests, m, [](auto& visit, auto& x) { requestBatchFields(visit, x); });
 }
 
 RequestBatch decodeRequestBatch(const std::vector<char>& payload) {
   auto m = decodeMessage<RequestBatch>(payload, MessageKind::kRequests, "request batch",
-                                       [](auto& io, auto& m) { requestBatchFields(io, m); });
+                                       [](auto& visit, auto& x) { requestBatchFields(visit, x); });
   HVD_CHECK(m.waiting_sets.size() == m.waiting_names.size(), BackendError, "corrupt request batch (",
             m.waiting_sets.size(), " waiting sets, ", m.waiting_names.size(), " names)");
   return m;
 }
 
 std::vector<char> encode(const ResponseList& m) {
-  return encodeMessage(MessageKind::kResponses, m, [](auto& io, auto& m) { responseListFields(io, m); });
+  return encodeMessage(MessageKind::kResponses, m,
+                       [](auto& visit, auto& x) { responseListFields(visit, x); });
 }
 
 ResponseList decodeResponseList(const std::vector<char>& payload) {
   auto m = decodeMessage<ResponseList>(payload, MessageKind::kResponses, "response list",
-                                       [](auto& io, auto& m) { responseListFields(io, m); });
-  HVD_CHECK(m.path <= ResponseList::kPathHierarchical, BackendError, "corrupt response list (path ", int{m.path}, ")");
+                                       [](auto& visit, auto& x) { responseListFields(visit, x); });
+  HVD_CHECK(m.path <= ResponseList::kPathHierarchical, BackendError, "corrupt response list (path ",
+            int{m.path}, ")");
   return m;
 }
 

@@ -712,7 +712,6 @@ void Session::armWaits() {
   if (!write_armed_ && (libssh2_session_block_directions(session_) & LIBSSH2_SESSION_BLOCK_OUTBOUND)) {
     armSocketWait(tcp::socket::wait_write, &Session::write_armed_);
   }
-  auto weak = weak_from_this();
   bool want_heartbeat = false;
   for (const auto& ch : channels_)
     want_heartbeat |= !ch->heartbeat_.empty() && ch->state_ == Channel::State::kRunning;
@@ -720,7 +719,7 @@ void Session::armWaits() {
     if (!heartbeat_timer_) heartbeat_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
     heartbeat_armed_ = true;
     heartbeat_timer_->expires_after(kHeartbeatInterval);
-    heartbeat_timer_->async_wait([weak, alive = alive_](const boost::system::error_code& ec) {
+    heartbeat_timer_->async_wait([weak = weak_from_this(), alive = alive_](const boost::system::error_code& ec) {
       auto self = weak.lock();
       if (!self || !*alive || ec) return;
       self->heartbeat_armed_ = false;

@@ -1,5 +1,6 @@
 """What every framework module (hvd.torch, hvd.numpy) passes to libhvd: the reduce operations, with
-Horovod's values (exported by those modules), and libhvd's operation codes (hvd._core.OPS)."""
+Horovod's values (exported by those modules), libhvd's operation codes (hvd._core.OPS), dtype_code() (a
+value's libhvd dtype, or the ValueError) and enqueue() (hvd._core.enqueue with Horovod's error before init)."""
 
 from hvd import _core
 from hvd.common.basics import _NOT_INITIALIZED

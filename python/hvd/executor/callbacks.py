@@ -9,7 +9,7 @@ from typing import Callable, Optional, Sequence
 
 
 class CallbackRelay:
-    def __init__(self, callbacks: Sequence[Callable], loads: Callable[[bytes], object]):
+    def __init__(self, callbacks: Optional[Sequence[Callable]], loads: Callable[[bytes], object]):
         self._callbacks = list(callbacks or [])
         self._loads = loads
         self.error: Optional[BaseException] = None

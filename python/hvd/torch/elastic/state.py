@@ -46,26 +46,26 @@ class TorchState(ObjectState):
 
     # Each step runs on every handled object, then on the plain attributes.
     def save(self):
-        self._each_handler(StateHandler.save)
+        self._each_handler(lambda handler: handler.save())
         super().save()
 
     def restore(self):
-        self._each_handler(StateHandler.restore)
+        self._each_handler(lambda handler: handler.restore())
         super().restore()
 
     def sync(self):
-        self._each_handler(StateHandler.sync)
+        self._each_handler(lambda handler: handler.sync())
         super().sync()
 
     def reset(self):
         # After every re-initialization, with or without a sync to follow: objects that depend on the
         # job's ranks (samplers) adapt to the new ones.
-        self._each_handler(StateHandler.reset)
+        self._each_handler(lambda handler: handler.reset())
         super().reset()
 
     def _each_handler(self, step):
         for handler in self._handlers.values():
-            getattr(handler, step.__name__)()
+            step(handler)
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers")
