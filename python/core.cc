@@ -163,14 +163,16 @@ PYBIND11_MODULE(_core, m) {
   m.attr("GLOBAL_PROCESS_SET") = HVD_GLOBAL_PROCESS_SET;
   m.attr("IN_PROGRESS") = static_cast<int>(HVD_IN_PROGRESS);
   // clang-format off: the tables read best packed
-  m.attr("DTYPES") = codeTable({{"uint8", HVD_UINT8}, {"int8", HVD_INT8}, {"int16", HVD_INT16}, {"int32", HVD_INT32},
-                                {"int64", HVD_INT64}, {"float16", HVD_FLOAT16}, {"bfloat16", HVD_BFLOAT16},
-                                {"float32", HVD_FLOAT32}, {"float64", HVD_FLOAT64}, {"bool", HVD_BOOL}});
+  m.attr("DTYPES") = codeTable({{"uint8", HVD_UINT8}, {"int8", HVD_INT8}, {"int16", HVD_INT16},
+                                {"int32", HVD_INT32}, {"int64", HVD_INT64}, {"float16", HVD_FLOAT16},
+                                {"bfloat16", HVD_BFLOAT16}, {"float32", HVD_FLOAT32}, {"float64", HVD_FLOAT64},
+                                {"bool", HVD_BOOL}});
   m.attr("OPS") = codeTable({{"allreduce", HVD_OP_ALLREDUCE}, {"allgather", HVD_OP_ALLGATHER},
                              {"broadcast", HVD_OP_BROADCAST}, {"alltoall", HVD_OP_ALLTOALL},
-                             {"reducescatter", HVD_OP_REDUCESCATTER}, {"barrier", HVD_OP_BARRIER}, {"join", HVD_OP_JOIN}});
-  m.attr("REDUCE_OPS") = codeTable({{"Average", HVD_AVERAGE}, {"Sum", HVD_SUM}, {"Min", HVD_MIN}, {"Max", HVD_MAX},
-                                    {"Product", HVD_PRODUCT}});
+                             {"reducescatter", HVD_OP_REDUCESCATTER}, {"barrier", HVD_OP_BARRIER},
+                             {"join", HVD_OP_JOIN}});
+  m.attr("REDUCE_OPS") = codeTable({{"Average", HVD_AVERAGE}, {"Sum", HVD_SUM}, {"Min", HVD_MIN},
+                                    {"Max", HVD_MAX}, {"Product", HVD_PRODUCT}});
   // clang-format on
 
   // Lifecycle and identity.

@@ -119,8 +119,8 @@ std::string prometheusText(const JobSnapshot& s) {
 
   perOpCounter(m, s, "hvd_collectives_total", "Collectives completed by the worker's runtime, by op.",
                &CollectiveCount::count);
-  perOpCounter(m, s, "hvd_collective_bytes_total", "Bytes of the tensors given to completed collectives, by op.",
-               &CollectiveCount::bytes);
+  perOpCounter(m, s, "hvd_collective_bytes_total",
+               "Bytes of the tensors given to completed collectives, by op.", &CollectiveCount::bytes);
   double longest = 0;
   for (const auto& w : s.waits) longest = std::max(longest, w.seconds);
   int stuck = 0;

@@ -719,7 +719,8 @@ void Session::armWaits() {
     if (!heartbeat_timer_) heartbeat_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
     heartbeat_armed_ = true;
     heartbeat_timer_->expires_after(kHeartbeatInterval);
-    heartbeat_timer_->async_wait([weak = weak_from_this(), alive = alive_](const boost::system::error_code& ec) {
+    auto weak = weak_from_this();
+    heartbeat_timer_->async_wait([weak, alive = alive_](const boost::system::error_code& ec) {
       auto self = weak.lock();
       if (!self || !*alive || ec) return;
       self->heartbeat_armed_ = false;
@@ -730,7 +731,8 @@ void Session::armWaits() {
 
 void Session::armSocketWait(tcp::socket::wait_type wait, bool Session::*armed) {
   this->*armed = true;
-  socket_.async_wait(wait, [weak = weak_from_this(), alive = alive_, armed](const boost::system::error_code& ec) {
+  auto weak = weak_from_this();
+  socket_.async_wait(wait, [weak, alive = alive_, armed](const boost::system::error_code& ec) {
     auto self = weak.lock();
     if (!self || !*alive) return;
     (*self).*armed = false;

@@ -46,18 +46,23 @@ def die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def add_bridge(hub):
-    """A namespace `hub` holding the bridge br0 that the lab's namespaces join."""
+def add_bridge(hub, made=None):
+    """A namespace `hub` holding the bridge br0 that the lab's namespaces join. `made`, when given, gets hub
+    appended once the namespace exists (and only if this call created it)."""
     sh("ip", "netns", "add", hub)
+    if made is not None:
+        made.append(hub)
     sh("ip", "netns", "exec", hub, "ip", "link", "set", "lo", "up")
     sh("ip", "netns", "exec", hub, "ip", "link", "add", "br0", "type", "bridge")
     sh("ip", "netns", "exec", hub, "ip", "link", "set", "br0", "up")
 
 
-def add_bridged_namespace(hub, ns, port, address=None, interface="eth0"):
+def add_bridged_namespace(hub, ns, port, address=None, interface="eth0", made=None):
     """A namespace `ns` whose `interface` is one end of a veth pair; the other end, `port`, is on hub's bridge.
-    `address` (a.b.c.d, /24), when given, is set on `interface`."""
+    `address` (a.b.c.d, /24), when given, is set on `interface`. `made` as for add_bridge."""
     sh("ip", "netns", "add", ns)
+    if made is not None:
+        made.append(ns)
     sh("ip", "link", "add", port, "netns", hub, "type", "veth", "peer", "name", interface, "netns", ns)
     sh("ip", "netns", "exec", hub, "ip", "link", "set", port, "master", "br0")
     sh("ip", "netns", "exec", hub, "ip", "link", "set", port, "up")

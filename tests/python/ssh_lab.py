@@ -136,12 +136,10 @@ class SshLab(Lab):
         shutil.copy(self.key + ".pub", os.path.join(self.dir, "authorized_keys"))
 
     def _network(self):
-        # Listed before they are made: close() deletes what exists of them.
-        self._made.append(self.hub)
-        add_bridge(self.hub)
+        # Listed once made (close() deletes them): a name that already existed is not this lab's.
+        add_bridge(self.hub, made=self._made)
         for i, ns in enumerate(self.host_ns, 1):
-            self._made.append(ns)
-            add_bridged_namespace(self.hub, ns, f"vx{i}", interface=self.interface)
+            add_bridged_namespace(self.hub, ns, f"vx{i}", interface=self.interface, made=self._made)
         # The driver's end. The subnet is chosen and taken under a lock: two labs starting at once must not
         # pick the same one.
         sh("ip", "link", "add", self.interface, "type", "veth", "peer", "name", "vdriver", "netns", self.hub)

@@ -140,6 +140,7 @@ std::string describe(const std::vector<WorkerResult>& results) {
 
 void requireEveryRankPrinted(const std::vector<WorkerResult>& results, const std::string& text) {
   for (const auto& r : results) {
+    INFO("rank " << r.rank << ", expected in its output: '" << text << "'");
     REQUIRE(r.exit_code == 0);
     CHECK(r.output.find(text) != std::string::npos);
   }
