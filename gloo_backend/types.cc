@@ -218,11 +218,10 @@ const char* name(ReduceOp op) {
   return "invalid";
 }
 
-bool isValid(DataType type) { return static_cast<int>(type) >= 0 && static_cast<int>(type) <= 9; }
+bool isValid(DataType type) { return type >= DataType::kUInt8 && type <= DataType::kInt16; }
 
 bool isValid(ReduceOp op) {
-  const int v = static_cast<int>(op);
-  return v == 0 || v == 1 || (v >= 3 && v <= 5);
+  return op == ReduceOp::kAverage || op == ReduceOp::kSum || (op >= ReduceOp::kMin && op <= ReduceOp::kProduct);
 }
 
 void reduce(DataType type, ReduceOp op, void* out, const void* a, const void* b, size_t n) {

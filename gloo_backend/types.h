@@ -1,7 +1,8 @@
 // Element types and reduction operations understood by the Gloo backend, and the element-wise kernels
-// the collectives use. Values equal the public C API's hvd_dtype / hvd_reduce_op (checked there with
-// static_assert), and ReduceOp uses Horovod's numbering (message.h: AVERAGE=0, SUM=1, MIN=3, MAX=4,
-// PRODUCT=5; 2 is Adasum, not supported).
+// the collectives use. Both enums are on the wire and behind the public C API: their values equal
+// hvd_dtype / hvd_reduce_op (c_api.cc checks every one at compile time), so new values go at the end.
+// ReduceOp uses Horovod's numbering (message.h: AVERAGE=0, SUM=1, MIN=3, MAX=4, PRODUCT=5; 2 is Adasum,
+// which is not supported).
 #pragma once
 
 #include <cstddef>
@@ -12,23 +13,23 @@ namespace hvd::gloo_backend {
 
 enum class DataType : int {
   kUInt8 = 0,
-  kInt8 = 1,
-  kInt32 = 2,
-  kInt64 = 3,
-  kFloat16 = 4,
-  kBFloat16 = 5,
-  kFloat32 = 6,
-  kFloat64 = 7,
-  kBool = 8,
-  kInt16 = 9,
+  kInt8,
+  kInt32,
+  kInt64,
+  kFloat16,
+  kBFloat16,
+  kFloat32,
+  kFloat64,
+  kBool,
+  kInt16,  // the last value: isValid() relies on it
 };
 
 enum class ReduceOp : int {
   kAverage = 0,
-  kSum = 1,
+  kSum,
   kMin = 3,
-  kMax = 4,
-  kProduct = 5,
+  kMax,
+  kProduct,  // the last value: isValid() relies on it
 };
 
 size_t elementSize(DataType type);

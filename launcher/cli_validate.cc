@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -268,15 +269,10 @@ void validateFlags(const po::options_description& desc, ParsedFlags& flags,
   o.ssh.force_ssh = given("ssh-force");
   if (given("launcher")) {
     const std::string& kind = last["launcher"];
-    static const std::map<std::string, LauncherKind> kKinds = {{"auto", LauncherKind::kAuto},
-                                                               {"local", LauncherKind::kLocal},
-                                                               {"ssh", LauncherKind::kSsh},
-                                                               {"slurm", LauncherKind::kSlurm},
-                                                               {"agent", LauncherKind::kAgent}};
-    const auto it = kKinds.find(kind);
-    usageCheck(it != kKinds.end(), "argument --launcher: invalid choice: '", kind,
-               "' (choose from 'auto', 'local', 'ssh', 'slurm', 'agent')");
-    o.launcher = it->second;
+    const std::optional<LauncherKind> parsed = valueOf(kLauncherKindNames, kind);
+    usageCheck(parsed.has_value(), "argument --launcher: invalid choice: '", kind, "' (choose from ",
+               choices(kLauncherKindNames), ")");
+    o.launcher = *parsed;
     usageCheck(!o.ssh.force_ssh || o.launcher == LauncherKind::kSsh || o.launcher == LauncherKind::kAuto,
                "argument --ssh-force: not allowed with --launcher ", kind);
   }

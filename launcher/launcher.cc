@@ -15,27 +15,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <set>
 
+#include "base/enum_names.h"
 #include "base/error.h"
 
 namespace hvd::launcher {
-
-const char* toString(LauncherKind kind) {
-  switch (kind) {
-    case LauncherKind::kAuto:
-      return "auto";
-    case LauncherKind::kLocal:
-      return "local";
-    case LauncherKind::kSsh:
-      return "ssh";
-    case LauncherKind::kSlurm:
-      return "slurm";
-    case LauncherKind::kAgent:
-      return "agent";
-  }
-  return "?";
-}
 
 void resetSignalsForExec() noexcept {
   for (int sig = 1; sig < NSIG; ++sig) {
@@ -69,23 +55,15 @@ std::string cannotExecutePrefix(int rank, const std::string& program) {
   return detail::concat("hvdrun: rank ", rank, ": cannot execute '", program, "': ");
 }
 
-const char* toString(WorkerState state) {
-  switch (state) {
-    case WorkerState::kInit:
-      return "init";
-    case WorkerState::kRunning:
-      return "running";
-    case WorkerState::kSucceeded:
-      return "succeeded";
-    case WorkerState::kFailed:
-      return "failed";
-    case WorkerState::kStopped:
-      return "stopped";
-    case WorkerState::kUnknown:
-      return "unknown";
-  }
-  return "invalid";
-}
+namespace {
+constexpr EnumName<WorkerState> kWorkerStateNames[] = {
+    {WorkerState::kInit, "init"},           {WorkerState::kRunning, "running"},
+    {WorkerState::kSucceeded, "succeeded"}, {WorkerState::kFailed, "failed"},
+    {WorkerState::kStopped, "stopped"},     {WorkerState::kUnknown, "unknown"}};
+static_assert(std::size(kWorkerStateNames) == static_cast<size_t>(WorkerState::kUnknown) + 1);
+}  // namespace
+
+const char* toString(WorkerState state) { return nameOf(kWorkerStateNames, state); }
 
 int ExitStatus::shellCode() const {
   switch (kind) {

@@ -5,9 +5,13 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
+
+#include "base/enum_names.h"
 
 namespace hvd::launcher {
 
@@ -46,6 +50,14 @@ enum class LauncherKind {
   kAgent,  // a program of the user's starts hvd-proxy for each rank (--launcher-agent; launcher/agent/launcher.h)
 };
 
-const char* toString(LauncherKind kind);
+// --launcher's spellings, for parsing the flag and printing a kind.
+inline constexpr EnumName<LauncherKind> kLauncherKindNames[] = {{LauncherKind::kAuto, "auto"},
+                                                                {LauncherKind::kLocal, "local"},
+                                                                {LauncherKind::kSsh, "ssh"},
+                                                                {LauncherKind::kSlurm, "slurm"},
+                                                                {LauncherKind::kAgent, "agent"}};
+static_assert(std::size(kLauncherKindNames) == static_cast<size_t>(LauncherKind::kAgent) + 1);
+
+inline const char* toString(LauncherKind kind) { return nameOf(kLauncherKindNames, kind, "?"); }
 
 }  // namespace hvd::launcher

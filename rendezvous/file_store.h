@@ -26,7 +26,6 @@ class FileStore final : public Store {
   std::optional<Bytes> tryGet(const std::string& key) override;
   // Polls for the keys' files, every 1 ms at first, doubling to every 20 ms.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  using Store::wait;
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
   std::string describe() const override { return "file store '" + directory_ + "'"; }

@@ -38,13 +38,11 @@ class HttpStore final : public Store {
   void set(const std::string& key, const Bytes& value) override;
   std::optional<Bytes> tryGet(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  using Store::wait;
   ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   // Asks for the slices only (&range=); against a server without that extension, fetches whole values
   // and slices them here.
   ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
                        ValueRange range) override;
-  using Store::waitAndGet;
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
   std::string describe() const override;

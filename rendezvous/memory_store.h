@@ -15,7 +15,6 @@ class MemoryStore final : public Store {
   std::optional<Bytes> tryGet(const std::string& key) override;
   // Sleeps on a condition variable that every set and add notify: a waiter wakes as its key appears.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  using Store::wait;
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
   std::string describe() const override { return "memory store"; }

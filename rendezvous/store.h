@@ -92,7 +92,6 @@ class Store {
   // Blocks until every key exists or the timeout expires; then throws RendezvousTimeout whose
   // message lists the keys still missing.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
-  void wait(const std::vector<std::string>& keys) { wait(keys, kDefaultTimeout); }
 
   // Atomically adds delta to the decimal integer stored at key (absent counts as 0) and returns the
   // new value.
@@ -104,7 +103,6 @@ class Store {
 
   // Blocking read: waits for key (as wait()), then returns its value.
   virtual Bytes get(const std::string& key, std::chrono::milliseconds timeout);
-  Bytes get(const std::string& key) { return get(key, kDefaultTimeout); }
 
   // True when every key exists now. Non-blocking.
   virtual bool check(const std::vector<std::string>& keys);
@@ -113,7 +111,6 @@ class Store {
   // default waits, then reads each key; HttpStore asks the server for all of them in one request.
   // Throws RendezvousTimeout as wait() does, and StoreError when a key vanished before it was read.
   virtual ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
-  ValueList waitAndGet(const std::vector<std::string>& keys) { return waitAndGet(keys, kDefaultTimeout); }
   // The same, but only the slice `range` of each value. The default slices whole values here; HttpStore
   // asks the server for the slices only (and does the same against a server without that extension).
   virtual ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
@@ -130,16 +127,13 @@ class KeyMappingStore : public Store {
   void set(const std::string& key, const Bytes& value) override;
   std::optional<Bytes> tryGet(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  using Store::wait;
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
-  using Store::get;
   bool check(const std::vector<std::string>& keys) override;
   ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
                        ValueRange range) override;
-  using Store::waitAndGet;
 
  protected:
   explicit KeyMappingStore(std::shared_ptr<Store> store);

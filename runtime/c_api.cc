@@ -22,14 +22,32 @@ using hvd::runtime::Request;
 using hvd::runtime::Runtime;
 using hvd::runtime::Work;
 
-static_assert(HVD_UINT8 == static_cast<int>(hvd::gloo_backend::DataType::kUInt8));
-static_assert(HVD_FLOAT16 == static_cast<int>(hvd::gloo_backend::DataType::kFloat16));
-static_assert(HVD_BOOL == static_cast<int>(hvd::gloo_backend::DataType::kBool));
-static_assert(HVD_INT16 == static_cast<int>(hvd::gloo_backend::DataType::kInt16));
-static_assert(HVD_OP_JOIN == static_cast<int>(OpType::kJoin));
-static_assert(HVD_AVERAGE == static_cast<int>(hvd::gloo_backend::ReduceOp::kAverage));
-static_assert(HVD_PRODUCT == static_cast<int>(hvd::gloo_backend::ReduceOp::kProduct));
-static_assert(HVD_HOSTS_REMOVED == hvd::rendezvous::kRoundRemoved && HVD_HOSTS_ADDED == hvd::rendezvous::kRoundAdded,
+// The C API passes dtypes, reductions and operation types to the runtime by cast: the C enum's values, in
+// declaration order, must equal the runtime enum's (two lists of different lengths do not compile).
+template <typename Enum, size_t N>
+constexpr bool sameValues(const int (&c_values)[N], const Enum (&values)[N]) {
+  for (size_t i = 0; i < N; ++i) {
+    if (c_values[i] != static_cast<int>(values[i])) return false;
+  }
+  return true;
+}
+using DataType = hvd::gloo_backend::DataType;
+using ReduceOp = hvd::gloo_backend::ReduceOp;
+static_assert(sameValues<DataType>({HVD_UINT8, HVD_INT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_BFLOAT16,
+                                    HVD_FLOAT32, HVD_FLOAT64, HVD_BOOL, HVD_INT16},
+                                   {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64,
+                                    DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                    DataType::kFloat64, DataType::kBool, DataType::kInt16}));
+static_assert(sameValues<ReduceOp>({HVD_AVERAGE, HVD_SUM, HVD_MIN, HVD_MAX, HVD_PRODUCT},
+                                   {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                                    ReduceOp::kProduct}));
+static_assert(sameValues<OpType>({HVD_OP_ALLREDUCE, HVD_OP_ALLGATHER, HVD_OP_BROADCAST, HVD_OP_ALLTOALL,
+                                  HVD_OP_REDUCESCATTER, HVD_OP_BARRIER, HVD_OP_JOIN},
+                                 {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast,
+                                  OpType::kAlltoall, OpType::kReducescatter, OpType::kBarrier,
+                                  OpType::kJoin}));
+static_assert(HVD_HOSTS_REMOVED == hvd::rendezvous::kRoundRemoved &&
+                  HVD_HOSTS_ADDED == hvd::rendezvous::kRoundAdded,
               "hvd_elastic_check_host_updates passes the server's round changes through");
 
 thread_local std::string last_error;

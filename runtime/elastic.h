@@ -44,7 +44,6 @@ class RoundWatchStore final : public rendezvous::Store {
   std::optional<rendezvous::Bytes> tryGet(const std::string& key) override;
   // Waits in slices of kCheckInterval; between them, RoundOverError once a later round has begun.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  using Store::wait;
   int64_t add(const std::string& key, int64_t delta) override;
   void deleteKey(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;

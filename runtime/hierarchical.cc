@@ -63,4 +63,22 @@ void HierarchicalTransport::allreduce(void* data, size_t count, DataType type, R
   local_->allgatherv(base + first * es, data, bytes);
 }
 
+// The collectives without a hierarchical algorithm run on the flat path.
+
+void HierarchicalTransport::broadcast(void* data, size_t bytes, int root) {
+  flat_->broadcast(data, bytes, root);
+}
+
+void HierarchicalTransport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                                      const std::vector<size_t>& recvBytes) {
+  flat_->alltoallv(in, sendBytes, out, recvBytes);
+}
+
+void HierarchicalTransport::reduceScatter(void* data, const std::vector<size_t>& counts, DataType type,
+                                          ReduceOp op) {
+  flat_->reduceScatter(data, counts, type, op);
+}
+
+void HierarchicalTransport::barrier() { flat_->barrier(); }
+
 }  // namespace hvd::runtime

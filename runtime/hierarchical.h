@@ -45,16 +45,13 @@ class HierarchicalTransport final : public Transport {
   const char* pathOf(const char* op) const override;
 
   void allreduce(void* data, size_t count, DataType type, ReduceOp op) override;
-  void broadcast(void* data, size_t bytes, int root) override { flat_->broadcast(data, bytes, root); }
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override;
+  // On the flat path.
+  void broadcast(void* data, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
-                 const std::vector<size_t>& recvBytes) override {
-    flat_->alltoallv(in, sendBytes, out, recvBytes);
-  }
-  void reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) override {
-    flat_->reduceScatter(data, counts, type, op);
-  }
-  void barrier() override { flat_->barrier(); }
+                 const std::vector<size_t>& recvBytes) override;
+  void reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) override;
+  void barrier() override;
   // The parts are closed by their owner (the runtime closes each context once, in rendezvous order).
   void close(bool) noexcept override {}
   bool failed() const override { return local_->failed() || cross_->failed() || flat_->failed(); }

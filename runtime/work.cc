@@ -1,8 +1,11 @@
 #include "runtime/work.h"
 
-#include <algorithm>
-
 #include <sched.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include "base/enum_names.h"
 
 namespace hvd::runtime {
 
@@ -68,19 +71,19 @@ void ResultBuffer::reset() noexcept {
   size_ = 0;
 }
 
-const char* name(OpType type) {
-  switch (type) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kJoin: return "join";
-    case OpType::kProcessSet: return "process_set";
-  }
-  return "invalid";
-}
+namespace {
+constexpr EnumName<OpType> kOpTypeNames[] = {{OpType::kAllreduce, "allreduce"},
+                                             {OpType::kAllgather, "allgather"},
+                                             {OpType::kBroadcast, "broadcast"},
+                                             {OpType::kAlltoall, "alltoall"},
+                                             {OpType::kReducescatter, "reducescatter"},
+                                             {OpType::kBarrier, "barrier"},
+                                             {OpType::kJoin, "join"},
+                                             {OpType::kProcessSet, "process_set"}};
+static_assert(std::size(kOpTypeNames) == static_cast<size_t>(OpType::kProcessSet) + 1);
+}  // namespace
+
+const char* name(OpType type) { return nameOf(kOpTypeNames, type); }
 
 bool Work::poll() const {
   std::lock_guard lock(mutex_);

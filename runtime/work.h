@@ -27,15 +27,17 @@ namespace hvd::runtime {
 using gloo_backend::DataType;
 using gloo_backend::ReduceOp;
 
+// On the wire, and the values below kProcessSet equal the C API's hvd_op (c_api.cc checks each): new
+// values go at the end.
 enum class OpType : uint8_t {
   kAllreduce = 0,
-  kAllgather = 1,
-  kBroadcast = 2,
-  kAlltoall = 3,
-  kReducescatter = 4,
-  kBarrier = 5,
-  kJoin = 6,
-  kProcessSet = 7,  // add or remove a process set (collective over the global set; Request::members)
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kBarrier,
+  kJoin,
+  kProcessSet,  // add or remove a process set (collective over the global set; Request::members)
 };
 const char* name(OpType type);
 

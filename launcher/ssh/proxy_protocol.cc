@@ -1,5 +1,6 @@
 #include "launcher/ssh/proxy_protocol.h"
 
+#include "base/enum_names.h"
 #include "base/error.h"
 
 namespace hvd::launcher::ssh {
@@ -53,33 +54,17 @@ std::string PayloadWriter::frame(FrameType type) const {
   return header.out_ + out_;
 }
 
-const char* PayloadReader::typeName(FrameType type) {
-  switch (type) {
-    case FrameType::kCheck:
-      return "check";
-    case FrameType::kSpawn:
-      return "spawn";
-    case FrameType::kStdin:
-      return "stdin";
-    case FrameType::kStdinEof:
-      return "stdin-eof";
-    case FrameType::kSignal:
-      return "signal";
-    case FrameType::kHeartbeat:
-      return "heartbeat";
-    case FrameType::kHello:
-      return "hello";
-    case FrameType::kCheckResult:
-      return "check-result";
-    case FrameType::kStarted:
-      return "started";
-    case FrameType::kOutput:
-      return "output";
-    case FrameType::kExit:
-      return "exit";
-  }
-  return "unknown";
-}
+namespace {
+constexpr EnumName<FrameType> kFrameTypeNames[] = {
+    {FrameType::kCheck, "check"},     {FrameType::kSpawn, "spawn"},
+    {FrameType::kStdin, "stdin"},     {FrameType::kStdinEof, "stdin-eof"},
+    {FrameType::kSignal, "signal"},   {FrameType::kHeartbeat, "heartbeat"},
+    {FrameType::kHello, "hello"},     {FrameType::kCheckResult, "check-result"},
+    {FrameType::kStarted, "started"}, {FrameType::kOutput, "output"},
+    {FrameType::kExit, "exit"}};
+}  // namespace
+
+const char* PayloadReader::typeName(FrameType type) { return nameOf(kFrameTypeNames, type, "unknown"); }
 
 void PayloadReader::need(size_t n) const {
   if (data_.size() - pos_ < n)

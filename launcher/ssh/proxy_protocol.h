@@ -36,18 +36,20 @@ inline constexpr std::string_view kProxyHelloMagic{"\nHVD-PROXY\n", 11};
 // Largest payload either side accepts: a job description (environment, argv) fits many times over.
 inline constexpr uint32_t kMaxProxyFrame = 16u << 20;
 
+// On the wire: launcher-to-proxy frames from 1, proxy-to-launcher frames from 64. A new frame type goes at
+// the end of its side's run, and a change to an existing value needs a new kProxyVersion.
 enum class FrameType : uint8_t {
   kCheck = 1,
-  kSpawn = 2,
-  kStdin = 3,
-  kStdinEof = 4,
-  kSignal = 5,
-  kHeartbeat = 6,
+  kSpawn,
+  kStdin,
+  kStdinEof,
+  kSignal,
+  kHeartbeat,
   kHello = 64,
-  kCheckResult = 65,
-  kStarted = 66,
-  kOutput = 67,
-  kExit = 68,
+  kCheckResult,
+  kStarted,
+  kOutput,
+  kExit,
 };
 
 struct Frame {

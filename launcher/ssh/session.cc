@@ -56,27 +56,25 @@ std::string base64NoPad(const unsigned char* data, size_t n) {
 }
 
 struct KeyType {
-  const char* name;
+  int hostkey_type;  // LIBSSH2_HOSTKEY_TYPE_*, as the server's key reports it
+  const char* name;  // its name in known_hosts
   int knownhost_mask;
 };
 
+constexpr KeyType kKeyTypes[] = {
+    {LIBSSH2_HOSTKEY_TYPE_RSA, "ssh-rsa", LIBSSH2_KNOWNHOST_KEY_SSHRSA},
+    {LIBSSH2_HOSTKEY_TYPE_DSS, "ssh-dss", LIBSSH2_KNOWNHOST_KEY_SSHDSS},
+    {LIBSSH2_HOSTKEY_TYPE_ECDSA_256, "ecdsa-sha2-nistp256", LIBSSH2_KNOWNHOST_KEY_ECDSA_256},
+    {LIBSSH2_HOSTKEY_TYPE_ECDSA_384, "ecdsa-sha2-nistp384", LIBSSH2_KNOWNHOST_KEY_ECDSA_384},
+    {LIBSSH2_HOSTKEY_TYPE_ECDSA_521, "ecdsa-sha2-nistp521", LIBSSH2_KNOWNHOST_KEY_ECDSA_521},
+    {LIBSSH2_HOSTKEY_TYPE_ED25519, "ssh-ed25519", LIBSSH2_KNOWNHOST_KEY_ED25519},
+};
+
 KeyType keyType(int hostkey_type) {
-  switch (hostkey_type) {
-    case LIBSSH2_HOSTKEY_TYPE_RSA:
-      return {"ssh-rsa", LIBSSH2_KNOWNHOST_KEY_SSHRSA};
-    case LIBSSH2_HOSTKEY_TYPE_DSS:
-      return {"ssh-dss", LIBSSH2_KNOWNHOST_KEY_SSHDSS};
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_256:
-      return {"ecdsa-sha2-nistp256", LIBSSH2_KNOWNHOST_KEY_ECDSA_256};
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_384:
-      return {"ecdsa-sha2-nistp384", LIBSSH2_KNOWNHOST_KEY_ECDSA_384};
-    case LIBSSH2_HOSTKEY_TYPE_ECDSA_521:
-      return {"ecdsa-sha2-nistp521", LIBSSH2_KNOWNHOST_KEY_ECDSA_521};
-    case LIBSSH2_HOSTKEY_TYPE_ED25519:
-      return {"ssh-ed25519", LIBSSH2_KNOWNHOST_KEY_ED25519};
-    default:
-      return {"unknown", LIBSSH2_KNOWNHOST_KEY_UNKNOWN};
+  for (const KeyType& type : kKeyTypes) {
+    if (type.hostkey_type == hostkey_type) return type;
   }
+  return {hostkey_type, "unknown", LIBSSH2_KNOWNHOST_KEY_UNKNOWN};
 }
 
 // known_hosts spelling of a host: "host" on port 22, "[host]:port" otherwise.

@@ -420,11 +420,9 @@ class RecordingStore final : public hvd::rendezvous::Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     store_.wait(keys, timeout);
   }
-  using Store::wait;
   int64_t add(const std::string& key, int64_t delta) override { return store_.add(key, delta); }
   void deleteKey(const std::string& key) override { store_.deleteKey(key); }
   std::string describe() const override { return "recording store"; }
-  using Store::waitAndGet;
   hvd::rendezvous::ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
                                         hvd::rendezvous::ValueRange range) override {
     {
