@@ -2,6 +2,7 @@
 
 import atexit
 import os
+from typing import Callable
 
 from hvd import _core
 from hvd.common import process_sets as _ps
@@ -76,34 +77,27 @@ def is_initialized():
     return _core.is_initialized()
 
 
-def _identity(value):
-    if value < 0:
-        raise ValueError(_NOT_INITIALIZED)
-    return value
+def _topology(name: str, doc: str) -> Callable[[], int]:
+    """The accessor `name`(): libhvd's number of the same name (_core.`name`()); ValueError while Horovod is not
+    initialized (libhvd answers -1 then)."""
+
+    def accessor() -> int:
+        value = getattr(_core, name)()
+        if value < 0:
+            raise ValueError(_NOT_INITIALIZED)
+        return value
+
+    accessor.__name__ = accessor.__qualname__ = name
+    accessor.__doc__ = doc
+    return accessor
 
 
-def rank():
-    return _identity(_core.rank())
-
-
-def size():
-    return _identity(_core.size())
-
-
-def local_rank():
-    return _identity(_core.local_rank())
-
-
-def local_size():
-    return _identity(_core.local_size())
-
-
-def cross_rank():
-    return _identity(_core.cross_rank())
-
-
-def cross_size():
-    return _identity(_core.cross_size())
+rank = _topology("rank", "This process's rank among all ranks of the job.")
+size = _topology("size", "Number of ranks in the job.")
+local_rank = _topology("local_rank", "This process's rank among the ranks on its host.")
+local_size = _topology("local_size", "Number of ranks on this process's host.")
+cross_rank = _topology("cross_rank", "This process's rank among the ranks with the same local_rank.")
+cross_size = _topology("cross_size", "Number of ranks with the same local_rank as this process.")
 
 
 def is_homogeneous():

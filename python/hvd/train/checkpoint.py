@@ -198,18 +198,13 @@ def read_metrics(checkpoint: Checkpoint) -> Dict[str, Any]:
 def to_json(value: Any) -> Any:
     """A JSON-friendly form of a metric value: NumPy and torch scalars become numbers, other unknown objects
     their repr."""
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            return item()
-        except Exception:
-            pass
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        try:
-            return tolist()
-        except Exception:
-            pass
+    for conversion in ("item", "tolist"):
+        convert = getattr(value, conversion, None)
+        if callable(convert):
+            try:
+                return convert()
+            except Exception:
+                pass
     return repr(value)
 
 

@@ -26,31 +26,33 @@ from hvd.train.dataset import DatasetShard
 _session: Optional["_Session"] = None
 
 
+def _session_number(name: str, attribute: str, doc: str) -> Callable[["TrainContext"], int]:
+    """The TrainContext method `name`: returns the session's `attribute`, one of the worker's ranks and sizes."""
+
+    def getter(self) -> int:
+        return getattr(self._session, attribute)
+
+    getter.__name__ = name
+    getter.__qualname__ = f"TrainContext.{name}"
+    getter.__doc__ = doc
+    return getter
+
+
 class TrainContext:
     """Where this worker stands in the run (Ray Train's TrainContext)."""
 
     def __init__(self, session: "_Session") -> None:
         self._session = session
 
-    def get_world_rank(self) -> int:
-        """This worker's rank among all workers (HOROVOD_RANK)."""
-        return self._session.world_rank
-
-    def get_world_size(self) -> int:
-        """Number of workers (HOROVOD_SIZE)."""
-        return self._session.world_size
-
-    def get_local_rank(self) -> int:
-        """This worker's rank among the workers of its host (HOROVOD_LOCAL_RANK)."""
-        return self._session.local_rank
-
-    def get_local_world_size(self) -> int:
-        """Number of workers on this worker's host (HOROVOD_LOCAL_SIZE)."""
-        return self._session.local_size
-
-    def get_node_rank(self) -> int:
-        """The index of this worker's host among the hosts of the run (HOROVOD_CROSS_RANK)."""
-        return self._session.node_rank
+    get_world_rank = _session_number("get_world_rank", "world_rank",
+                                     "This worker's rank among all workers (HOROVOD_RANK).")
+    get_world_size = _session_number("get_world_size", "world_size", "Number of workers (HOROVOD_SIZE).")
+    get_local_rank = _session_number("get_local_rank", "local_rank",
+                                     "This worker's rank among the workers of its host (HOROVOD_LOCAL_RANK).")
+    get_local_world_size = _session_number("get_local_world_size", "local_size",
+                                           "Number of workers on this worker's host (HOROVOD_LOCAL_SIZE).")
+    get_node_rank = _session_number("get_node_rank", "node_rank",
+                                    "The index of this worker's host among the hosts of the run (HOROVOD_CROSS_RANK).")
 
     def get_experiment_name(self) -> str:
         """The run's name (RunConfig.name)."""

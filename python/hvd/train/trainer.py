@@ -139,6 +139,16 @@ class _Recorder:
                 self.error = e
 
 
+def _argument(name: str, value: Any, kind: type, default: Optional[Callable[[], Any]] = None) -> Any:
+    """Trainer's argument `name`: None stays None (or becomes default() where there is one); any other value
+    must be a `kind` (TypeError naming the argument otherwise)."""
+    if value is None:
+        return None if default is None else default()
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
 class Trainer:
     """Runs train_loop_per_worker on ScalingConfig.num_workers ranks (Ray Train's HorovodTrainer); see the
     module docstring for fit()'s semantics.
@@ -157,34 +167,22 @@ class Trainer:
             raise TypeError(f"train_loop_per_worker must be callable, got "
                             f"{type(train_loop_per_worker).__name__}")
         takes_config(train_loop_per_worker)
-        if train_loop_config is not None and not isinstance(train_loop_config, dict):
-            raise TypeError(f"train_loop_config must be a dict, got {type(train_loop_config).__name__}")
-        scaling_config = ScalingConfig() if scaling_config is None else scaling_config
-        if not isinstance(scaling_config, ScalingConfig):
-            raise TypeError(f"scaling_config must be a ScalingConfig, got {type(scaling_config).__name__}")
-        run_config = RunConfig() if run_config is None else run_config
-        if not isinstance(run_config, RunConfig):
-            raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
-        if resume_from_checkpoint is not None:
-            if not isinstance(resume_from_checkpoint, Checkpoint):
-                raise TypeError(f"resume_from_checkpoint must be a Checkpoint, got "
-                                f"{type(resume_from_checkpoint).__name__}")
-            if not os.path.isdir(resume_from_checkpoint.path):
-                raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint.path!r} is not a directory")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = _argument("train_loop_config", train_loop_config, dict)
+        self.scaling_config = _argument("scaling_config", scaling_config, ScalingConfig, ScalingConfig)
+        self.run_config = _argument("run_config", run_config, RunConfig, RunConfig)
+        self.resume_from_checkpoint = _argument("resume_from_checkpoint", resume_from_checkpoint, Checkpoint)
+        if resume_from_checkpoint is not None and not os.path.isdir(resume_from_checkpoint.path):
+            raise ValueError(f"resume_from_checkpoint: {resume_from_checkpoint.path!r} is not a directory")
         try:
             self._payload = _pickler.dumps((train_loop_per_worker, train_loop_config))
         except Exception as e:
             raise ValueError(f"train_loop_per_worker {getattr(train_loop_per_worker, '__qualname__', '?')} and "
                              f"train_loop_config must be picklable: {type(e).__name__}: {e}") from None
-        self.train_loop_per_worker = train_loop_per_worker
-        self.train_loop_config = train_loop_config
-        self.scaling_config = scaling_config
-        self.run_config = run_config
-        self.resume_from_checkpoint = resume_from_checkpoint
         self._datasets = prepare_datasets(datasets)
         from hvd.executor import Executor
 
-        Executor(**scaling_config.executor_kwargs())  # checks the hosts and the client now; starts nothing
+        Executor(**self.scaling_config.executor_kwargs())  # checks the hosts and the client now; starts nothing
 
     def _run_dir(self) -> Tuple[str, str]:
         storage = os.path.abspath(os.path.expanduser(os.fspath(self.run_config.storage_path

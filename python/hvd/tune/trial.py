@@ -2,7 +2,7 @@
 pool gave it) that runs train_fn(config) on every rank, records rank 0's reports in the trial's directory and is
 retried, from its latest checkpoint, up to max_failures times.
 
-Contract. TrialRunner(trial, workers, payload, max_failures, ...).start() runs the trial in a thread of its own and
+Contract. TrialRunner(trial, payload, settings).start() runs the trial in a thread of its own and
 puts events on the tuner's queue, in order: ("report", trial, row) per report (row: the metrics plus
 training_iteration, timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, as hvd.train records them),
 ("retry", trial, error) per failed attempt that is retried, then exactly one ("end", trial, error) (error None
@@ -19,6 +19,7 @@ Threading: the runner thread owns the executor; stop() may be called from the tu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -137,22 +138,31 @@ class Workers:
             executor.shutdown()
 
 
+@dataclasses.dataclass(frozen=True)
+class RunnerSettings:
+    """What every TrialRunner of one search shares. workers: the search's executors; max_failures: the retries
+    of a trial; checkpoint_config: the retention of each trial's checkpoints; experiment: the search's name (what
+    get_context().get_experiment_name() answers in the training function); events: the tuner's queue."""
+
+    workers: Workers
+    max_failures: int
+    checkpoint_config: CheckpointConfig
+    experiment: str
+    events: Any
+
+
 class TrialRunner:
-    def __init__(self, trial: Trial, workers: Workers, payload: bytes, max_failures: int,
-                 checkpoint_config: CheckpointConfig, experiment: str, events):
+    def __init__(self, trial: Trial, payload: bytes, settings: RunnerSettings):
         self.trial = trial
-        self._workers = workers
         self._payload = payload
-        self._max_failures = max_failures
-        self._events = events
-        self._experiment = experiment
+        self._settings = settings
         self._lock = threading.Lock()
         self._executor = None
         self._stopping = False
         os.makedirs(trial.directory, exist_ok=True)
         with open(os.path.join(trial.directory, "params.json"), "w", encoding="utf-8") as f:
             json.dump(trial.config, f, default=to_json, indent=1)
-        trial.manager = CheckpointManager(trial.directory, checkpoint_config)
+        trial.manager = CheckpointManager(trial.directory, settings.checkpoint_config)
         self._recorder = _Recorder(trial.directory, trial.manager)
         self._thread = threading.Thread(target=self._run, name=f"hvd-tune-trial-{trial.trial_id}", daemon=True)
 
@@ -176,7 +186,7 @@ class TrialRunner:
         before = len(self._recorder.history)
         self._recorder.on_report(attempt, value)
         if len(self._recorder.history) > before:
-            self._events.put(("report", self.trial, dict(self._recorder.history[-1])))
+            self._settings.events.put(("report", self.trial, dict(self._recorder.history[-1])))
 
     def _made(self, executor) -> None:
         with self._lock:
@@ -188,7 +198,7 @@ class TrialRunner:
     def _run(self) -> None:
         error: Optional[BaseException] = None
         resume = None
-        for attempt in range(1, self._max_failures + 2):
+        for attempt in range(1, self._settings.max_failures + 2):
             self.trial.attempts = attempt
             error = None
             executor = None
@@ -196,8 +206,9 @@ class TrialRunner:
                 if self._stopping:
                     break
                 self._recorder.begin(attempt)
-                executor = self._workers.acquire(self.trial, self._made)
-                executor.run(run_training, args=(self._payload, list(sys.path), {}, resume, self._experiment, None),
+                executor = self._settings.workers.acquire(self.trial, self._made)
+                executor.run(run_training,
+                             args=(self._payload, list(sys.path), {}, resume, self._settings.experiment, None),
                              callbacks=[lambda value, a=attempt: self._on_report(a, value)])
             except Exception as e:  # a rank's failure, a lost job, or an executor that could not start: the trial's
                 error = e
@@ -206,7 +217,7 @@ class TrialRunner:
                 with self._lock:
                     self._executor = None
                 if executor is not None:
-                    self._workers.release(self.trial, executor, healthy=error is None and not self._stopping)
+                    self._settings.workers.release(self.trial, executor, healthy=error is None and not self._stopping)
             if self._recorder.error is not None and error is None:
                 error = self._recorder.error
             if error is None or self._stopping:
@@ -217,12 +228,12 @@ class TrialRunner:
                 traceback = getattr(error, "traceback", "") or getattr(error.__cause__, "traceback", "")
                 if traceback:
                     f.write(traceback)
-            if attempt <= self._max_failures:
-                self._events.put(("retry", self.trial, error, attempt))
+            if attempt <= self._settings.max_failures:
+                self._settings.events.put(("retry", self.trial, error, attempt))
                 latest = self.trial.manager.latest
                 resume = pack_directory(latest.path) if latest is not None else resume
         # The tuner's thread builds trial.history from the "report" events, which come before this one.
-        self._events.put(("end", self.trial, None if self._stopping else error))
+        self._settings.events.put(("end", self.trial, None if self._stopping else error))
 
     @property
     def stopping(self) -> bool:

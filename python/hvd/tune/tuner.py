@@ -42,7 +42,7 @@ from hvd.tune import space
 from hvd.tune.analysis import Analysis
 from hvd.tune.progress import Progress, describe, plot
 from hvd.tune.trainable import DistributedTrainable
-from hvd.tune.trial import ERROR, PRUNED, TERMINATED, Trial, TrialRunner, Workers
+from hvd.tune.trial import ERROR, PRUNED, TERMINATED, RunnerSettings, Trial, TrialRunner, Workers
 
 DEFAULT_STORAGE_PATH = "~/hvd_results"
 _SEARCH_ALGS = ("random", "grid", "optuna")
@@ -323,6 +323,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     # Dask places an executor's ranks on the workers that are free when it starts: one start at a time.
     start_lock = threading.Lock() if pool.kind == "dask" else None
     workers = Workers(make_executor, reuse_actors, start_lock)
+    runner_settings = RunnerSettings(workers, max_failures, checkpoint_config, name, events)
     progress = Progress(metric, mode, len(specs), live=verbose)
     started = time.time()
     limit = max_concurrent_trials or len(specs)
@@ -340,8 +341,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
                     exhausted = True
                     break
                 trial.placement = placement
-                runner = TrialRunner(trial, workers, _pickler.dumps((train_fn, trial.config)), max_failures,
-                                     checkpoint_config, name, events)
+                runner = TrialRunner(trial, _pickler.dumps((train_fn, trial.config)), runner_settings)
                 search.runners[trial.number] = runner
                 runner.start()
                 running += 1

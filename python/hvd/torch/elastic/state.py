@@ -44,28 +44,26 @@ class TorchState(ObjectState):
             setattr(self, name, handler.value)
         super().__init__(bcast_object=_broadcast_state, get_rank=rank, **plain)
 
-    # Each step runs on every handled object, then on the plain attributes.
     def save(self):
-        self._each_handler(lambda handler: handler.save())
-        super().save()
+        self._step("save")
 
     def restore(self):
-        self._each_handler(lambda handler: handler.restore())
-        super().restore()
+        self._step("restore")
 
     def sync(self):
-        self._each_handler(lambda handler: handler.sync())
-        super().sync()
+        self._step("sync")
 
     def reset(self):
         # After every re-initialization, with or without a sync to follow: objects that depend on the
         # job's ranks (samplers) adapt to the new ones.
-        self._each_handler(lambda handler: handler.reset())
-        super().reset()
+        self._step("reset")
 
-    def _each_handler(self, step):
+    def _step(self, name):
+        """Runs the step `name` (save, restore, sync or reset) on every handled object, then on the plain
+        attributes (ObjectState's own step)."""
         for handler in self._handlers.values():
-            step(handler)
+            getattr(handler, name)()
+        getattr(super(), name)()
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers")
