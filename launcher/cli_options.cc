@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "base/error.h"
+
 namespace hvd::launcher {
 
 namespace po = boost::program_options;
@@ -19,28 +21,10 @@ const std::map<std::string, std::string> kSingleDashLong = {
 
 const std::set<std::string> kRepeatable = {"env", "network-interface", "network-interfaces"};
 
-const std::map<std::string, std::pair<std::string, bool>> kSwitches = {
-    {"hierarchical-allreduce", {"hierarchical-allreduce", true}},
-    {"no-hierarchical-allreduce", {"hierarchical-allreduce", false}},
-    {"hierarchical-allgather", {"hierarchical-allgather", true}},
-    {"no-hierarchical-allgather", {"hierarchical-allgather", false}},
-    {"torus-allreduce", {"torus-allreduce", true}},
-    {"shared-memory", {"shared-memory", true}},
-    {"no-shared-memory", {"shared-memory", false}},
-    {"no-torus-allreduce", {"torus-allreduce", false}},
-    {"autotune", {"autotune", true}},
-    {"no-autotune", {"autotune", false}},
-    {"timeline-mark-cycles", {"timeline-mark-cycles", true}},
-    {"no-timeline-mark-cycles", {"timeline-mark-cycles", false}},
-    {"no-stall-check", {"no-stall-check", true}},
-    {"stall-check", {"no-stall-check", false}},
-    {"mpi-threads-disable", {"mpi-threads-disable", true}},
-    {"no-mpi-threads-disable", {"mpi-threads-disable", false}},
-    {"log-without-timestamp", {"log-without-timestamp", true}},
-    {"log-with-timestamp", {"log-without-timestamp", false}},
-    {"log-hide-timestamp", {"log-without-timestamp", true}},
-    {"no-log-hide-timestamp", {"log-without-timestamp", false}},
-};
+namespace {
+// The "Tuning and diagnostics" group, made from kTunables (below).
+void addTuningOptions(po::options_description& tuning);
+}  // namespace
 
 // One option per line reads better than the formatter's packing of the add_options() chain.
 // clang-format off
@@ -118,44 +102,7 @@ po::options_description makeDescription() {
        "hvd-proxy run on HOST (implies --launcher agent; see docs/launcher.md)");
 
   po::options_description tuning("Tuning and diagnostics (become worker environment variables)");
-  tuning.add_options()
-      ("fusion-threshold-mb", value()->value_name("MB"), "HOROVOD_FUSION_THRESHOLD (MiB)")
-      ("cycle-time-ms", value()->value_name("MS"), "HOROVOD_CYCLE_TIME")
-      ("cache-capacity", value()->value_name("N"), "HOROVOD_CACHE_CAPACITY")
-      ("hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE=1")
-      ("no-hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE=0")
-      ("hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER=1")
-      ("no-hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER=0")
-      ("shared-memory", "HVD_SHARED_MEMORY=1 (the default): ranks of one host exchange data through shared memory")
-      ("no-shared-memory", "HVD_SHARED_MEMORY=0: ranks of one host exchange data over TCP loopback, as between hosts")
-      ("torus-allreduce", "HOROVOD_TORUS_ALLREDUCE=1")
-      ("no-torus-allreduce", "HOROVOD_TORUS_ALLREDUCE=0")
-      ("autotune", "HOROVOD_AUTOTUNE=1")
-      ("no-autotune", "autotune off")
-      ("autotune-log-file", value()->value_name("FILE"), "HOROVOD_AUTOTUNE_LOG")
-      ("autotune-warmup-samples", value()->value_name("N"), "HOROVOD_AUTOTUNE_WARMUP_SAMPLES")
-      ("autotune-steps-per-sample", value()->value_name("N"), "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE")
-      ("autotune-bayes-opt-max-samples", value()->value_name("N"), "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES")
-      ("autotune-gaussian-process-noise", value()->value_name("X"),
-       "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE, in [0, 1]")
-      ("timeline-filename", value()->value_name("FILE"), "HOROVOD_TIMELINE")
-      ("timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES=1")
-      ("no-timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES=0")
-      ("no-stall-check", "HOROVOD_STALL_CHECK_DISABLE=1")
-      ("stall-check", "HOROVOD_STALL_CHECK_DISABLE=0")
-      ("stall-check-warning-time-seconds", value()->value_name("S"), "HOROVOD_STALL_CHECK_TIME_SECONDS")
-      ("stall-check-shutdown-time-seconds", value()->value_name("S"), "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
-      ("mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE=1")
-      ("no-mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE=0")
-      ("tcp", "NCCL_IB_DISABLE=1")
-      ("num-nccl-streams", value()->value_name("N"), "HOROVOD_NUM_NCCL_STREAMS")
-      ("thread-affinity", value()->value_name("N"), "HOROVOD_THREAD_AFFINITY")
-      ("gloo-timeout-seconds", value()->value_name("S"), "HOROVOD_GLOO_TIMEOUT_SECONDS")
-      ("log-level", value()->value_name("LEVEL"), "HOROVOD_LOG_LEVEL: TRACE, DEBUG, INFO, WARNING, ERROR, FATAL")
-      ("log-without-timestamp", "HOROVOD_LOG_HIDE_TIME=1")
-      ("log-with-timestamp", "HOROVOD_LOG_HIDE_TIME=0")
-      ("log-hide-timestamp", "deprecated: --log-without-timestamp")
-      ("no-log-hide-timestamp", "deprecated: --log-with-timestamp");
+  addTuningOptions(tuning);
 
   po::options_description rejected("Not supported (a clear error)");
   rejected.add_options()
@@ -215,47 +162,110 @@ std::string helpText(const po::options_description& desc) {
 // ---------------------------------------------------------------------------------------------------------
 // Tuning settings: flag > environment > config file > default, in this one table.
 
+// One tunable per entry reads better than the formatter's one field per line.
+// clang-format off
 const std::vector<Tunable> kTunables = {
-    {"fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", "params", "fusion_threshold_mb", TunableKind::kInt,
-     false, true, 1024.0 * 1024.0},
-    {"cycle-time-ms", "HOROVOD_CYCLE_TIME", "params", "cycle_time_ms", TunableKind::kFloat, false, true},
-    {"cache-capacity", "HOROVOD_CACHE_CAPACITY", "params", "cache_capacity", TunableKind::kInt, false, true},
-    {"hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", "params", "hierarchical_allreduce",
-     TunableKind::kBool},
-    {"hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", "params", "hierarchical_allgather",
-     TunableKind::kBool},
-    {"torus-allreduce", "HOROVOD_TORUS_ALLREDUCE", "params", "torus_allreduce", TunableKind::kBool},
-    {"shared-memory", "HVD_SHARED_MEMORY", "params", "shared_memory", TunableKind::kBool},
-    {"autotune", "HOROVOD_AUTOTUNE", "autotune", "enabled", TunableKind::kBool},
-    {"autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "autotune", "log_file", TunableKind::kString, false, false,
-     1, "autotune"},
-    {"autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "autotune", "warmup_samples",
-     TunableKind::kInt, false, true, 1, "autotune"},
-    {"autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "autotune", "steps_per_sample",
-     TunableKind::kInt, false, true, 1, "autotune"},
-    {"autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "autotune",
-     "bayes_opt_max_samples", TunableKind::kInt, false, true, 1, "autotune"},
-    {"autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "autotune",
-     "gaussian_process_noise", TunableKind::kFloat, false, false, 1, "autotune"},
-    {"timeline-filename", "HOROVOD_TIMELINE", "timeline", "filename", TunableKind::kString},
-    {"timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES", "timeline", "mark_cycles", TunableKind::kBool,
-     false, false, 1, "timeline-filename"},
-    {"no-stall-check", "HOROVOD_STALL_CHECK_DISABLE", "stall_check", "enabled", TunableKind::kBool, true},
-    {"stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", "stall_check",
-     "warning_time_seconds", TunableKind::kInt, false, true},
-    {"stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "stall_check",
-     "shutdown_time_seconds", TunableKind::kInt, false, true},
-    {"mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE", "library_options", "mpi_threads_disable",
-     TunableKind::kBool},
-    {"tcp", "NCCL_IB_DISABLE", nullptr, nullptr, TunableKind::kBool},
-    {"num-nccl-streams", "HOROVOD_NUM_NCCL_STREAMS", "library_options", "num_nccl_streams", TunableKind::kInt,
-     false, true},
-    {"thread-affinity", "HOROVOD_THREAD_AFFINITY", "library_options", "thread_affinity", TunableKind::kInt,
-     false, true},
-    {"gloo-timeout-seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", "library_options", "gloo_timeout_seconds",
-     TunableKind::kInt, false, true},
-    {"log-level", "HOROVOD_LOG_LEVEL", "logging", "level", TunableKind::kLogLevel},
-    {"log-without-timestamp", "HOROVOD_LOG_HIDE_TIME", "logging", "with_timestamp", TunableKind::kBool, true},
+    {.key = "fusion-threshold-mb", .env = "HOROVOD_FUSION_THRESHOLD", .section = "params",
+     .yaml = "fusion_threshold_mb", .kind = TunableKind::kInt, .non_negative = true, .scale = 1024.0 * 1024.0,
+     .value_name = "MB", .note = " (MiB)"},
+    {.key = "cycle-time-ms", .env = "HOROVOD_CYCLE_TIME", .section = "params", .yaml = "cycle_time_ms",
+     .kind = TunableKind::kFloat, .non_negative = true, .value_name = "MS"},
+    {.key = "cache-capacity", .env = "HOROVOD_CACHE_CAPACITY", .section = "params", .yaml = "cache_capacity",
+     .kind = TunableKind::kInt, .non_negative = true, .value_name = "N"},
+    {.key = "hierarchical-allreduce", .env = "HOROVOD_HIERARCHICAL_ALLREDUCE", .section = "params",
+     .yaml = "hierarchical_allreduce", .kind = TunableKind::kBool, .off = "no-hierarchical-allreduce"},
+    {.key = "hierarchical-allgather", .env = "HOROVOD_HIERARCHICAL_ALLGATHER", .section = "params",
+     .yaml = "hierarchical_allgather", .kind = TunableKind::kBool, .off = "no-hierarchical-allgather"},
+    {.key = "torus-allreduce", .env = "HOROVOD_TORUS_ALLREDUCE", .section = "params",
+     .yaml = "torus_allreduce", .kind = TunableKind::kBool, .off = "no-torus-allreduce"},
+    {.key = "shared-memory", .env = "HVD_SHARED_MEMORY", .section = "params", .yaml = "shared_memory",
+     .kind = TunableKind::kBool,
+     .note = " (the default): ranks of one host exchange data through shared memory",
+     .off = "no-shared-memory",
+     .off_note = ": ranks of one host exchange data over TCP loopback, as between hosts"},
+    {.key = "autotune", .env = "HOROVOD_AUTOTUNE", .section = "autotune", .yaml = "enabled",
+     .kind = TunableKind::kBool, .off = "no-autotune"},
+    {.key = "autotune-log-file", .env = "HOROVOD_AUTOTUNE_LOG", .section = "autotune", .yaml = "log_file",
+     .kind = TunableKind::kString, .gate = "autotune", .value_name = "FILE"},
+    {.key = "autotune-warmup-samples", .env = "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", .section = "autotune",
+     .yaml = "warmup_samples", .kind = TunableKind::kInt, .non_negative = true, .gate = "autotune",
+     .value_name = "N"},
+    {.key = "autotune-steps-per-sample", .env = "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", .section = "autotune",
+     .yaml = "steps_per_sample", .kind = TunableKind::kInt, .non_negative = true, .gate = "autotune",
+     .value_name = "N"},
+    {.key = "autotune-bayes-opt-max-samples", .env = "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+     .section = "autotune", .yaml = "bayes_opt_max_samples", .kind = TunableKind::kInt, .non_negative = true,
+     .gate = "autotune", .value_name = "N"},
+    {.key = "autotune-gaussian-process-noise", .env = "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+     .section = "autotune", .yaml = "gaussian_process_noise", .kind = TunableKind::kFloat, .gate = "autotune",
+     .value_name = "X", .note = ", in [0, 1]"},
+    {.key = "timeline-filename", .env = "HOROVOD_TIMELINE", .section = "timeline", .yaml = "filename",
+     .kind = TunableKind::kString, .value_name = "FILE"},
+    {.key = "timeline-mark-cycles", .env = "HOROVOD_TIMELINE_MARK_CYCLES", .section = "timeline",
+     .yaml = "mark_cycles", .kind = TunableKind::kBool, .gate = "timeline-filename",
+     .off = "no-timeline-mark-cycles"},
+    {.key = "no-stall-check", .env = "HOROVOD_STALL_CHECK_DISABLE", .section = "stall_check",
+     .yaml = "enabled", .kind = TunableKind::kBool, .yaml_inverted = true, .off = "stall-check"},
+    {.key = "stall-check-warning-time-seconds", .env = "HOROVOD_STALL_CHECK_TIME_SECONDS",
+     .section = "stall_check", .yaml = "warning_time_seconds", .kind = TunableKind::kInt,
+     .non_negative = true, .value_name = "S"},
+    {.key = "stall-check-shutdown-time-seconds", .env = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+     .section = "stall_check", .yaml = "shutdown_time_seconds", .kind = TunableKind::kInt,
+     .non_negative = true, .value_name = "S"},
+    {.key = "mpi-threads-disable", .env = "HOROVOD_MPI_THREADS_DISABLE", .section = "library_options",
+     .yaml = "mpi_threads_disable", .kind = TunableKind::kBool, .off = "no-mpi-threads-disable"},
+    {.key = "tcp", .env = "NCCL_IB_DISABLE", .kind = TunableKind::kBool},
+    {.key = "num-nccl-streams", .env = "HOROVOD_NUM_NCCL_STREAMS", .section = "library_options",
+     .yaml = "num_nccl_streams", .kind = TunableKind::kInt, .non_negative = true, .value_name = "N"},
+    {.key = "thread-affinity", .env = "HOROVOD_THREAD_AFFINITY", .section = "library_options",
+     .yaml = "thread_affinity", .kind = TunableKind::kInt, .non_negative = true, .value_name = "N"},
+    {.key = "gloo-timeout-seconds", .env = "HOROVOD_GLOO_TIMEOUT_SECONDS", .section = "library_options",
+     .yaml = "gloo_timeout_seconds", .kind = TunableKind::kInt, .non_negative = true, .value_name = "S"},
+    {.key = "log-level", .env = "HOROVOD_LOG_LEVEL", .section = "logging", .yaml = "level",
+     .kind = TunableKind::kLogLevel, .value_name = "LEVEL",
+     .note = ": TRACE, DEBUG, INFO, WARNING, ERROR, FATAL"},
+    {.key = "log-without-timestamp", .env = "HOROVOD_LOG_HIDE_TIME", .section = "logging",
+     .yaml = "with_timestamp", .kind = TunableKind::kBool, .yaml_inverted = true,
+     .off = "log-with-timestamp"},
 };
+// clang-format on
+
+namespace {
+
+// horovodrun's old spellings of switches: the old flag, the flag it means now.
+const std::pair<const char*, const char*> kOldSwitchSpellings[] = {
+    {"log-hide-timestamp", "log-without-timestamp"}, {"no-log-hide-timestamp", "log-with-timestamp"}};
+
+std::map<std::string, std::pair<std::string, bool>> makeSwitches() {
+  std::map<std::string, std::pair<std::string, bool>> out;
+  for (const Tunable& t : kTunables) {
+    if (t.kind != TunableKind::kBool) continue;
+    out[t.key] = {t.key, true};
+    if (t.off) out[t.off] = {t.key, false};
+  }
+  for (const auto& [old_flag, flag] : kOldSwitchSpellings) out[old_flag] = out.at(flag);
+  return out;
+}
+
+// An option per tunable, each switch's "off" flag and the old spellings of switches.
+void addTuningOptions(po::options_description& tuning) {
+  for (const Tunable& t : kTunables) {
+    if (t.kind != TunableKind::kBool) {
+      tuning.add_options()(t.key, po::value<std::string>()->value_name(t.value_name),
+                           detail::concat(t.env, t.note).c_str());
+      continue;
+    }
+    tuning.add_options()(t.key, detail::concat(t.env, "=1", t.note).c_str());
+    if (t.off) tuning.add_options()(t.off, detail::concat(t.env, "=0", t.off_note).c_str());
+  }
+  for (const auto& [old_flag, flag] : kOldSwitchSpellings) {
+    tuning.add_options()(old_flag, detail::concat("deprecated: --", flag).c_str());
+  }
+}
+
+}  // namespace
+
+// After kTunables: it is made from it.
+const std::map<std::string, std::pair<std::string, bool>> kSwitches = makeSwitches();
 
 }  // namespace hvd::launcher

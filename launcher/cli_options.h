@@ -24,7 +24,8 @@ extern const std::map<std::string, std::string> kSingleDashLong;
 // Options that collect every occurrence; all other valued options keep the last one (argparse).
 extern const std::set<std::string> kRepeatable;
 
-// Flags that come in on/off pairs: the later one on the command line wins. Key: flag -> (setting, value).
+// Switch flags (the kBool tunables, their "off" flags and old spellings): the later one on the command line
+// wins. Key: flag -> (setting, value).
 extern const std::map<std::string, std::pair<std::string, bool>> kSwitches;
 
 // Every option hvdrun knows, grouped as --help shows them.
@@ -42,17 +43,24 @@ std::string helpText(const boost::program_options::options_description& desc);
 enum class TunableKind { kInt, kFloat, kBool, kString, kLogLevel };
 
 struct Tunable {
-  const char* key;      // canonical flag key (for switches: the setting name of kSwitches)
-  const char* env;      // worker variable
-  const char* section;  // YAML section, nullptr: not settable from the file
-  const char* yaml;     // YAML key
+  const char* key;                // canonical flag key (a switch: its "on" flag and its setting in kSwitches)
+  const char* env;                // worker variable
+  const char* section = nullptr;  // YAML section, nullptr: not settable from the file
+  const char* yaml = nullptr;     // YAML key
   TunableKind kind;
   bool yaml_inverted = false;  // YAML value is the complement (stall_check.enabled, logging.with_timestamp)
   bool non_negative = false;
   double scale = 1;            // fusion-threshold-mb: MiB -> bytes
   const char* gate = nullptr;  // written only when this switch is on (autotune, timeline filename)
+  // --help: a valued option's VALUE name; the note after "ENV" ("ENV=1" for a switch); a switch's "off" flag
+  // (ENV=0) and its note.
+  const char* value_name = nullptr;
+  const char* note = "";
+  const char* off = nullptr;
+  const char* off_note = "";
 };
 
+// Every tunable, in the order --help lists them and the workers' environment receives them.
 extern const std::vector<Tunable> kTunables;
 
 }  // namespace hvd::launcher

@@ -386,7 +386,6 @@ void validateFlags(const po::options_description& desc, ParsedFlags& flags,
     std::string origin;
     if (t.kind == TunableKind::kBool) {
       if (const auto sw = switches.find(t.key); sw != switches.end()) text = sw->second ? "1" : "0";
-      if (std::string(t.key) == "tcp" && given("tcp")) text = "1";
     } else if (given(t.key)) {
       text = last[t.key];
     }

@@ -124,6 +124,8 @@ class Store {
 // of PrefixStore and RoundStore.
 class KeyMappingStore : public Store {
  public:
+  explicit KeyMappingStore(std::shared_ptr<Store> store);
+
   void set(const std::string& key, const Bytes& value) override;
   std::optional<Bytes> tryGet(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
@@ -136,7 +138,6 @@ class KeyMappingStore : public Store {
                        ValueRange range) override;
 
  protected:
-  explicit KeyMappingStore(std::shared_ptr<Store> store);
   virtual std::string map(const std::string& key) const = 0;
   std::vector<std::string> map(const std::vector<std::string>& keys) const;
   const std::shared_ptr<Store>& underlying() const { return store_; }

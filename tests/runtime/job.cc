@@ -82,6 +82,7 @@ std::vector<WorkerResult> runJob(const JobOptions& options) {
   }
 
   std::vector<WorkerResult> results(options.np);
+  for (int rank = 0; rank < options.np; ++rank) results[rank].pid = pids[rank];
   const auto deadline = std::chrono::steady_clock::now() + options.timeout;
   int remaining = options.np;
   bool killed = false;

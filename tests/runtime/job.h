@@ -17,6 +17,7 @@ namespace hvd::runtime::testing {
 
 struct WorkerResult {
   int rank = -1;
+  int pid = -1;          // the worker's process id
   int exit_code = -1;    // -1 when killed by a signal
   int signal = 0;        // the signal, 0 when it exited
   bool timed_out = false;

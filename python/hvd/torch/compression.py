@@ -13,6 +13,7 @@ class Compressor:
 
     @staticmethod
     def decompress(tensor, ctx):
+        """Returns the tensor as it was before compress(), given the context compress() returned."""
         raise NotImplementedError
 
 
