@@ -509,8 +509,12 @@ def render(data, chart_errors):
           f"{data['duration_s'] / 60:.1f} min.",
           f"- Load average before: {' / '.join(str(x) for x in load['before']['loadavg'])}, CPU busy "
           f"{load['before']['cpu_busy']:.0%} in the second before the run; after: "
-          f"{' / '.join(str(x) for x in load['after']['loadavg'])}. Per round (load1, CPU busy just before it): "
-          + ", ".join(f"{s['loadavg'][0]} / {s['cpu_busy']:.0%}" for s in load["rounds"]) + ".",
+          f"{' / '.join(str(x) for x in load['after']['loadavg'])}. Per round (load1, CPU busy just before it"
+          + ("; during it: CPUs busy with other processes, hypervisor steal"
+             if all("during" in s for s in load["rounds"]) else "") + "): "
+          + ", ".join(f"{s['loadavg'][0]} / {s['cpu_busy']:.0%}"
+                      + (f" ({s['during']['others']:.0%}, {s['during']['steal']:.0%})" if "during" in s else "")
+                      for s in load["rounds"]) + ".",
           ]
     if data.get("shared_machine_note"):
         L.append(f"- {data['shared_machine_note']}")
@@ -1204,7 +1208,9 @@ def method_md(data):
     return ["## Method", "",
             "- One run, R rounds; in each round every section measures ours and each peer back to back, the order "
             "rotating between rounds; launch cases are interleaved run by run. Machine load is recorded before each "
-            "round.",
+            "round, and over the whole round the share of the CPUs other processes used (CPU time from "
+            "`/proc/stat` less what the harness and the jobs it reaped used) and the hypervisor's steal: the MPIs "
+            "busy-poll, so they lose more to either than ours does.",
             "- Wall times are taken by `bench/compare` around `posix_spawn` ... `wait4`; peak RSS is read under "
             "`/usr/bin/time -f %M` (a child of the Python harness would inherit the interpreter's RSS as its "
             "high-water mark at exec).",
