@@ -54,7 +54,7 @@ struct Tunable {
   const char* gate = nullptr;  // written only when this switch is on (autotune, timeline filename)
   // --help: a valued option's VALUE name; the note after "ENV" ("ENV=1" for a switch); a switch's "off" flag
   // (ENV=0) and its note.
-  const char* value_name = nullptr;
+  const char* value_name = "ARG";
   const char* note = "";
   const char* off = nullptr;
   const char* off_note = "";

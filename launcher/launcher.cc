@@ -15,7 +15,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <iterator>
 #include <set>
 
 #include "base/enum_names.h"
@@ -60,7 +59,7 @@ constexpr EnumName<WorkerState> kWorkerStateNames[] = {
     {WorkerState::kInit, "init"},           {WorkerState::kRunning, "running"},
     {WorkerState::kSucceeded, "succeeded"}, {WorkerState::kFailed, "failed"},
     {WorkerState::kStopped, "stopped"},     {WorkerState::kUnknown, "unknown"}};
-static_assert(std::size(kWorkerStateNames) == static_cast<size_t>(WorkerState::kUnknown) + 1);
+static_assert(namesEvery(kWorkerStateNames, WorkerState::kInit, WorkerState::kUnknown));
 }  // namespace
 
 const char* toString(WorkerState state) { return nameOf(kWorkerStateNames, state); }

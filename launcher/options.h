@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <optional>
 #include <string>
 
@@ -56,7 +55,7 @@ inline constexpr EnumName<LauncherKind> kLauncherKindNames[] = {{LauncherKind::k
                                                                 {LauncherKind::kSsh, "ssh"},
                                                                 {LauncherKind::kSlurm, "slurm"},
                                                                 {LauncherKind::kAgent, "agent"}};
-static_assert(std::size(kLauncherKindNames) == static_cast<size_t>(LauncherKind::kAgent) + 1);
+static_assert(namesEvery(kLauncherKindNames, LauncherKind::kAuto, LauncherKind::kAgent));
 
 inline const char* toString(LauncherKind kind) { return nameOf(kLauncherKindNames, kind, "?"); }
 

@@ -11,6 +11,8 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <random>
 #include <thread>
 #include <unistd.h>
 
@@ -59,6 +61,9 @@ socklen_t makeAddress(const std::string& host, uint16_t port, sockaddr_storage& 
 }
 
 void setNoDelay(int fd) {
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain == AF_UNIX) return;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
@@ -180,23 +185,27 @@ int listenTcp(const std::string& host, uint16_t& port) {
   return fd;
 }
 
-int acceptTcp(int listen_fd, std::chrono::milliseconds timeout, std::string& peer) {
+int acceptAny(const std::vector<int>& listen_fds, std::chrono::milliseconds timeout, std::string& peer) {
   const auto deadline = Clock::now() + timeout;
+  std::vector<pollfd> fds;
+  for (int fd : listen_fds) fds.push_back({fd, POLLIN, 0});
   for (;;) {
-    pollfd p{listen_fd, POLLIN, 0};
     const int left = remainingMs(deadline);
-    const int rv = left > 0 ? ::poll(&p, 1, left) : 0;
+    const int rv = left > 0 ? ::poll(fds.data(), fds.size(), left) : 0;
     if (rv < 0 && errno == EINTR) continue;
     HVD_CHECK(rv > 0, NetworkError, "timed out after ", timeout.count(), " ms waiting for ranks to connect");
-    sockaddr_storage addr;
-    socklen_t alen = sizeof addr;
-    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &alen, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      throw NetworkError(detail::concat("accept() failed: ", errnoText(errno)));
+    for (const auto& p : fds) {
+      if (!p.revents) continue;
+      sockaddr_storage addr;
+      socklen_t alen = sizeof addr;
+      const int fd = ::accept4(p.fd, reinterpret_cast<sockaddr*>(&addr), &alen, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+        throw NetworkError(detail::concat("accept() failed: ", errnoText(errno)));
+      }
+      peer = addr.ss_family == AF_UNIX ? "local" : formatAddress(reinterpret_cast<sockaddr*>(&addr));
+      return fd;
     }
-    peer = formatAddress(reinterpret_cast<sockaddr*>(&addr));
-    return fd;
   }
 }
 
@@ -218,6 +227,48 @@ int connectTcp(const std::string& host, uint16_t port, std::chrono::milliseconds
               "cannot connect to the coordinator at ", host, ":", port, ": ", errnoText(err));
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(200));
+  }
+}
+
+socklen_t abstractAddress(const std::string& name, sockaddr_un& addr) {
+  std::memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  HVD_INTERNAL_ASSERT(name.size() + 1 < sizeof addr.sun_path, "socket name too long: ", name);
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+int listenUnix(std::string& name) {
+  std::random_device random;
+  name = detail::concat("hvd-ctl-", ::getpid(), "-", std::hex, random(), random());
+  sockaddr_un addr;
+  const socklen_t len = abstractAddress(name, addr);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  HVD_CHECK(fd >= 0, NetworkError, "socket(AF_UNIX) failed: ", errnoText(errno));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 1024) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw NetworkError(detail::concat("cannot listen on unix socket @", name, ": ", errnoText(err)));
+  }
+  return fd;
+}
+
+int connectUnix(const std::string& name) {
+  sockaddr_un addr;
+  const socklen_t len = abstractAddress(name, addr);
+  for (;;) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    HVD_CHECK(fd >= 0, NetworkError, "socket(AF_UNIX) failed: ", errnoText(errno));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);  // Channel reads without blocking
+      return fd;
+    }
+    const int err = errno;
+    ::close(fd);
+    if (err == EINTR) continue;
+    if (err == ECONNREFUSED || err == ENOENT || err == EAGAIN) return -1;
+    throw NetworkError(detail::concat("cannot connect to the coordinator at unix socket @", name, ": ",
+                                      errnoText(err)));
   }
 }
 

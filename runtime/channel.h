@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 namespace hvd::runtime {
 
 class Channel {
@@ -53,10 +56,24 @@ class Channel {
 
 // Listening socket on host (numeric address), port 0: ephemeral. Returns the fd; sets port.
 int listenTcp(const std::string& host, uint16_t& port);
-// Accepts one connection (blocking up to timeout). Throws NetworkError on timeout.
-int acceptTcp(int listen_fd, std::chrono::milliseconds timeout, std::string& peer);
 // Connects to host:port, retrying refused connections until timeout. Throws NetworkError.
 int connectTcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
+
+// The same over a unix stream socket in the abstract namespace (a name, no file; gone with its last fd), for
+// the ranks on the coordinator's host: a message and its answer between two busy-polling threads take about
+// 3 us there against 5.5 us over TCP loopback (2 vCPUs). An abstract name belongs to one network namespace:
+// a rank in another cannot reach it and connects over TCP.
+// Listens on a fresh name ("hvd-ctl-<pid>-<random>"). Returns the fd; sets name. Throws NetworkError.
+int listenUnix(std::string& name);
+// Connects to the abstract name: the fd, or -1 when nothing listens there in this network namespace (or the
+// listener's backlog is full). Throws NetworkError for any other failure.
+int connectUnix(const std::string& name);
+// `name` as an abstract unix socket address (sun_path[0] = 0, then the name, no terminator).
+socklen_t abstractAddress(const std::string& name, sockaddr_un& addr);
+
+// Accepts one connection on whichever of listen_fds is ready first (blocking up to timeout). Sets peer to the
+// caller's address ("local" for a unix socket). Throws NetworkError on timeout.
+int acceptAny(const std::vector<int>& listen_fds, std::chrono::milliseconds timeout, std::string& peer);
 
 // The numeric address this process should use for peers to reach it: the first IPv4 (else IPv6)
 // address of iface when given; else 127.0.0.1 when the whole job is on this host; else the local address

@@ -12,22 +12,27 @@
 
 namespace hvd::runtime {
 
+// Rank 0 listens on TCP (every rank can reach it) and on an abstract unix socket (faster, for the ranks of its
+// host and network namespace) and publishes "address port nonce unix-name"; a worker connects over the unix
+// socket when it reaches it, else over TCP.
 void Runtime::Impl::connectControlPlane() {
   if (options_.size == 1) return;
   const std::string address = localAddress(options_.iface, singleHost(), options_.rendezvous_addr.value_or(""));
   if (options_.rank == 0) {
     uint16_t port = 0;
-    const int listen_fd = listenTcp(address, port);
-    const uint64_t nonce = std::random_device{}() * (uint64_t{1} << 32) ^ std::random_device{}();
-    const std::string value = detail::concat(address, " ", port, " ", nonce);
-    store_->set(kControlKey, rendezvous::Bytes(value.begin(), value.end()));
-    worker_channels_.resize(options_.size);
+    std::string unix_name;
+    std::vector<int> listen_fds{listenTcp(address, port)};
     try {
+      listen_fds.push_back(listenUnix(unix_name));
+      const uint64_t nonce = std::random_device{}() * (uint64_t{1} << 32) ^ std::random_device{}();
+      const std::string value = detail::concat(address, " ", port, " ", nonce, " ", unix_name);
+      store_->set(kControlKey, rendezvous::Bytes(value.begin(), value.end()));
+      worker_channels_.resize(options_.size);
       const auto deadline = Clock::now() + options_.gloo_timeout;
       for (int joined = 1; joined < options_.size; ++joined) {
         std::string peer;
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        auto channel = std::make_unique<Channel>(acceptTcp(listen_fd, left, peer), peer);
+        auto channel = std::make_unique<Channel>(acceptAny(listen_fds, left, peer), peer);
         const Hello hello = decodeHello(channel->receiveOne(options_.gloo_timeout));
         HVD_CHECK(hello.magic == Hello::kMagic && hello.nonce == nonce, NetworkError,
                   "control connection from ", peer, " is not from this job's libhvd (bad hello)");
@@ -36,23 +41,28 @@ void Runtime::Impl::connectControlPlane() {
         worker_channels_[hello.rank] = std::move(channel);
       }
     } catch (...) {
-      ::close(listen_fd);
+      for (int fd : listen_fds) ::close(fd);
       throw;
     }
-    ::close(listen_fd);
+    for (int fd : listen_fds) ::close(fd);
     store_->deleteKey(kControlKey);  // every rank has read it; a later init publishes a fresh one
     return;
   }
   const auto raw = store_->get(kControlKey, options_.rendezvousTimeout());
   std::istringstream in(std::string(raw.begin(), raw.end()));
-  std::string host;
+  std::string host, unix_name;
   uint16_t port = 0;
   uint64_t nonce = 0;
-  in >> host >> port >> nonce;
-  HVD_CHECK(!in.fail(), StoreError, "malformed control-plane address '", std::string(raw.begin(), raw.end()),
-            "' in ", store_->describe(), " key ", kControlKey);
-  coordinator_channel_ = std::make_unique<Channel>(connectTcp(host, port, options_.gloo_timeout),
-                                                   detail::concat("rank 0 at ", host, ":", port));
+  in >> host >> port >> nonce >> unix_name;
+  HVD_CHECK(!host.empty() && port != 0 && !unix_name.empty(), StoreError, "malformed control-plane address '",
+            std::string(raw.begin(), raw.end()), "' in ", store_->describe(), " key ", kControlKey);
+  if (const int fd = connectUnix(unix_name); fd >= 0) {
+    coordinator_channel_ = std::make_unique<Channel>(fd, detail::concat("rank 0 at unix socket @", unix_name));
+  } else {
+    coordinator_channel_ = std::make_unique<Channel>(connectTcp(host, port, options_.gloo_timeout),
+                                                     detail::concat("rank 0 at ", host, ":", port));
+  }
+  log(LogLevel::kDebug, detail::concat("control plane: connected to ", coordinator_channel_->peer()));
   Hello hello;
   hello.nonce = nonce;
   hello.rank = options_.rank;

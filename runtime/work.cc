@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <iterator>
 
 #include "base/enum_names.h"
 
@@ -80,7 +79,7 @@ constexpr EnumName<OpType> kOpTypeNames[] = {{OpType::kAllreduce, "allreduce"},
                                              {OpType::kBarrier, "barrier"},
                                              {OpType::kJoin, "join"},
                                              {OpType::kProcessSet, "process_set"}};
-static_assert(std::size(kOpTypeNames) == static_cast<size_t>(OpType::kProcessSet) + 1);
+static_assert(namesEvery(kOpTypeNames, OpType::kAllreduce, OpType::kProcessSet));
 }  // namespace
 
 const char* name(OpType type) { return nameOf(kOpTypeNames, type); }

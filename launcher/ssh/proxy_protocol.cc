@@ -62,6 +62,8 @@ constexpr EnumName<FrameType> kFrameTypeNames[] = {
     {FrameType::kHello, "hello"},     {FrameType::kCheckResult, "check-result"},
     {FrameType::kStarted, "started"}, {FrameType::kOutput, "output"},
     {FrameType::kExit, "exit"}};
+static_assert(namesEvery(kFrameTypeNames, FrameType::kCheck, FrameType::kHeartbeat) &&
+              namesEvery(kFrameTypeNames, FrameType::kHello, FrameType::kExit));
 }  // namespace
 
 const char* PayloadReader::typeName(FrameType type) { return nameOf(kFrameTypeNames, type, "unknown"); }

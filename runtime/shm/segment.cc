@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/unique_fd.h"
+#include "runtime/channel.h"
 
 namespace hvd::runtime::shm {
 namespace {
@@ -22,14 +23,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kKey = "shm";
 
 // The abstract address "\0<name>"; its length counts the leading NUL and not a trailing one.
-socklen_t abstractAddress(const std::string& name, sockaddr_un& addr) {
-  std::memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  HVD_INTERNAL_ASSERT(name.size() + 1 < sizeof addr.sun_path, "socket name too long: ", name);
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-}
-
 // Waits until fd is readable; false once deadline passed.
 bool waitReadable(int fd, Clock::time_point deadline) {
   for (;;) {

@@ -384,7 +384,7 @@ def test_a_driver_killed_mid_call_ends_the_busy_ranks_worker_processes(cluster, 
 def test_overhead_of_dask_and_of_the_executor(cluster, client, capsys):
     def median_ms(call, count=30):
         call()
-        return statistics.median(timeit.repeat(call, number=1, repeat=count)) * 1e3
+        return statistics.median(timeit.repeat(call, setup="gc.enable()", number=1, repeat=count)) * 1e3
 
     submit = median_ms(lambda: client.submit(_noop, pure=False).result(timeout=10))
     with Executor(num_workers=4, client=client) as ex:
