@@ -68,6 +68,20 @@ void setNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+// One connect() to addr: the connected socket, non-blocking (Channel reads without blocking), or -1 with err
+// set to connect()'s errno. Throws NetworkError when no socket can be made.
+int tryConnect(const sockaddr* addr, socklen_t len, int& err) {
+  const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  HVD_CHECK(fd >= 0, NetworkError, "socket() failed: ", errnoText(errno));
+  if (::connect(fd, addr, len) == 0) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+  }
+  err = errno;
+  ::close(fd);
+  return -1;
+}
+
 }  // namespace
 
 Channel::Channel(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) { setNoDelay(fd_); }
@@ -215,14 +229,8 @@ int connectTcp(const std::string& host, uint16_t port, std::chrono::milliseconds
   for (;;) {
     sockaddr_storage addr;
     const socklen_t len = makeAddress(host, port, addr);
-    const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    HVD_CHECK(fd >= 0, NetworkError, "socket() failed: ", errnoText(errno));
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) {
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);  // Channel reads without blocking
-      return fd;
-    }
-    const int err = errno;
-    ::close(fd);
+    int err = 0;
+    if (const int fd = tryConnect(reinterpret_cast<sockaddr*>(&addr), len, err); fd >= 0) return fd;
     HVD_CHECK((err == ECONNREFUSED || err == EINTR) && Clock::now() + delay < deadline, NetworkError,
               "cannot connect to the coordinator at ", host, ":", port, ": ", errnoText(err));
     std::this_thread::sleep_for(delay);
@@ -257,14 +265,8 @@ int connectUnix(const std::string& name) {
   sockaddr_un addr;
   const socklen_t len = abstractAddress(name, addr);
   for (;;) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    HVD_CHECK(fd >= 0, NetworkError, "socket(AF_UNIX) failed: ", errnoText(errno));
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) {
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);  // Channel reads without blocking
-      return fd;
-    }
-    const int err = errno;
-    ::close(fd);
+    int err = 0;
+    if (const int fd = tryConnect(reinterpret_cast<sockaddr*>(&addr), len, err); fd >= 0) return fd;
     if (err == EINTR) continue;
     if (err == ECONNREFUSED || err == ENOENT || err == EAGAIN) return -1;
     throw NetworkError(detail::concat("cannot connect to the coordinator at unix socket @", name, ": ",

@@ -1,5 +1,6 @@
-// The control plane's transport: framed messages ([u32 length][payload]) over TCP between each worker
-// and the coordinator (rank 0), separate from Gloo's data-plane pairs.
+// The control plane's transport: framed messages ([u32 length][payload]) over a stream socket between each
+// worker and the coordinator (rank 0), separate from Gloo's data-plane pairs: a unix socket for the ranks of
+// rank 0's host and network namespace, TCP for the others (runtime/control_plane.cc picks).
 //
 // Why not Gloo for negotiation: Gloo has no non-blocking receive and its timeouts close every pair, so
 // an idle rank cannot wait for "someone has work" without either spinning (Horovod negotiates every
