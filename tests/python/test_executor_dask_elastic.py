@@ -118,7 +118,10 @@ def grew_then_shrank(sizes):
 
 
 def test_elastic_run_grows_with_joining_dask_workers_and_shrinks_as_they_leave(lab, client, tmp_path):
-    ex = Executor(min_workers=2, max_workers=4, client=client, elastic_timeout=60)
+    # Debug log level: should a wait below fail, the captured output holds every rank's init phases, rounds and
+    # control-plane path (the two joining workers can start two rounds while the ranks still initialize).
+    ex = Executor(min_workers=2, max_workers=4, client=client, elastic_timeout=60,
+                  env=dict(os.environ, HOROVOD_LOG_LEVEL="debug"))
     ex.start()
     try:
         run = Run(ex, tmp_path / "stop")
