@@ -60,12 +60,18 @@ socklen_t makeAddress(const std::string& host, uint16_t port, sockaddr_storage& 
   return sizeof(sockaddr_in6);
 }
 
+// A no-op on a unix socket (the call fails there, harmlessly).
 void setNoDelay(int fd) {
-  int domain = 0;
-  socklen_t len = sizeof domain;
-  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain == AF_UNIX) return;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// The process at the other end of a unix socket, for messages: "pid N on this host (unix socket)".
+std::string unixPeer(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return "a process on this host (unix socket)";
+  return detail::concat("pid ", cred.pid, " on this host (unix socket)");
 }
 
 // One connect() to addr: the connected socket, non-blocking (Channel reads without blocking), or -1 with err
@@ -217,7 +223,7 @@ int acceptAny(const std::vector<int>& listen_fds, std::chrono::milliseconds time
         if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
         throw NetworkError(detail::concat("accept() failed: ", errnoText(errno)));
       }
-      peer = addr.ss_family == AF_UNIX ? "local" : formatAddress(reinterpret_cast<sockaddr*>(&addr));
+      peer = addr.ss_family == AF_UNIX ? unixPeer(fd) : formatAddress(reinterpret_cast<sockaddr*>(&addr));
       return fd;
     }
   }

@@ -73,7 +73,7 @@ int connectUnix(const std::string& name);
 socklen_t abstractAddress(const std::string& name, sockaddr_un& addr);
 
 // Accepts one connection on whichever of listen_fds is ready first (blocking up to timeout). Sets peer to the
-// caller's address ("local" for a unix socket). Throws NetworkError on timeout.
+// caller's address, or "pid N on this host (unix socket)". Throws NetworkError on timeout.
 int acceptAny(const std::vector<int>& listen_fds, std::chrono::milliseconds timeout, std::string& peer);
 
 // The numeric address this process should use for peers to reach it: the first IPv4 (else IPv6)

@@ -62,6 +62,11 @@ TEST_CASE("ranks on the coordinator's host reach it over a unix socket, in its n
   const int listener = hvd::runtime::listenUnix(name);
   const int here = hvd::runtime::connectUnix(name);
   CHECK(here >= 0);
+  // The coordinator's messages name a unix caller by its pid.
+  std::string peer;
+  const int accepted = hvd::runtime::acceptAny({listener}, std::chrono::seconds(5), peer);
+  CHECK(peer == "pid " + std::to_string(::getpid()) + " on this host (unix socket)");
+  ::close(accepted);
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
