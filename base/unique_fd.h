@@ -21,6 +21,7 @@ class UniqueFd {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }  // the caller owns it now
 
  private:
   int fd_;

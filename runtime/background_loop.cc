@@ -87,8 +87,7 @@ void Runtime::Impl::loop() {
     for (const auto& c : worker_channels_) {
       if (c) fds.push_back({c->fd(), POLLIN, 0});
     }
-    bool buffered = coordinator_channel_ && coordinator_channel_->hasBuffered();
-    for (const auto& c : worker_channels_) buffered = buffered || (c && c->hasBuffered());
+    bool buffered = anyChannel([](Channel& c) { return c.hasBuffered(); });
     std::optional<Clock::time_point> wake_at;  // coordinator: the next stall check or the fusion window's end
     if (coordinator_ && !buffered) {
       wake_at = coordinator_->nextStallCheck();
@@ -110,6 +109,8 @@ void Runtime::Impl::loop() {
       // ends early where the coordinator has something due.
       const auto spin_end = wake_at ? std::min(busy_until_, *wake_at) : busy_until_;
       while (rv == 0 && Clock::now() < spin_end) {
+        // A message in a shared-memory ring (shm::RingChannel) shows without a system call.
+        if (anyChannel([](Channel& c) { return c.hasBuffered(); })) break;
         rv = ::poll(fds.data(), fds.size(), 0);
         if (rv == 0) ::sched_yield();
       }
@@ -126,7 +127,18 @@ void Runtime::Impl::loop() {
       // Never asleep for long: a user thread that began to block meanwhile (waits_) is reported within
       // kWaitReportDelay plus this.
       if (timeout_ms < 0 || timeout_ms > kIdleWakeMs) timeout_ms = kIdleWakeMs;
-      rv = ::poll(fds.data(), fds.size(), timeout_ms);
+      // Every channel is told first (a ring's writer then wakes this poll), and each that has a message
+      // already makes it a poll that does not block.
+      bool ready = false;
+      anyChannel([&](Channel& c) {
+        ready = !c.prepareToBlock() || ready;
+        return false;
+      });
+      rv = ::poll(fds.data(), fds.size(), ready ? 0 : timeout_ms);
+      anyChannel([](Channel& c) {
+        c.unblocked();
+        return false;
+      });
     }
     HVD_CHECK(rv >= 0 || errno == EINTR, NetworkError, "poll failed: ", errnoText(errno));
     if (rv > 0 && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;

@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 
 #include "base/error.h"
 
@@ -94,6 +95,12 @@ Channel::Channel(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) { s
 
 Channel::~Channel() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+int Channel::release() {
+  HVD_INTERNAL_ASSERT(buffer_.empty() && early_.empty(), "control connection to ", peer_, " released with ",
+                      buffer_.size(), " bytes and ", early_.size(), " messages unread");
+  return std::exchange(fd_, -1);
 }
 
 void Channel::send(const std::vector<char>& payload) {

@@ -9,6 +9,9 @@
 // submit, so the runtime is event-driven and an idle job costs nothing, and a dead peer shows up at
 // once as EOF.
 //
+// The socket is the channel's transport here; shm::RingChannel (runtime/shm/ring_channel.h) carries the
+// messages of a unix socket through shared memory instead and keeps the socket for wake-ups and its close.
+//
 // Threading: a Channel is used by one thread (the background thread).
 #pragma once
 
@@ -25,7 +28,7 @@ namespace hvd::runtime {
 class Channel {
  public:
   Channel(int fd, std::string peer);
-  ~Channel();
+  virtual ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
 
@@ -33,11 +36,11 @@ class Channel {
   const std::string& peer() const { return peer_; }
 
   // Writes one message; blocks until it is in the kernel. Throws NetworkError naming the peer.
-  void send(const std::vector<char>& payload);
+  virtual void send(const std::vector<char>& payload);
 
   // Reads whatever is available without blocking and appends the complete messages to out.
   // Returns false when the peer closed the connection (or it failed: error() says how).
-  bool receive(std::vector<std::vector<char>>& out);
+  virtual bool receive(std::vector<std::vector<char>>& out);
 
   // Blocks for one whole message (setup only). Throws NetworkError on timeout or EOF.
   std::vector<char> receiveOne(std::chrono::milliseconds timeout);
@@ -45,7 +48,16 @@ class Channel {
   const std::string& error() const { return error_; }
 
   // True when whole messages wait in memory (poll() on fd() would not report them).
-  bool hasBuffered() const { return !early_.empty(); }
+  virtual bool hasBuffered() const { return !early_.empty(); }
+
+  // Around a blocking poll() on fd(): prepareToBlock() returns false when a message is there already (then
+  // the caller must not block); once the poll() returned, the caller calls unblocked() (after either answer).
+  // A socket reports every message to poll() itself, so here they do nothing.
+  virtual bool prepareToBlock() { return true; }
+  virtual void unblocked() {}
+
+  // Gives up the socket (this Channel no longer closes it); nothing may have been received yet.
+  int release();
 
  private:
   int fd_;

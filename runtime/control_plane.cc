@@ -1,4 +1,4 @@
-// The control plane: rank 0's TCP connections to every other rank (negotiation travels on them), the
+// The control plane: rank 0's connections to every other rank (negotiation travels on them), the
 // watcher that fails the data path when one closes, and rank 0's duties on them beside negotiation (the
 // responses broadcast, the waits reported, the elastic round checks). See runtime_impl.h.
 
@@ -6,15 +6,18 @@
 
 #include <random>
 #include <sstream>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "rendezvous/round.h"
+#include "runtime/shm/ring_channel.h"
 
 namespace hvd::runtime {
 
 // Rank 0 listens on TCP (every rank can reach it) and on an abstract unix socket (faster, for the ranks of its
 // host and network namespace) and publishes "address port nonce unix-name"; a worker connects over the unix
-// socket when it reaches it, else over TCP.
+// socket when it reaches it, else over TCP. Over the unix socket the worker asks for shared-memory rings
+// (runtime/shm/ring_channel.h) unless HVD_SHARED_MEMORY=0.
 void Runtime::Impl::connectControlPlane() {
   if (options_.size == 1) return;
   const std::string address = localAddress(options_.iface, singleHost(), options_.rendezvous_addr.value_or(""));
@@ -38,6 +41,15 @@ void Runtime::Impl::connectControlPlane() {
                   "control connection from ", peer, " is not from this job's libhvd (bad hello)");
         HVD_CHECK(hello.rank > 0 && hello.rank < options_.size && !worker_channels_[hello.rank], NetworkError,
                   "control connection from ", peer, " claims rank ", hello.rank, " (invalid or duplicate)");
+        if (hello.rings) {
+          sockaddr_storage local{};
+          socklen_t len = sizeof local;
+          HVD_CHECK(::getsockname(channel->fd(), reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+                        local.ss_family == AF_UNIX,
+                    NetworkError, "control connection from ", peer,
+                    " asks for shared-memory rings but is not a unix socket");
+          channel = shm::RingChannel::offer(channel->release(), peer, options_.gloo_timeout);
+        }
         worker_channels_[hello.rank] = std::move(channel);
       }
     } catch (...) {
@@ -56,17 +68,24 @@ void Runtime::Impl::connectControlPlane() {
   in >> host >> port >> nonce >> unix_name;
   HVD_CHECK(!host.empty() && port != 0 && !unix_name.empty(), StoreError, "malformed control-plane address '",
             std::string(raw.begin(), raw.end()), "' in ", store_->describe(), " key ", kControlKey);
+  Hello hello;
+  hello.nonce = nonce;
+  hello.rank = options_.rank;
   if (const int fd = connectUnix(unix_name); fd >= 0) {
     coordinator_channel_ = std::make_unique<Channel>(fd, detail::concat("rank 0 at unix socket @", unix_name));
+    // On rank 0's host the messages can travel through shared memory, unless the job keeps off it.
+    hello.rings = options_.shared_memory;
   } else {
     coordinator_channel_ = std::make_unique<Channel>(connectTcp(host, port, options_.gloo_timeout),
                                                      detail::concat("rank 0 at ", host, ":", port));
   }
-  log(LogLevel::kDebug, detail::concat("control plane: connected to ", coordinator_channel_->peer()));
-  Hello hello;
-  hello.nonce = nonce;
-  hello.rank = options_.rank;
   coordinator_channel_->send(encode(hello));
+  if (hello.rings) {
+    const std::string peer = coordinator_channel_->peer();
+    coordinator_channel_ = shm::RingChannel::accept(coordinator_channel_->release(), peer, options_.gloo_timeout);
+  }
+  log(LogLevel::kDebug, detail::concat("control plane: connected to ", coordinator_channel_->peer(),
+                                       hello.rings ? " (messages through shared-memory rings)" : ""));
 }
 
 void Runtime::Impl::watchForLostPeers() {

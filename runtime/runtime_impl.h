@@ -117,6 +117,16 @@ class Runtime::Impl {
   // being torn down because of a failure.
   void loop();
   void takeQueue(std::vector<Request>& fresh, bool& shutdown_requested);
+  // f(channel) for each open control channel (the coordinator's to every worker, a worker's to the
+  // coordinator) until one returns true; whether one did.
+  template <typename F>
+  bool anyChannel(F&& f) {
+    if (coordinator_channel_ && f(*coordinator_channel_)) return true;
+    for (const auto& c : worker_channels_) {
+      if (c && f(*c)) return true;
+    }
+    return false;
+  }
   void addRequest(int rank, const Request& request, Clock::time_point now) {
     if (request.type != OpType::kJoin) timeline_->negotiateRank(request.name, request.type, rank);
     coordinator_->add(rank, request, now);

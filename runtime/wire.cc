@@ -168,6 +168,7 @@ namespace {
 template <typename IO, typename M>
 void helloFields(IO& io, M& m) {
   io(m.magic, m.nonce, m.rank);
+  io.template as<uint8_t>(m.rings);
 }
 
 template <typename IO, typename M>

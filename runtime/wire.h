@@ -17,10 +17,13 @@ namespace hvd::runtime {
 enum class MessageKind : uint8_t { kHello = 1, kRequests = 2, kResponses = 3 };
 
 struct Hello {
-  static constexpr uint64_t kMagic = 0x68766431'00000006ull;  // "hvd1", protocol 6 (Request::device)
+  static constexpr uint64_t kMagic = 0x68766431'00000007ull;  // "hvd1", protocol 7 (Hello::rings)
   uint64_t magic = kMagic;
   uint64_t nonce = 0;  // the coordinator's per-job secret, read from the store
   int32_t rank = -1;
+  // The worker, connected over a unix socket, asks for shared-memory rings (runtime/shm/ring_channel.h) and
+  // waits for them before it sends anything else.
+  bool rings = false;
 };
 
 struct RequestBatch {

@@ -22,7 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kKey = "shm";
 
-// The abstract address "\0<name>"; its length counts the leading NUL and not a trailing one.
 // Waits until fd is readable; false once deadline passed.
 bool waitReadable(int fd, Clock::time_point deadline) {
   for (;;) {
@@ -33,13 +32,6 @@ bool waitReadable(int fd, Clock::time_point deadline) {
     if (rv > 0) return true;
     if (rv < 0 && errno != EINTR) return false;
   }
-}
-
-std::byte* mapFd(int fd, size_t bytes, const std::string& scope) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  HVD_CHECK(p != MAP_FAILED, BackendError, "shared memory of scope '", scope, "': mmap of ", bytes,
-            " bytes failed: ", errnoText(errno));
-  return static_cast<std::byte*>(p);
 }
 
 // One byte of payload with room for one descriptor: what sendFd and receiveFd exchange.
@@ -57,6 +49,15 @@ struct FdMessage {
   FdMessage(const FdMessage&) = delete;
   FdMessage& operator=(const FdMessage&) = delete;
 };
+
+std::byte* mapFd(int fd, size_t bytes, const std::string& scope) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  HVD_CHECK(p != MAP_FAILED, BackendError, "shared memory of scope '", scope, "': mmap of ", bytes,
+            " bytes failed: ", errnoText(errno));
+  return static_cast<std::byte*>(p);
+}
+
+}  // namespace
 
 void sendFd(int conn, int fd, const std::string& scope) {
   FdMessage m;
@@ -89,19 +90,12 @@ int receiveFd(int conn, const std::string& scope) {
   return fd;
 }
 
-}  // namespace
-
 Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const SegmentOptions& options) {
   const auto deadline = Clock::now() + options.timeout;
   rendezvous::PrefixStore scoped(options.scope, store);
   if (options.rank == 0) {
-    UniqueFd mem(::memfd_create(("hvd:" + options.scope).c_str(), MFD_CLOEXEC));
-    HVD_CHECK(mem.get() >= 0, BackendError, "shared memory of scope '", options.scope,
-              "': memfd_create failed: ", errnoText(errno));
-    HVD_CHECK(::ftruncate(mem.get(), static_cast<off_t>(options.bytes)) == 0, BackendError,
-              "shared memory of scope '", options.scope, "': sizing the segment to ", options.bytes,
-              " bytes failed: ", errnoText(errno));
-    Segment segment(mapFd(mem.get(), options.bytes, options.scope), options.bytes);
+    UniqueFd mem;
+    Segment segment = create(options.bytes, options.scope, mem);
     if (options.size == 1) return segment;
     std::random_device random;
     const std::string name = detail::concat("hvd-shm-", ::getpid(), "-", std::hex, random(), random());
@@ -142,12 +136,27 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
             " (are the ranks of this host in different network namespaces? HVD_SHARED_MEMORY=0 keeps the job on TCP)");
   HVD_CHECK(waitReadable(conn.get(), deadline), BackendError, "shared memory of scope '", options.scope,
             "': local rank 0 did not hand over the segment within ", options.timeout.count(), " ms");
-  UniqueFd mem(receiveFd(conn.get(), options.scope));
+  return attach(UniqueFd(receiveFd(conn.get(), options.scope)), options.bytes, options.scope,
+                "ranks of this host disagree on the group size or chunk");
+}
+
+Segment Segment::create(size_t bytes, const std::string& scope, UniqueFd& fd) {
+  UniqueFd mem(::memfd_create(("hvd:" + scope).c_str(), MFD_CLOEXEC));
+  HVD_CHECK(mem.get() >= 0, BackendError, "shared memory of scope '", scope, "': memfd_create failed: ",
+            errnoText(errno));
+  HVD_CHECK(::ftruncate(mem.get(), static_cast<off_t>(bytes)) == 0, BackendError, "shared memory of scope '", scope,
+            "': sizing the segment to ", bytes, " bytes failed: ", errnoText(errno));
+  Segment segment(mapFd(mem.get(), bytes, scope), bytes);
+  fd = std::move(mem);
+  return segment;
+}
+
+Segment Segment::attach(UniqueFd fd, size_t bytes, const std::string& scope, const char* if_wrong_size) {
   struct stat st{};
-  HVD_CHECK(::fstat(mem.get(), &st) == 0 && static_cast<size_t>(st.st_size) == options.bytes, BackendError,
-            "shared memory of scope '", options.scope, "': the segment has ", st.st_size, " bytes, expected ",
-            options.bytes, " (ranks of this host disagree on the group size or chunk)");
-  return Segment(mapFd(mem.get(), options.bytes, options.scope), options.bytes);
+  HVD_CHECK(::fstat(fd.get(), &st) == 0 && static_cast<size_t>(st.st_size) == bytes, BackendError,
+            "shared memory of scope '", scope, "': the segment has ", st.st_size, " bytes, expected ", bytes, " (",
+            if_wrong_size, ")");
+  return Segment(mapFd(fd.get(), bytes, scope), bytes);
 }
 
 Segment::Segment(Segment&& other) noexcept

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <string>
 
+#include "base/unique_fd.h"
 #include "rendezvous/store.h"
 
 namespace hvd::runtime::shm {
@@ -33,6 +34,12 @@ class Segment {
   // Collective over the group: blocks until this rank has the mapping, or throws BackendError /
   // StoreError / RendezvousTimeout naming the scope and the cause. Contents start zeroed.
   static Segment share(const std::shared_ptr<rendezvous::Store>& store, const SegmentOptions& options);
+  // The two halves of share(), for a caller with a unix socket of its own to the peer: a fresh zeroed mapping
+  // of `bytes` and its memfd (to hand over with sendFd), and the peer's side, which maps the memfd it received
+  // after checking its size (if_wrong_size: what a wrong size means, for the message). Throw BackendError
+  // naming the scope.
+  static Segment create(size_t bytes, const std::string& scope, UniqueFd& fd);
+  static Segment attach(UniqueFd fd, size_t bytes, const std::string& scope, const char* if_wrong_size);
 
   Segment() = default;
   Segment(Segment&& other) noexcept;
@@ -49,5 +56,10 @@ class Segment {
   std::byte* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// One descriptor over a connected unix socket (SCM_RIGHTS, one byte of payload), blocking. Throw BackendError
+// naming the scope; receiveFd's result is close-on-exec.
+void sendFd(int conn, int fd, const std::string& scope);
+int receiveFd(int conn, const std::string& scope);
 
 }  // namespace hvd::runtime::shm

@@ -43,7 +43,8 @@ TEST_CASE("hello examples in C and C++ sum the ranks", "[multiprocess]") {
   }
 }
 
-TEST_CASE("ranks on the coordinator's host reach it over a unix socket, in its network namespace only",
+TEST_CASE("ranks on the coordinator's host reach it over a unix socket and shared-memory rings, in its network "
+          "namespace only",
           "[multiprocess][control]") {
   JobOptions o;
   o.np = 3;
@@ -53,9 +54,21 @@ TEST_CASE("ranks on the coordinator's host reach it over a unix socket, in its n
   INFO(describe(results));
   requireEveryRankPrinted(results, "of 3: sum of ranks = 3");
   for (const auto& r : results) {
-    if (r.rank > 0)
-      CHECK(r.output.find("control plane: connected to rank 0 at unix socket @hvd-ctl-") !=
-            std::string::npos);
+    if (r.rank > 0) {
+      CHECK(r.output.find("control plane: connected to rank 0 at unix socket @hvd-ctl-") != std::string::npos);
+      CHECK(r.output.find("(messages through shared-memory rings)") != std::string::npos);
+    }
+  }
+  // HVD_SHARED_MEMORY=0 keeps the messages on the socket too.
+  o.env["HVD_SHARED_MEMORY"] = "0";
+  const auto off = runJob(o);
+  INFO(describe(off));
+  requireEveryRankPrinted(off, "of 3: sum of ranks = 3");
+  for (const auto& r : off) {
+    if (r.rank > 0) {
+      CHECK(r.output.find("control plane: connected to rank 0 at unix socket @hvd-ctl-") != std::string::npos);
+      CHECK(r.output.find("shared-memory rings") == std::string::npos);
+    }
   }
   // The TCP fallback's trigger: in another network namespace the name does not exist.
   std::string name;
