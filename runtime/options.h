@@ -93,6 +93,10 @@ struct RuntimeOptions : SlotInfo, NegotiationOptions {
   // has more ranks than cores, where every poll would take a core from a rank that has work.
   std::optional<std::chrono::microseconds> busy_poll;
   static constexpr std::chrono::microseconds kDefaultBusyPoll{200};
+  // HVD_WAIT_DRIVES: a caller that waits for an operation runs the background thread's work itself while it
+  // polls (the busy-poll half above), instead of only watching for the background thread to finish it:
+  // a small operation then costs no hand-off between threads. 0: the caller only polls.
+  bool wait_drives = true;
 
   // Elastic jobs (docs/elastic.md): the round this process runs in, and how long a re-initialization
   // waits for the driver to form the next one and for the round's other members to arrive.

@@ -226,6 +226,8 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     report_stats_ = std::make_shared<ReportStats>();
     if (coordinator_) next_waits_ = Clock::now() + ReportStats::kWaitsInterval;
   }
+  // The operations submitted from here on may be driven by the thread that waits for them (see drive()).
+  if (options_.wait_drives && busy_poll_.count() > 0) driver_ = std::make_shared<WaitDriver>(this);
   thread_ = std::thread([this] { run(); });
   if (report_server) {
     try {
@@ -237,6 +239,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
 }
 
 Runtime::Impl::~Impl() {
+  if (driver_) driver_->detach();
   shutdown();
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
@@ -244,6 +247,19 @@ Runtime::Impl::~Impl() {
 void Runtime::Impl::wake() {
   const uint64_t one = 1;
   [[maybe_unused]] auto rv = ::write(wake_fd_, &one, sizeof one);
+}
+
+void Runtime::Impl::submitted(size_t before, size_t after) {
+  // Only a sleeping background thread needs the eventfd: one that polls reads queued_; one that is parked
+  // looks again within a busy-poll period, and the user thread that drives takes the queue itself (or wakes it
+  // when it stops with entries left). A parked thread is woken for a queue that grows while no one drives (a
+  // burst of asynchronous submissions, which it negotiates while more come), not for the one operation
+  // that a caller submits and then waits for (and drives).
+  const int background = background_.load(std::memory_order_seq_cst);
+  if ((background == kAsleep && before == 0) ||
+      (background == kParked && before <= 1 && after >= 2 && drivers_.load(std::memory_order_seq_cst) == 0)) {
+    wake();
+  }
 }
 
 void Runtime::Impl::check(Request& r) {
@@ -309,16 +325,17 @@ std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
             " a tensor with the same name as another tensor that is currently being processed: '", r.name,
             "'. If you want to request another tensor, use a different tensor name.");
   names_in_flight_.insert(keyOf(r));
-  auto work = std::make_shared<Work>(r.name, busy_poll_ / 2);
+  auto work = std::make_shared<Work>(r.name, busy_poll_ / 2, driver_);
   work->watch(waits_, r.process_set);
   queue_.push_back({std::move(r), work, Clock::now(), static_set});
+  queued_.store(true, std::memory_order_seq_cst);
   return work;
 }
 
 std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
   HVD_CHECK(r.type != OpType::kProcessSet, UsageError, "process sets are added with addProcessSet()");
   std::shared_ptr<Work> work;
-  bool was_empty = false;
+  size_t before = 0, after = 0;
   {
     std::lock_guard lock(mutex_);
     if (stopped_ || shutdown_requested_) std::rethrow_exception(stopError(stop_reason_, stopped_peer_lost_));
@@ -326,18 +343,18 @@ std::shared_ptr<Work> Runtime::Impl::enqueue(Request r) {
       std::lock_guard sets(sets_mutex_);
       check(r);
     }
-    was_empty = queue_.empty();
+    before = queue_.size();
     work = push(std::move(r));
+    after = queue_.size();
   }
-  // The background thread drains the whole queue per wake-up: one eventfd write per burst, not per op.
-  if (was_empty) wake();
+  submitted(before, after);
   return work;
 }
 
 std::vector<std::shared_ptr<Work>> Runtime::Impl::enqueueGroup(std::vector<Request> requests) {
   HVD_CHECK(!requests.empty(), UsageError, "a group needs at least one operation");
   std::vector<std::shared_ptr<Work>> works;
-  bool was_empty = false;
+  size_t before = 0, after = 0;
   {
     std::lock_guard lock(mutex_);
     if (stopped_ || shutdown_requested_) std::rethrow_exception(stopError(stop_reason_, stopped_peer_lost_));
@@ -361,21 +378,22 @@ std::vector<std::shared_ptr<Work>> Runtime::Impl::enqueueGroup(std::vector<Reque
                 "'. If you want to request another tensor, use a different tensor name.");
     }
     const std::string group = requests[0].name;
-    was_empty = queue_.empty();
+    before = queue_.size();
     for (auto& r : requests) {
       r.group = group;
       r.group_size = static_cast<int32_t>(requests.size());
       works.push_back(push(std::move(r)));
     }
+    after = queue_.size();
   }
-  if (was_empty) wake();
+  submitted(before, after);
   return works;
 }
 
 std::shared_ptr<Work> Runtime::Impl::changeProcessSet(Request r, bool is_static) {
   r.type = OpType::kProcessSet;
   std::shared_ptr<Work> work;
-  bool was_empty = false;
+  size_t before = 0, after = 0;
   {
     std::lock_guard lock(mutex_);
     if (stopped_ || shutdown_requested_) std::rethrow_exception(stopError(stop_reason_, stopped_peer_lost_));
@@ -405,10 +423,11 @@ std::shared_ptr<Work> Runtime::Impl::changeProcessSet(Request r, bool is_static)
     const int32_t target = r.process_set;
     r.process_set = 0;
     if (r.members.empty()) r.root = target;
-    was_empty = queue_.empty();
+    before = queue_.size();
     work = push(std::move(r), is_static);
+    after = queue_.size();
   }
-  if (was_empty) wake();
+  submitted(before, after);
   return work;
 }
 

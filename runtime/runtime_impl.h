@@ -14,6 +14,7 @@
 // names mutex_ or sets_mutex_ (shared with user threads).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <exception>
@@ -25,6 +26,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <poll.h>
 
 #include "gloo_backend/abort_signal.h"
 #include "gloo_backend/communicator.h"
@@ -112,10 +115,27 @@ class Runtime::Impl {
   // sent before closing its connection (when it came), replaces the watcher's.
   void takeCoordinatorsReason();
   void wake();
+  // After a user thread queued work (the queue's length before and after): wake() where the background thread
+  // needs it. It drains the whole queue per wake-up: at most one eventfd write per burst.
+  void submitted(size_t before, size_t after);
   void run();
   // Runs until shutdown; throws on a lost peer or a failed collective. Sets abort_ when the job is
   // being torn down because of a failure.
   void loop();
+
+  // Progress: what the background thread does each time something happened (progress(): submissions to the
+  // coordinator, its rounds, responses executed; false once the loop must end) runs under progress_, either
+  // on the background thread or on a user thread that waits for an operation (drive(), through its Work's
+  // Driver). Everything the background thread owns is guarded by progress_ so. A user thread that ends the
+  // loop (a shutdown list, an exception) leaves loop_over_ or loop_error_ for the background thread, which
+  // ends it there and tears down (run()); after that no one runs progress().
+  class WaitDriver;
+  void takeProgress(std::unique_lock<std::mutex>& lock);   // without sleeping on the mutex where it can
+  void awaitActivity(std::unique_lock<std::mutex>& lock);  // the background thread between progress() calls
+  bool progress();
+  // False (and nothing done) where the caller should only poll: other operations are in flight.
+  bool drive(const std::atomic<bool>& finished, Clock::time_point until);
+  void endProgress();
   void takeQueue(std::vector<Request>& fresh, bool& shutdown_requested);
   // f(channel) for each open control channel (the coordinator's to every worker, a worker's to the
   // coordinator) until one returns true; whether one did.
@@ -210,6 +230,20 @@ class Runtime::Impl {
   std::shared_ptr<rendezvous::HttpStore> round_server_;
   std::optional<Clock::time_point> next_round_check_;
 
+  std::mutex progress_;
+  bool loop_over_ = false;           // guarded by progress_
+  std::exception_ptr loop_error_;    // guarded by progress_
+  bool drove_ = false;               // guarded by progress_: a user thread ran progress() (logged once)
+  // Where the background thread is: awake (progress(), or polling without sleeping), parked (user threads
+  // drive: it looks again every busy-poll period without being woken), or asleep in poll() until woken.
+  enum BackgroundState : int { kAwake, kParked, kAsleep };
+  std::atomic<int> background_{kAwake};
+  std::atomic<int> drivers_{0};       // user threads in drive(): the background thread parks
+  std::atomic<bool> queued_{false};   // queue_ is not empty (written under mutex_): what a polling thread reads
+  std::vector<pollfd> poll_fds_;               // awaitActivity's
+  std::vector<std::vector<char>> messages_;    // progress()'s
+  std::shared_ptr<WaitDriver> driver_;         // HVD_WAIT_DRIVES and busy polling: every Work's Driver
+
   // Submission queue: user threads -> background thread.
   mutable std::mutex mutex_;
   std::deque<Entry> queue_;
@@ -245,6 +279,22 @@ class Runtime::Impl {
   std::unique_ptr<Reporter> reporter_;
   std::optional<Clock::time_point> next_waits_;  // rank 0 with a reporter: when to list the waits next
   bool waits_shown_ = false;                     // the list published last is not empty
+};
+
+// The Driver (work.h) of a runtime's Works: a waiting user thread runs Runtime::Impl::drive(). Detached
+// before the runtime goes; a wait afterwards only polls.
+class Runtime::Impl::WaitDriver final : public Driver {
+ public:
+  explicit WaitDriver(Runtime::Impl* impl) : impl_(impl) {}
+  void drive(const std::atomic<bool>& finished, Clock::time_point until) override;
+  void detach() {
+    std::lock_guard lock(mutex_);
+    impl_ = nullptr;
+  }
+
+ private:
+  std::mutex mutex_;  // held while a thread drives; one at a time, the others poll
+  Runtime::Impl* impl_;
 };
 
 }  // namespace hvd::runtime

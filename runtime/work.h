@@ -173,10 +173,22 @@ class WaitRegistry {
   Clock::time_point changed_at_;
 };
 
+// What a thread that waits for a Work can do instead of polling it: run the runtime's progress itself
+// (Runtime::Impl's background work, see runtime_impl.h), which spares the hand-offs between it and the
+// background thread that are most of a small collective's time.
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  // Makes progress until `finished` or `until`, yielding the core whenever another thread makes it.
+  virtual void drive(const std::atomic<bool>& finished, std::chrono::steady_clock::time_point until) = 0;
+};
+
 class Work {
  public:
-  // spin: how long wait() polls for completion (yielding the core) before it sleeps.
-  explicit Work(std::string name, std::chrono::microseconds spin = {}) : name_(std::move(name)), spin_(spin) {}
+  // spin: how long wait() polls for completion (yielding the core, or driving the runtime's progress with
+  // driver) before it sleeps.
+  explicit Work(std::string name, std::chrono::microseconds spin = {}, std::shared_ptr<Driver> driver = nullptr)
+      : name_(std::move(name)), spin_(spin), driver_(std::move(driver)) {}
 
   const std::string& name() const { return name_; }
 
@@ -209,6 +221,7 @@ class Work {
 
   const std::string name_;
   const std::chrono::microseconds spin_;
+  const std::shared_ptr<Driver> driver_;
   std::atomic<bool> finished_{false};  // done_, readable without the lock
   mutable std::mutex mutex_;
   mutable std::condition_variable done_cv_;
