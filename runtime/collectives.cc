@@ -271,28 +271,33 @@ void Runtime::Impl::executeOther(const Response& s, Transport& comm, int set_ran
       return;
     }
     case OpType::kReducescatter: {
-      // Ring reduce-scatter of the whole tensor in the scratch buffer; this rank keeps its block of rows
-      // (the first rows % n ranks one more).
+      // This rank keeps its block of rows (the first rows % n ranks one more): reduced straight from the
+      // input into the result where the transport can (and no prescale changes the input), else by a ring
+      // reduce-scatter of the whole tensor in the scratch buffer.
       const int64_t rows = s.counts[0];
       const size_t elements = static_cast<size_t>(rows) * static_cast<size_t>(s.row_elements);
-      std::byte* buffer = scratch(elements * esize);
-      if (elements) std::memcpy(buffer, e->request.input, elements * esize);
-      gloo_backend::scale(s.dtype, buffer, elements, s.prescale);
       const int64_t base = rows / n, extra = rows % n;
       std::vector<size_t> block_elements(n);
       for (int p = 0; p < n; ++p) {
         block_elements[p] = static_cast<size_t>((base + (p < extra ? 1 : 0)) * s.row_elements);
       }
-      timeline_->activityStart(s.names, comm.pathOf("REDUCESCATTER"), "REDUCESCATTER");
-      comm.reduceScatter(buffer, block_elements, s.dtype, s.op);
-      timeline_->activityEnd(s.names);
       const double post = s.postscale * (s.op == ReduceOp::kAverage ? 1.0 / n : 1.0);
       const int64_t mine = base + (me < extra ? 1 : 0);
       const int64_t first = me * base + std::min<int64_t>(me, extra);
       Work& w = *e->work;
       w.result.allocate(result_pool_, static_cast<size_t>(mine) * row_bytes);
       w.result_rows = mine;
-      if (mine) std::memcpy(w.result.data(), buffer + first * row_bytes, w.result.size());
+      timeline_->activityStart(s.names, comm.pathOf("REDUCESCATTER"), "REDUCESCATTER");
+      const bool direct = s.prescale == 1.0 && comm.reduceScatterInto(e->request.input, w.result.data(),
+                                                                      block_elements, s.dtype, s.op);
+      if (!direct) {
+        std::byte* buffer = scratch(elements * esize);
+        if (elements) std::memcpy(buffer, e->request.input, elements * esize);
+        gloo_backend::scale(s.dtype, buffer, elements, s.prescale);
+        comm.reduceScatter(buffer, block_elements, s.dtype, s.op);
+        if (mine) std::memcpy(w.result.data(), buffer + first * row_bytes, w.result.size());
+      }
+      timeline_->activityEnd(s.names);
       gloo_backend::scale(s.dtype, w.result.data(), static_cast<size_t>(mine * s.row_elements), post);
       complete(s.process_set, s.names[0]);
       return;

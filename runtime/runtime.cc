@@ -133,8 +133,10 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       o.timeout = options_.gloo_timeout;
       o.rendezvous_timeout = options_.rendezvousTimeout();
       o.job_rank = options_.rank;
+      o.single_copy = options_.shm_single_copy;
       log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
       shm_ = shm::Transport::connect(store_, o);
+      log(LogLevel::kDebug, detail::concat(o.scope, ": ", shm_->singleCopyNote()));
       phase("shared memory");
     }
     const bool tune_path = options_.autotune && options_.autotune_options.tune_hierarchical;

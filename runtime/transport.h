@@ -59,6 +59,13 @@ class Transport {
   // In place: data holds sum(counts) elements in blocks by rank; block p ends up reduced over every rank
   // on rank p; other blocks are clobbered.
   virtual void reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) = 0;
+  // Out of place, where the transport can: in (laid out as for reduceScatter) is left as it is, out receives
+  // block rank(). false (the same on every member): not supported, nothing done; use reduceScatter.
+  virtual bool reduceScatterInto(const void* in, void* out, const std::vector<size_t>& counts, DataType type,
+                                 ReduceOp op) {
+    (void)in, (void)out, (void)counts, (void)type, (void)op;
+    return false;
+  }
   virtual void barrier() = 0;
 
   // Releases the transport. orderly=false: the job is being aborted, peers still waiting on this rank

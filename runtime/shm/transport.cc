@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <random>
 
 #include "base/error.h"
 
@@ -38,6 +40,12 @@ struct alignas(kLine) Counter {
   std::atomic<uint32_t> waiters;  // ranks asleep on seq (FUTEX_WAIT)
   std::atomic<int32_t> pid;       // the member's pid, written when it attaches
   std::atomic<int32_t> job_rank;  // the member's rank in the job, for messages
+  // The single-copy probe (connect): the address of a word in the member's own memory and its value, and
+  // what the member found reading the others' words: 1 it read them all, 0 it was told not to try
+  // (Options::single_copy), -errno a read failed (-EFAULT: a wrong value).
+  std::atomic<uint64_t> probe_at;
+  std::atomic<uint64_t> probe_value;
+  std::atomic<int32_t> single_copy;
 };
 
 size_t align(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -69,6 +77,20 @@ int pidfdOpen(pid_t pid) {
 #endif
 }
 
+// Reads `bytes` at `remote` in process pid into `local` (cross-memory attach); 0 or an errno.
+int readProcess(pid_t pid, const std::byte* remote, std::byte* local, size_t bytes) {
+  while (bytes > 0) {
+    iovec to{local, bytes};
+    iovec from{const_cast<std::byte*>(remote), bytes};
+    const ssize_t got = ::process_vm_readv(pid, &to, 1, &from, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return got < 0 ? errno : EFAULT;
+    local += got;
+    remote += got;
+    bytes -= static_cast<size_t>(got);
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -119,7 +141,12 @@ Transport::Transport(Options options, Segment segment)
   layout_->counters[options_.rank].pid.store(::getpid(), std::memory_order_relaxed);
   layout_->counters[options_.rank].job_rank.store(options_.job_rank < 0 ? options_.rank : options_.job_rank,
                                                   std::memory_order_relaxed);
+  probe_word_ = std::random_device{}() * 0x100000001ull ^ kMagic;
+  layout_->counters[options_.rank].probe_at.store(reinterpret_cast<uint64_t>(&probe_word_),
+                                                  std::memory_order_relaxed);
+  layout_->counters[options_.rank].probe_value.store(probe_word_, std::memory_order_relaxed);
   pidfds_.assign(options_.size, -1);
+  pids_.assign(options_.size, 0);
   // Round 0 tells everyone every pid and job rank is written (and rank 0's magic).
   guarded("setup", [&] {
     publish();
@@ -128,9 +155,40 @@ Transport::Transport(Options options, Segment segment)
   HVD_CHECK(layout_->control->magic == kMagic, BackendError, "shared memory of scope '", options_.scope,
             "' holds no hvd segment");
   for (int r = 0; r < options_.size; ++r) {
-    const pid_t pid = layout_->counters[r].pid.load(std::memory_order_relaxed);
+    const pid_t pid = pids_[r] = layout_->counters[r].pid.load(std::memory_order_relaxed);
     if (pid == ::getpid()) continue;  // ranks as threads of this process
     pidfds_[r] = pidfdOpen(pid);      // -1 (no pidfd support, another pid namespace): the timeout decides
+  }
+  probeSingleCopy();
+}
+
+// Round 1: every member tries to read every other's probe word; single copy only if all of them could,
+// which every member learns from the same counters.
+void Transport::probeSingleCopy() {
+  int32_t verdict = options_.single_copy ? 1 : 0;
+  for (int r = 0; r < options_.size && verdict == 1; ++r) {
+    if (pids_[r] == ::getpid()) continue;  // this process: memcpy
+    const Counter& c = layout_->counters[r];
+    uint64_t value = 0;
+    const int err =
+        readProcess(pids_[r], reinterpret_cast<const std::byte*>(c.probe_at.load(std::memory_order_relaxed)),
+                    reinterpret_cast<std::byte*>(&value), sizeof value);
+    if (err != 0 || value != c.probe_value.load(std::memory_order_relaxed))
+      verdict = -(err != 0 ? err : EFAULT);
+  }
+  layout_->counters[options_.rank].single_copy.store(verdict, std::memory_order_relaxed);
+  guarded("setup", [&] { awaitAll(publish()); });
+  single_copy_ = true;
+  single_copy_note_ = detail::concat("single copy (process_vm_readv) for messages of ",
+                                     options_.single_copy_bytes, " bytes or more");
+  for (int r = 0; r < options_.size && single_copy_; ++r) {
+    const int32_t v = layout_->counters[r].single_copy.load(std::memory_order_relaxed);
+    if (v == 1) continue;
+    single_copy_ = false;
+    single_copy_note_ =
+        v == 0 ? detail::concat("copies through the segment: HVD_SHM_SINGLE_COPY=0 on ", who(r))
+               : detail::concat("copies through the segment: ", who(r),
+                                " cannot read its peers' memory (process_vm_readv: ", errnoText(-v), ")");
   }
 }
 
@@ -260,6 +318,42 @@ std::byte* Transport::result(uint32_t round) const {
   return layout_->data + (2 * static_cast<size_t>(options_.size) + (round & 1)) * options_.chunk_bytes;
 }
 
+bool Transport::singleCopy(size_t bytes) const { return single_copy_ && bytes >= options_.single_copy_bytes; }
+
+uint32_t Transport::exchange(const std::vector<uint64_t>& words) {
+  const uint32_t round = round_;
+  std::memcpy(slot(round, options_.rank), words.data(), words.size() * sizeof(uint64_t));
+  publish();
+  awaitAll(round);
+  return round;
+}
+
+uint64_t Transport::word(uint32_t round, int rank, size_t i) const {
+  uint64_t w;
+  std::memcpy(&w, slot(round, rank) + i * sizeof w, sizeof w);
+  return w;
+}
+
+void Transport::readPeer(int peer, uint64_t at, std::byte* to, size_t bytes) {
+  const auto* from = reinterpret_cast<const std::byte*>(at);
+  if (pids_[peer] == ::getpid()) {  // ranks as threads of this process
+    std::memcpy(to, from, bytes);
+    return;
+  }
+  const int err = readProcess(pids_[peer], from, to, bytes);
+  if (err == 0) return;
+  bool gone = err == ESRCH;
+  if (pidfds_[peer] >= 0) {
+    pollfd p{pidfds_[peer], POLLIN, 0};
+    gone = gone || ::poll(&p, 1, 0) > 0;
+  }
+  if (gone)
+    fail(peer, true, detail::concat(who(peer), " died or was killed (while this rank read its memory)"));
+  fail(options_.rank, false,
+       detail::concat("reading ", bytes, " bytes at ", static_cast<const void*>(from), " of ", who(peer),
+                      "'s memory failed: ", errnoText(err)));
+}
+
 void Transport::allreduce(void* data, size_t count, DataType type, ReduceOp op) {
   guarded("allreduce", [&] {
     const size_t es = gloo_backend::elementSize(type);
@@ -322,6 +416,15 @@ void Transport::allgatherv(const void* in, void* out, const std::vector<size_t>&
     auto* o = static_cast<std::byte*>(out);
     // In place (in is this rank's block of out) needs no copy.
     if (bytesPerRank[me] && in != o + offset[me]) std::memcpy(o + offset[me], in, bytesPerRank[me]);
+    if (singleCopy(longest)) {
+      const uint32_t round = exchange({reinterpret_cast<uint64_t>(in)});
+      for (int k = 1; k < n; ++k) {
+        const int r = (me + k) % n;  // not all from rank 0 first
+        if (bytesPerRank[r]) readPeer(r, word(round, r, 0), o + offset[r], bytesPerRank[r]);
+      }
+      awaitAll(publish());  // this rank's input is read by now
+      return;
+    }
     for (size_t at = 0; at < longest; at += options_.chunk_bytes) {
       const uint32_t round = round_;
       auto piece = [&](int r) { return at < bytesPerRank[r] ? std::min(options_.chunk_bytes, bytesPerRank[r] - at) : 0; };
@@ -355,16 +458,29 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     if (sendBytes[me]) std::memcpy(dst + recv_at[me], src + send_at[me], sendBytes[me]);
     // Every rank must run the same number of rounds; each knows only its own row of the matrix, so the
     // first round exchanges the longest message each rank sends.
-    const size_t mine = *std::max_element(sendBytes.begin(), sendBytes.end());
-    uint32_t round = round_;
-    std::memcpy(slot(round, me), &mine, sizeof mine);
-    publish();
-    awaitAll(round);
+    // With it, where the slot has room, the address of `in` and where each destination's bytes start.
+    std::vector<uint64_t> words{*std::max_element(sendBytes.begin(), sendBytes.end())};
+    const bool room = (n + 3) * sizeof(uint64_t) <= options_.chunk_bytes;
+    if (room) {
+      words.push_back(reinterpret_cast<uint64_t>(in));
+      words.insert(words.end(), send_at.begin(), send_at.end());
+    }
+    uint32_t round = exchange(words);
     size_t longest = 0;
-    for (int r = 0; r < n; ++r) {
-      size_t theirs = 0;
-      std::memcpy(&theirs, slot(round, r), sizeof theirs);
-      longest = std::max(longest, theirs);
+    for (int r = 0; r < n; ++r) longest = std::max<size_t>(longest, word(round, r, 0));
+    if (room && singleCopy(longest)) {
+      for (int k = 1; k < n; ++k) {
+        const int q = (me + k) % n;
+        const uint64_t lo = word(round, q, 2 + me), hi = word(round, q, 3 + me);
+        if (hi - lo != recvBytes[q]) {
+          fail(me, false,
+               detail::concat(who(q), " sends ", hi - lo, " bytes to rank ", me, ", which expects ",
+                              recvBytes[q]));
+        }
+        if (recvBytes[q]) readPeer(q, word(round, q, 1) + lo, dst + recv_at[q], recvBytes[q]);
+      }
+      awaitAll(publish());  // this rank's input is read by now
+      return;
     }
     // Each slot holds one sub-slot per destination.
     const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine;
@@ -387,37 +503,78 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
 }
 
 void Transport::reduceScatter(void* data, const std::vector<size_t>& counts, DataType type, ReduceOp op) {
+  size_t before = 0;  // block `rank` starts after the blocks of the ranks below it
+  for (int p = 0; p < options_.rank && p < static_cast<int>(counts.size()); ++p) before += counts[p];
+  reduceScatterInto(data, static_cast<std::byte*>(data) + before * gloo_backend::elementSize(type), counts,
+                    type, op);
+}
+
+bool Transport::reduceScatterInto(const void* in, void* out, const std::vector<size_t>& counts, DataType type,
+                                  ReduceOp op) {
   const int n = options_.size;
   HVD_INTERNAL_ASSERT(static_cast<int>(counts.size()) == n, "reducescatter counts for ", counts.size(),
                       " ranks, scope size ", n);
-  if (n == 1) return;  // block 0 is data itself
+  const size_t es = gloo_backend::elementSize(type);
+  if (n == 1) {
+    if (counts[0] && in != out) std::memcpy(out, in, counts[0] * es);
+    return true;
+  }
   guarded("reducescatter", [&] {
     const int me = options_.rank;
-    const size_t es = gloo_backend::elementSize(type);
     std::vector<size_t> first(n + 1, 0);
     for (int p = 0; p < n; ++p) first[p + 1] = first[p] + counts[p];
     const size_t longest = *std::max_element(counts.begin(), counts.end());
-    // One sub-slot per block: rank me reduces sub-slot me of every rank, in rank order.
+    const auto* src = static_cast<const std::byte*>(in);
+    auto* dst = static_cast<std::byte*>(out);
+    if (singleCopy(longest * es)) {
+      // Block me of every rank, in rank order: this rank's from in, the others' read into staging (a chunk
+      // at a time, so that the reduction finds them in cache).
+      const uint32_t round = exchange({reinterpret_cast<uint64_t>(in)});
+      staging_.resize(2 * options_.chunk_bytes);
+      std::byte* acc = staging_.data();
+      std::byte* theirs = acc + options_.chunk_bytes;
+      const size_t per = options_.chunk_bytes / es;
+      for (size_t at = 0; at < counts[me]; at += per) {
+        const size_t m = std::min(per, counts[me] - at);
+        const size_t within = (first[me] + at) * es;
+        auto operand = [&](int r, std::byte* into) -> const std::byte* {
+          if (r == me) return src + within;
+          readPeer(r, word(round, r, 0) + within, into, m * es);
+          return into;
+        };
+        const std::byte* a = operand(0, acc);
+        for (int r = 1; r < n; ++r) {
+          const std::byte* b = operand(r, theirs);
+          gloo_backend::reduce(type, op, r == n - 1 ? dst + at * es : acc, a, b, m);
+          a = acc;
+        }
+      }
+      awaitAll(publish());  // this rank's input is read by now
+      return;
+    }
+    // One sub-slot per block: rank me reduces sub-slot me of every rank, in rank order. In place (out is
+    // block me of in), each piece of block me is in the slot before it is overwritten.
     const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine / es;
-    auto* base = static_cast<std::byte*>(data);
     for (size_t at = 0; at < longest; at += sub) {
       const uint32_t round = round_;
       for (int p = 0; p < n; ++p) {
         if (at < counts[p]) {
-          std::memcpy(slot(round, me) + p * sub * es, base + (first[p] + at) * es, std::min(sub, counts[p] - at) * es);
+          std::memcpy(slot(round, me) + p * sub * es, src + (first[p] + at) * es,
+                      std::min(sub, counts[p] - at) * es);
         }
       }
       publish();
       awaitAll(round);
       if (at < counts[me]) {
         const size_t m = std::min(sub, counts[me] - at);
-        std::byte* o = base + (first[me] + at) * es;
+        std::byte* o = dst + at * es;
         const size_t within = me * sub * es;
         gloo_backend::reduce(type, op, o, slot(round, 0) + within, slot(round, 1) + within, m);
         for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, o, o, slot(round, r) + within, m);
       }
     }
   });
+  return true;
 }
 
 void Transport::barrier() {

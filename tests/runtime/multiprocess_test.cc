@@ -208,6 +208,64 @@ TEST_CASE("shared memory: a rank SIGKILLed inside a collective fails every survi
   }
 }
 
+TEST_CASE("shared memory: a rank SIGKILLed inside a single-copy allgather fails every survivor within 2 s",
+          "[multiprocess][failure][shm]") {
+  JobOptions o;
+  o.np = 3;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "kill_mid", "allgather"};
+  o.env = {{"HOROVOD_GLOO_TIMEOUT_SECONDS", "30"}, {"HOROVOD_LOG_LEVEL", "debug"}};
+  o.timeout = std::chrono::seconds(40);
+  const auto results = runJob(o);
+  INFO(describe(results));
+  REQUIRE(results[1].signal == SIGKILL);
+  for (int r : {0, 2}) {
+    REQUIRE(results[r].exit_code == 0);
+    const auto& out = results[r].output;
+    if (out.find("single copy (process_vm_readv)") == std::string::npos) {
+      WARN("rank " << r << " could not read its peers' memory here: the segment path was tested instead");
+    }
+    CHECK(out.find("shared-memory allgather") != std::string::npos);
+    CHECK(out.find("rank 1 (pid ") != std::string::npos);
+    const auto at = out.find("failed with status");
+    REQUIRE(at != std::string::npos);
+    const auto after = out.find(" after ", at);
+    REQUIRE(after != std::string::npos);
+    CHECK(std::stod(out.substr(after + 7)) < 2.0);
+  }
+}
+
+TEST_CASE(
+    "shared memory: collectives of every size are right with single copy, without it, and where one "
+    "rank turns it off",
+    "[multiprocess][shm]") {
+  const int np = GENERATE(2, 3);
+  const std::string mode = GENERATE(as<std::string>{}, "on", "off", "off on rank 1");
+  CAPTURE(np, mode);
+  JobOptions o;
+  o.np = np;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "collectives"};
+  o.env = {{"HOROVOD_LOG_LEVEL", "debug"}};
+  if (mode == "off") o.env["HVD_SHM_SINGLE_COPY"] = "0";
+  if (mode == "off on rank 1") o.rank_env[1] = {{"HVD_SHM_SINGLE_COPY", "0"}};
+  o.timeout = std::chrono::seconds(60);
+  const auto results = runJob(o);
+  INFO(describe(results));
+  requireEveryRankPrinted(results, "collectives ok");
+  // Every rank takes the same path, and says which.
+  for (const auto& r : results) {
+    if (mode == "on") {
+      if (r.output.find("cannot read its peers' memory") != std::string::npos) {
+        WARN("process_vm_readv is denied here: single copy was not tested");
+      } else {
+        CHECK(r.output.find("single copy (process_vm_readv)") != std::string::npos);
+      }
+    } else {
+      CHECK(r.output.find("copies through the segment: HVD_SHM_SINGLE_COPY=0 on rank " +
+                          std::string(mode == "off" ? "0" : "1")) != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("shared memory: a rank stopped for 3 s (SIGSTOP, SIGCONT) is waited for, not failed",
           "[multiprocess][shm]") {
   JobOptions o;

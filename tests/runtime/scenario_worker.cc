@@ -3,8 +3,9 @@
 //           the error it gets (the stall shutdown)
 //   die     every rank allreduces in a loop; rank 1 exits abruptly (_exit) after a few steps; the
 //           survivors print the error their pending handle failed with and exit 0
-//   kill_mid  every rank allreduces 64 MiB in a loop; at step 3 rank 1 submits, waits 2 ms (the others are
-//           then inside the collective) and SIGKILLs itself; the survivors print their error as for die
+//   kill_mid [allreduce|allgather]  every rank allreduces 64 MiB (allgathers 64 MiB from every rank) in a
+//           loop; at step 3 rank 1 submits, waits 2 ms (the others are then inside the collective) and
+//           SIGKILLs itself; the survivors print their error as for die
 //   peer_lost [kill|stopped|hung]  every rank allreduces 16 MiB in a loop; at step 3 rank 1 submits, waits
 //           2 ms and SIGKILLs itself (kill), or SIGSTOPs itself and is SIGKILLed by rank 0 500 ms later
 //           (stopped: 64 MiB steps, every socket's buffers capped at 64 KiB, the stop 10 ms after the submit,
@@ -20,6 +21,9 @@
 //   checksum  allreduces of several sizes, types and ops (sums, averages, maxima of small integers, exact in
 //           any order), then allgathers of uneven rows; prints "rank R checksum H", H a hash of every result
 //           (for comparing data paths)
+//   collectives  broadcasts from every root, allgathers, alltoalls and reducescatters (sum, average) of
+//           uneven sizes, from a few bytes to several MiB per rank, each result checked element by element;
+//           prints "rank R collectives ok" or the first element that differed
 //   forever  allreduces until killed (for the tests that SIGKILL a whole job)
 //   timeline  a few named allreduces (for HOROVOD_TIMELINE)
 //   elastic  (2 ranks, an elastic job) an allreduce, hvd_shutdown(), hvd_init() again (the next round) and
@@ -27,9 +31,9 @@
 //   init_round  (an elastic job) prints "init round R rank K size N sum S status T" after init and one
 //           allreduce of rank + 1
 //   host_updates  (2 ranks, an elastic job) hvd_elastic_check_host_updates() once ("check 0 changes C"),
-//           then creates the file $HVD_TEST_SIGNAL_FILE (rank 0) and checks again every 20 ms until it returns
-//           something else or 20 s passed ("check S changes C round R enabled E" with hvd_elastic_round(),
-//           hvd_elastic_enabled())
+//           then creates the file $HVD_TEST_SIGNAL_FILE (rank 0) and checks again every 20 ms until it
+//           returns something else or 20 s passed ("check S changes C round R enabled E" with
+//           hvd_elastic_round(), hvd_elastic_enabled())
 //   state   (3 ranks) the C state API (sync, commit, restore of rank-dependent buffers) and the C++ State;
 //           prints "state ok" or what differed
 //   elastic_run c|cpp  (an elastic job of 3 ranks, or a static one) linear updates of 4 doubles for 12
@@ -42,7 +46,8 @@
 //           prints "rank R sigpipe main M threads T blocked B disposition D": M 1 when the main thread
 //           blocks SIGPIPE, T threads besides it, B of them blocking SIGPIPE, D "default" or "changed"
 //   report  (a job of 3 or so) 5 allreduces of 1000 float32, 3 broadcasts of 256 int32 from rank 0 and 2
-//           allgathers of rank + 1 rows of 4 float32, each checked; prints "rank R report ok" or what differed
+//           allgathers of rank + 1 rows of 4 float32, each checked; prints "rank R report ok" or what
+//           differed
 //   report_wait  every rank allreduces "late" once, rank 2 after sleeping 2.5 s; prints "rank R wait ok"
 // Every scenario runs with SIGPIPE's default action, as a C program starts (the test harness may ignore
 // it, and an ignored disposition would be inherited across exec).
@@ -50,6 +55,8 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -57,7 +64,6 @@
 #include <fstream>
 #include <optional>
 #include <thread>
-#include <unistd.h>
 
 #include <hvd/hvd.h>
 #include <hvd/hvd.hpp>
@@ -302,6 +308,127 @@ int stateScenario() {
 
 // A survivor's line for the step whose collective failed with `status` (the step began at `start`, the
 // seconds are printed with `decimals` places), after which it shuts down; returns main's exit code, 0.
+// The "collectives" scenario; returns the exit code.
+int collectivesScenario(int rank, int size) {
+  auto failed = [&](const std::string& what) {
+    std::printf("rank %d: %s\n", rank, what.c_str());
+    return 1;
+  };
+  // A result kept with handle h after hvd_wait; empty on failure (what says so).
+  auto result = [&](int h, const std::string& name, size_t& rows, std::string& what) -> const void* {
+    const void* out = nullptr;
+    if (h < 0 || hvd_wait(h) != HVD_SUCCESS || hvd_result(h, &out, &rows) != HVD_SUCCESS) {
+      what = name + " failed: " + hvd_error_text();
+      return nullptr;
+    }
+    return out;
+  };
+  std::string what;
+  // Broadcast from every root: 3 MiB + 3 bytes and 100 bytes.
+  for (size_t bytes : {size_t{3u << 20} + 3, size_t{100}}) {
+    for (int root = 0; root < size; ++root) {
+      std::vector<uint8_t> data(bytes, 0);
+      if (rank == root) {
+        for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<uint8_t>(i * 7 + root);
+      }
+      const std::string name = "bcast." + std::to_string(bytes) + "." + std::to_string(root);
+      const int h = hvd_broadcast_async(name.c_str(), data.data(), bytes, HVD_UINT8, root);
+      if (h < 0 || hvd_wait(h) != HVD_SUCCESS) return failed(name + " failed: " + hvd_error_text());
+      for (size_t i = 0; i < bytes; ++i) {
+        if (data[i] != static_cast<uint8_t>(i * 7 + root))
+          return failed(name + " differs at " + std::to_string(i));
+      }
+    }
+  }
+  // Allgather: rank r contributes rows_r rows of 3 floats (none on rank 1), large and small.
+  for (int64_t scale : {int64_t{100003}, int64_t{5}}) {
+    auto rowsOf = [&](int r) { return r == 1 ? 0 : (r + 1) * scale; };
+    auto value = [](int r, size_t i) { return static_cast<float>(r * 1000 + i % 997); };
+    std::vector<float> in(static_cast<size_t>(rowsOf(rank)) * 3);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = value(rank, i);
+    const std::string name = "gather." + std::to_string(scale);
+    size_t rows = 0;
+    const int h =
+        hvd_allgather_async(name.c_str(), in.data(), static_cast<size_t>(rowsOf(rank)), 3, HVD_FLOAT32);
+    const auto* out = static_cast<const float*>(result(h, name, rows, what));
+    if (!out) return failed(what);
+    size_t at = 0;
+    for (int r = 0; r < size; ++r) {
+      for (size_t i = 0; i < static_cast<size_t>(rowsOf(r)) * 3; ++i, ++at) {
+        if (at >= rows * 3 || out[at] != value(r, i)) {
+          return failed(name + " differs at element " + std::to_string(i) + " from rank " +
+                        std::to_string(r));
+        }
+      }
+    }
+    if (at != rows * 3) return failed(name + " gave " + std::to_string(rows) + " rows");
+    hvd_release(h);
+  }
+  // Alltoall: rank r sends splits[p] rows of 2 int32 to p, some none, some several MiB.
+  for (int64_t scale : {int64_t{300007}, int64_t{3}}) {
+    auto splitOf = [&](int from, int to) {
+      return (from + to) % 3 == 0 ? 0 : scale * ((from + 2 * to) % 3 + 1);
+    };
+    auto value = [](int from, int to, size_t i) {
+      return static_cast<int32_t>(from * 1000003 + to * 1009 + i);
+    };
+    std::vector<int64_t> splits(size);
+    std::vector<int32_t> in;
+    for (int p = 0; p < size; ++p) {
+      splits[p] = splitOf(rank, p);
+      for (size_t i = 0; i < static_cast<size_t>(splits[p]) * 2; ++i) in.push_back(value(rank, p, i));
+    }
+    const std::string name = "alltoall." + std::to_string(scale);
+    size_t rows = 0;
+    const int h = hvd_alltoall_async(name.c_str(), in.data(), in.size() / 2, 2, HVD_INT32, splits.data());
+    const auto* out = static_cast<const int32_t*>(result(h, name, rows, what));
+    if (!out) return failed(what);
+    size_t at = 0;
+    for (int q = 0; q < size; ++q) {
+      for (size_t i = 0; i < static_cast<size_t>(splitOf(q, rank)) * 2; ++i, ++at) {
+        if (at >= rows * 2 || out[at] != value(q, rank, i)) {
+          return failed(name + " differs at element " + std::to_string(i) + " from rank " +
+                        std::to_string(q));
+        }
+      }
+    }
+    if (at != rows * 2) return failed(name + " gave " + std::to_string(rows) + " rows");
+    hvd_release(h);
+  }
+  // Reducescatter, sum and average of small integers (exact in any order), rows that do not divide evenly.
+  for (int64_t rows_in : {int64_t{400009}, int64_t{7}}) {
+    for (hvd_reduce_op op : {HVD_SUM, HVD_AVERAGE}) {
+      auto value = [](int r, size_t i) { return static_cast<float>((r + i) % 5); };
+      std::vector<float> in(static_cast<size_t>(rows_in) * 3);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = value(rank, i);
+      const std::string name = "reducescatter." + std::to_string(rows_in) + "." + std::to_string(op);
+      size_t rows = 0;
+      const int h = hvd_reducescatter_async(name.c_str(), in.data(), static_cast<size_t>(rows_in), 3,
+                                            HVD_FLOAT32, op, 1.0, 1.0);
+      const auto* out = static_cast<const float*>(result(h, name, rows, what));
+      if (!out) return failed(what);
+      const int64_t base = rows_in / size, extra = rows_in % size;
+      const int64_t first = rank * base + std::min<int64_t>(rank, extra);
+      if (static_cast<int64_t>(rows) != base + (rank < extra ? 1 : 0)) {
+        return failed(name + " gave " + std::to_string(rows) + " rows");
+      }
+      for (size_t i = 0; i < rows * 3; ++i) {
+        float want = 0;
+        for (int r = 0; r < size; ++r) want += value(r, static_cast<size_t>(first) * 3 + i);
+        if (op == HVD_AVERAGE) want *= static_cast<float>(1.0 / size);  // the postscale, as libhvd applies it
+        if (out[i] != want) {
+          return failed(name + " element " + std::to_string(i) + " is " + std::to_string(out[i]) + ", want " +
+                        std::to_string(want));
+        }
+      }
+      hvd_release(h);
+    }
+  }
+  std::printf("rank %d collectives ok\n", rank);
+  hvd_shutdown();
+  return 0;
+}
+
 int reportSurvived(int rank, int step, int status, std::chrono::steady_clock::time_point start,
                    int decimals) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -395,16 +522,21 @@ int main(int argc, char** argv) {
       if (status != HVD_SUCCESS) return reportSurvived(rank, step, status, start, 1);
     }
   }
+  if (std::strcmp(scenario, "collectives") == 0) return collectivesScenario(rank, hvd_size());
   if (std::strcmp(scenario, "kill_mid") == 0) {
+    const bool gather = argc > 2 && std::strcmp(argv[2], "allgather") == 0;
     std::vector<float> big(16u << 20, 1.0f);
     for (int step = 0;; ++step) {
       const auto start = std::chrono::steady_clock::now();
-      const int h = hvd_allreduce_async("big", big.data(), big.data(), big.size(), HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+      const int h = gather ? hvd_allgather_async("big", big.data(), big.size(), 1, HVD_FLOAT32)
+                           : hvd_allreduce_async("big", big.data(), big.data(), big.size(), HVD_FLOAT32,
+                                                 HVD_SUM, 1.0, 1.0);
       if (rank == 1 && step == 3) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
         ::raise(SIGKILL);
       }
       const int status = h < 0 ? h : hvd_wait(h);
+      if (gather && status == HVD_SUCCESS) hvd_release(h);
       if (status != HVD_SUCCESS) return reportSurvived(rank, step, status, start, 3);
     }
   }

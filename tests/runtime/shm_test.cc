@@ -1,5 +1,7 @@
 // The shared-memory data path against the TCP one: the same inputs through both give the same bytes,
-// for every collective and type, at sizes that span several of the segment's chunks (ranks as threads).
+// for every collective and type, at sizes that span several of the segment's chunks (ranks as threads),
+// with large messages read from the peers' buffers (single copy; memcpy between threads) and copied
+// through the segment (HVD_SHM_SINGLE_COPY=0).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -59,10 +61,11 @@ void fill(DataType t, std::vector<std::byte>& buf, size_t count, uint32_t seed) 
 }
 
 // What one job computes on each rank: every collective's output bytes, in order.
-std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memory) {
+std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memory, bool single_copy = true) {
   std::vector<std::vector<std::vector<std::byte>>> outputs(n);
   Cluster cluster(n, [&](RuntimeOptions& o) {
     o.shared_memory = shared_memory;
+    o.shm_single_copy = single_copy;
     o.fusion_threshold = 64 * 1024;  // small ones fused, large ones alone
   });
   cluster.forEach([&](int r) {
@@ -152,7 +155,9 @@ std::vector<std::vector<std::vector<std::byte>>> runAll(int n, bool shared_memor
 TEST_CASE("shared memory and TCP give the same bytes for every collective and type", "[inprocess][shm]") {
   const int n = GENERATE(2, 3, 4);
   CAPTURE(n);
-  const auto shm = runAll(n, true);
+  const bool single_copy = GENERATE(true, false);
+  CAPTURE(n, single_copy);
+  const auto shm = runAll(n, true, single_copy);
   const auto tcp = runAll(n, false);
   // The last outputs (one alltoall, eight reducescatters) differ by rank by design; the others (allreduce,
   // broadcast, allgather) must be the same on every rank.
