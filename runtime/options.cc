@@ -201,7 +201,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   if (const auto us = readInt(getenv, "HVD_BUSY_POLL_US", -1, 0, 1000000); us >= 0) {
     o.busy_poll = std::chrono::microseconds(us);
   }
-  o.wait_drives = readInt(getenv, "HVD_WAIT_DRIVES", 1, 0, 1) == 1;
+  o.wait_drives = readBool(getenv, "HVD_WAIT_DRIVES", true);
   {
     // Fractions allowed; a positive value rounds up to whole milliseconds, so it never turns reports off.
     const double seconds = readDouble(getenv, "HVD_REPORT_INTERVAL_SECONDS", 1.0, 0.0);

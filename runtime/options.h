@@ -24,8 +24,8 @@
 //   HVD_DISABLE_GPU_PINNING               1: do not select a CUDA device at init
 //   HOROVOD_HIERARCHICAL_ALLREDUCE        1: allreduce within hosts over shared memory, across hosts over Gloo
 //                                         (several ranks on each of several hosts; default 0)
-//   HVD_SHARED_MEMORY                     0: ranks of one host exchange data over TCP (Gloo) instead of
-//                                         shared memory (default 1)
+//   HVD_SHARED_MEMORY                     0: ranks of one host exchange data over TCP (Gloo), and control
+//                                         messages over the socket, instead of shared memory (default 1)
 //   HVD_SHM_SINGLE_COPY                   0: large shared-memory messages copy through the segment even where
 //                                         the ranks could read each other's memory (default 1)
 //   HOROVOD_ELASTIC                       1: an elastic job (hvdrun sets it): the rendezvous scopes carry the

@@ -50,6 +50,8 @@ TEST_CASE("every variable is read", "[options]") {
                         {"HOROVOD_LOG_LEVEL", "DEBUG"},
                         {"HVD_DISABLE_GPU_PINNING", "1"},
                         {"HVD_BUSY_POLL_US", "0"},
+                        {"HVD_WAIT_DRIVES", "0"},
+                        {"HVD_SHM_SINGLE_COPY", "no"},
                         {"HOROVOD_AUTOTUNE", "1"},
                         {"HOROVOD_AUTOTUNE_LOG", "/tmp/at.csv"},
                         {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "0"},
@@ -77,6 +79,10 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK(o.log_level == LogLevel::kDebug);
   CHECK(!o.gpu_pinning);
   CHECK(o.busy_poll == std::chrono::microseconds(0));
+  CHECK_FALSE(o.wait_drives);
+  CHECK_FALSE(o.shm_single_copy);
+  CHECK(parse({}).wait_drives);
+  CHECK(parse({}).shm_single_copy);
   CHECK(!parse({}).busy_poll.has_value());  // unset: decided by the ranks per host against the cores
   // Unset: hierarchical where the job can run it; set: as set.
   CHECK(!parse({}).hierarchical_allreduce.has_value());
@@ -136,6 +142,8 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
       {{{"HOROVOD_STALL_CHECK_DISABLE", "1x"}}, "HOROVOD_STALL_CHECK_DISABLE='1x' is not a boolean"},
       {{{"HVD_DISABLE_GPU_PINNING", "y"}}, "HVD_DISABLE_GPU_PINNING='y' is not a boolean"},
       {{{"HVD_BUSY_POLL_US", "-5"}}, "HVD_BUSY_POLL_US=-5 is out of range [0, 1000000]"},
+      {{{"HVD_WAIT_DRIVES", "2"}}, "HVD_WAIT_DRIVES='2' is not a boolean"},
+      {{{"HVD_SHM_SINGLE_COPY", "off!"}}, "HVD_SHM_SINGLE_COPY='off!' is not a boolean"},
       {{{"HOROVOD_AUTOTUNE", "maybe"}}, "HOROVOD_AUTOTUNE='maybe' is not a boolean"},
       {{{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=0 is out of range"},
       {{{"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "x"}}, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES='x' is not an integer"},
