@@ -142,7 +142,7 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
       {{{"HOROVOD_STALL_CHECK_DISABLE", "1x"}}, "HOROVOD_STALL_CHECK_DISABLE='1x' is not a boolean"},
       {{{"HVD_DISABLE_GPU_PINNING", "y"}}, "HVD_DISABLE_GPU_PINNING='y' is not a boolean"},
       {{{"HVD_BUSY_POLL_US", "-5"}}, "HVD_BUSY_POLL_US=-5 is out of range [0, 1000000]"},
-      {{{"HVD_WAIT_DRIVES", "2"}}, "HVD_WAIT_DRIVES='2' is not a boolean"},
+      {{{"HVD_WAIT_DRIVES", "sometimes"}}, "HVD_WAIT_DRIVES='sometimes' is not a boolean"},
       {{{"HVD_SHM_SINGLE_COPY", "off!"}}, "HVD_SHM_SINGLE_COPY='off!' is not a boolean"},
       {{{"HOROVOD_AUTOTUNE", "maybe"}}, "HOROVOD_AUTOTUNE='maybe' is not a boolean"},
       {{{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=0 is out of range"},
