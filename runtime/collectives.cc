@@ -109,7 +109,7 @@ void Runtime::Impl::timelineStart(const Response& s) {
 }
 
 void Runtime::Impl::timelineEnd(const Response& s) {
-  if (s.type == OpType::kJoin) return;
+  if (s.type == OpType::kJoin || !timeline_->enabled()) return;  // no shape text per tensor for nothing
   for (size_t i = 0; i < s.names.size(); ++i) {
     std::string shape;
     if (s.type == OpType::kAllreduce) {
@@ -175,6 +175,25 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
     gloo_backend::scale(s.dtype, q.output, n, post);
     complete(s.process_set, s.names[0]);
     return;
+  }
+  // Fused, every tensor submitted here and no prescaling: the transport may reduce them where they are.
+  std::vector<Entry*> entries;
+  for (const auto& name : s.names) entries.push_back(find(s.process_set, name));
+  if (s.prescale == 1.0 && std::find(entries.begin(), entries.end(), nullptr) == entries.end()) {
+    std::vector<Transport::Part> parts;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      parts.push_back({entries[i]->request.input, entries[i]->request.output, static_cast<size_t>(s.counts[i])});
+    }
+    timeline_->activityStart(s.names, comm.pathOf("ALLREDUCE"), "ALLREDUCE");
+    const bool done = comm.allreduceParts(parts, s.dtype, s.op);
+    timeline_->activityEnd(s.names);
+    if (done) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        gloo_backend::scale(s.dtype, parts[i].out, parts[i].count, post);
+        complete(s.process_set, s.names[i]);
+      }
+      return;
+    }
   }
   // Fused (or this rank joined and contributes zeros): pack into the reused fusion buffer.
   size_t total = 0;

@@ -48,6 +48,18 @@ class Transport {
     (void)bytes;
     return nullptr;
   }
+  // One tensor of a fused allreduce: count elements read from in, the result written to out (which may be in).
+  struct Part {
+    const void* in;
+    void* out;
+    size_t count;
+  };
+  // Allreduces the concatenation of parts as one operation without packing them into a fusion buffer, where
+  // the transport can (true); false (the same on every member): nothing done, the caller packs them.
+  virtual bool allreduceParts(const std::vector<Part>& parts, DataType type, ReduceOp op) {
+    (void)parts, (void)type, (void)op;
+    return false;
+  }
   // In place, from root (a rank of this group).
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Rank r contributes bytesPerRank[r] bytes from in; out receives every contribution in rank order.

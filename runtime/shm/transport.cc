@@ -388,6 +388,53 @@ void Transport::allreduce(void* data, size_t count, DataType type, ReduceOp op) 
   });
 }
 
+bool Transport::allreduceParts(const std::vector<Part>& parts, DataType type, ReduceOp op) {
+  const size_t es = gloo_backend::elementSize(type);
+  size_t total = 0;
+  for (const auto& p : parts) total += p.count;
+  const int n = options_.size;
+  if (!(n == 2 || total * es <= kDirectBytes)) return false;  // the same answer on every member
+  if (n == 1) {
+    for (const auto& p : parts) {
+      if (p.count && p.in != p.out) std::memcpy(p.out, p.in, p.count * es);
+    }
+    return true;
+  }
+  guarded("allreduce", [&] {
+    const int me = options_.rank;
+    const size_t per = options_.chunk_bytes / es;
+    size_t part = 0, within = 0;  // where the next chunk starts
+    for (size_t at = 0; at < total; at += per) {
+      const size_t m = std::min(per, total - at);
+      const uint32_t round = round_;
+      // Fill this rank's slot from the parts (a chunk may span several, and a part several chunks).
+      size_t p = part, w = within;
+      for (size_t filled = 0; filled < m;) {
+        const size_t take = std::min(parts[p].count - w, m - filled);
+        if (take) std::memcpy(slot(round, me) + filled * es, static_cast<const std::byte*>(parts[p].in) + w * es, take * es);
+        filled += take;
+        w += take;
+        if (w == parts[p].count) ++p, w = 0;
+      }
+      publish();
+      awaitAll(round);
+      // Every rank: slot 0 op slot 1 op ... in rank order, as allreduce() does, into the parts' outputs.
+      for (size_t done = 0; done < m;) {
+        const size_t take = std::min(parts[part].count - within, m - done);
+        if (take) {
+          auto* out = static_cast<std::byte*>(parts[part].out) + within * es;
+          gloo_backend::reduce(type, op, out, slot(round, 0) + done * es, slot(round, 1) + done * es, take);
+          for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, out, out, slot(round, r) + done * es, take);
+        }
+        done += take;
+        within += take;
+        if (within == parts[part].count) ++part, within = 0;
+      }
+    }
+  });
+  return true;
+}
+
 void Transport::broadcast(void* data, size_t bytes, int root) {
   HVD_CHECK(root >= 0 && root < options_.size, UsageError, "broadcast root ", root, " out of range for scope '",
             options_.scope, "' of size ", options_.size);

@@ -94,6 +94,9 @@ class Transport final : public runtime::Transport {
   const char* path() const override { return "SHM"; }
 
   void allreduce(void* data, size_t count, DataType type, ReduceOp op) override;
+  // Where every rank reduces everything (two ranks, or kDirectBytes in all): each chunk's slot is filled from
+  // the parts' inputs and reduced straight into their outputs, with no fusion buffer in between.
+  bool allreduceParts(const std::vector<Part>& parts, DataType type, ReduceOp op) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) override;
   void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
