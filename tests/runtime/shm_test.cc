@@ -5,10 +5,14 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <algorithm>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gloo_backend/types.h"
+#include "rendezvous/memory_store.h"
+#include "runtime/shm/transport.h"
 #include "tests/runtime/cluster.h"
 
 using namespace hvd::runtime;
@@ -169,6 +173,66 @@ TEST_CASE("shared memory and TCP give the same bytes for every collective and ty
       REQUIRE(shm[r][k].size() == tcp[r][k].size());
       REQUIRE(shm[r][k] == tcp[r][k]);
       if (k + per_rank < shm[r].size()) REQUIRE(shm[r][k] == shm[0][k]);
+    }
+  }
+}
+
+TEST_CASE("a fused allreduce reduced where its tensors are equals one over their concatenation", "[shm]") {
+  using hvd::runtime::shm::Transport;
+  const std::vector<size_t> counts = {0, 5, 300, 0, 1, 1000, 64};  // float32; spans many 256-byte chunks
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  for (int n : {2, 3}) {
+    INFO(n << " ranks");
+    auto store = std::make_shared<hvd::rendezvous::MemoryStore>();
+    std::vector<std::vector<float>> by_parts(n), concatenated(n);
+    std::vector<int> answers(n, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        hvd::runtime::shm::Options o;
+        o.scope = "parts_test";
+        o.rank = r;
+        o.size = n;
+        o.chunk_bytes = 256;
+        auto t = Transport::connect(store, o);
+        std::mt19937 gen(static_cast<uint32_t>(r + 1));
+        std::vector<float> in(total);
+        for (auto& x : in) x = static_cast<float>(gen() % 100);
+        // Even parts out of place, odd ones in place.
+        std::vector<float> out(total, -1.0f), inplace = in;
+        std::vector<Transport::Part> parts;
+        size_t at = 0;
+        for (size_t i = 0; i < counts.size(); ++i) {
+          if (i % 2 == 0) {
+            parts.push_back({in.data() + at, out.data() + at, counts[i]});
+          } else {
+            parts.push_back({inplace.data() + at, inplace.data() + at, counts[i]});
+          }
+          at += counts[i];
+        }
+        answers[r] = t->allreduceParts(parts, DataType::kFloat32, ReduceOp::kSum) ? 1 : 0;
+        at = 0;
+        for (size_t i = 0; i < counts.size(); ++i) {
+          if (i % 2 == 1) std::copy(inplace.begin() + at, inplace.begin() + at + counts[i], out.begin() + at);
+          at += counts[i];
+        }
+        by_parts[r] = out;
+        std::vector<float> whole = in;
+        t->allreduce(whole.data(), whole.size(), DataType::kFloat32, ReduceOp::kSum);
+        concatenated[r] = whole;
+        // Above kDirectBytes with more than two ranks: not done, the same answer everywhere, nothing written.
+        std::vector<float> big(hvd::runtime::shm::kDirectBytes / sizeof(float) + 1, 1.0f), untouched = big;
+        const bool done = t->allreduceParts({{big.data(), big.data(), big.size()}}, DataType::kFloat32, ReduceOp::kSum);
+        if (n > 2 && (done || big != untouched)) answers[r] = 2;
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(answers[r] == 1);
+      CHECK(by_parts[r] == concatenated[r]);
+      CHECK(by_parts[r] == by_parts[0]);
     }
   }
 }
