@@ -50,24 +50,17 @@ TEST_CASE("ranks on the coordinator's host reach it over a unix socket and share
   o.np = 3;
   o.argv = {buildPath("examples/hello_c")};
   o.env = {{"HOROVOD_LOG_LEVEL", "debug"}};
-  const auto results = runJob(o);
-  INFO(describe(results));
-  requireEveryRankPrinted(results, "of 3: sum of ranks = 3");
-  for (const auto& r : results) {
-    if (r.rank > 0) {
+  // With shared memory (the default) the messages travel through rings; HVD_SHARED_MEMORY=0 keeps them on the
+  // socket too.
+  for (const bool rings : {true, false}) {
+    if (!rings) o.env["HVD_SHARED_MEMORY"] = "0";
+    const auto results = runJob(o);
+    INFO(describe(results));
+    requireEveryRankPrinted(results, "of 3: sum of ranks = 3");
+    for (const auto& r : results) {
+      if (r.rank == 0) continue;
       CHECK(r.output.find("control plane: connected to rank 0 at unix socket @hvd-ctl-") != std::string::npos);
-      CHECK(r.output.find("(messages through shared-memory rings)") != std::string::npos);
-    }
-  }
-  // HVD_SHARED_MEMORY=0 keeps the messages on the socket too.
-  o.env["HVD_SHARED_MEMORY"] = "0";
-  const auto off = runJob(o);
-  INFO(describe(off));
-  requireEveryRankPrinted(off, "of 3: sum of ranks = 3");
-  for (const auto& r : off) {
-    if (r.rank > 0) {
-      CHECK(r.output.find("control plane: connected to rank 0 at unix socket @hvd-ctl-") != std::string::npos);
-      CHECK(r.output.find("shared-memory rings") == std::string::npos);
+      CHECK((r.output.find("(messages through shared-memory rings)") != std::string::npos) == rings);
     }
   }
   // The TCP fallback's trigger: in another network namespace the name does not exist.
@@ -152,20 +145,36 @@ void checkWaitMode(const WaitMode& mode, const std::string& output) {
   if (mode.drives) CHECK(output.find("progress: a user thread that waits runs it") != std::string::npos);
 }
 
+// 3 ranks of scenario_worker's `scenario` in `mode`, logging at debug level.
+JobOptions scenarioJob(const WaitMode& mode, const char* scenario, const char* gloo_timeout) {
+  JobOptions o;
+  o.np = 3;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), scenario};
+  o.env = mode.env;
+  o.env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = gloo_timeout;
+  o.env["HOROVOD_LOG_LEVEL"] = "debug";
+  o.timeout = std::chrono::seconds(40);
+  return o;
+}
+
+// A survivor of scenario_worker's kill_mid: its shared-memory `op` failed naming rank 1, within 2 s.
+void checkFailedFast(const std::string& out, const std::string& op) {
+  CHECK(out.find("shared-memory " + op) != std::string::npos);
+  CHECK(out.find("rank 1 (pid ") != std::string::npos);
+  const auto at = out.find("failed with status");
+  REQUIRE(at != std::string::npos);
+  const auto after = out.find(" after ", at);
+  REQUIRE(after != std::string::npos);
+  CHECK(std::stod(out.substr(after + 7)) < 2.0);
+}
+
 }  // namespace
 
 TEST_CASE("a peer that dies mid-run fails every survivor's pending handle, no hang, no abort",
           "[multiprocess][failure]") {
   for (const auto& mode : kWaitModes) {
     DYNAMIC_SECTION(mode.label) {
-      JobOptions o;
-      o.np = 3;
-      o.argv = {buildPath("tests/runtime/scenario_worker"), "die"};
-      o.env = mode.env;
-      o.env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = "10";
-      o.env["HOROVOD_LOG_LEVEL"] = "debug";
-      o.timeout = std::chrono::seconds(40);
-      const auto results = runJob(o);
+      const auto results = runJob(scenarioJob(mode, "die", "10"));
       INFO(describe(results));
       REQUIRE(results[1].exit_code == 9);
       for (int r : {0, 2}) {
@@ -182,27 +191,14 @@ TEST_CASE("shared memory: a rank SIGKILLed inside a collective fails every survi
           "[multiprocess][failure][shm]") {
   for (const auto& mode : kWaitModes) {
     DYNAMIC_SECTION(mode.label) {
-      JobOptions o;
-      o.np = 3;
-      o.argv = {buildPath("tests/runtime/scenario_worker"), "kill_mid"};
-      o.env = mode.env;
-      o.env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = "30";  // the timeout is not what ends it
-      o.env["HOROVOD_LOG_LEVEL"] = "debug";
-      o.timeout = std::chrono::seconds(40);
-      const auto results = runJob(o);
+      // The Gloo timeout (30 s) is not what ends it.
+      const auto results = runJob(scenarioJob(mode, "kill_mid", "30"));
       INFO(describe(results));
       REQUIRE(results[1].signal == SIGKILL);
       for (int r : {0, 2}) {
         REQUIRE(results[r].exit_code == 0);
         checkWaitMode(mode, results[r].output);
-        const auto& out = results[r].output;
-        CHECK(out.find("shared-memory allreduce") != std::string::npos);
-        CHECK(out.find("rank 1 (pid ") != std::string::npos);
-        const auto at = out.find("failed with status");
-        REQUIRE(at != std::string::npos);
-        const auto after = out.find(" after ", at);
-        REQUIRE(after != std::string::npos);
-        CHECK(std::stod(out.substr(after + 7)) < 2.0);
+        checkFailedFast(results[r].output, "allreduce");
       }
     }
   }
@@ -224,13 +220,7 @@ TEST_CASE("shared memory: a rank SIGKILLed inside a single-copy allgather fails 
     if (out.find("single copy (process_vm_readv)") == std::string::npos) {
       WARN("rank " << r << " could not read its peers' memory here: the segment path was tested instead");
     }
-    CHECK(out.find("shared-memory allgather") != std::string::npos);
-    CHECK(out.find("rank 1 (pid ") != std::string::npos);
-    const auto at = out.find("failed with status");
-    REQUIRE(at != std::string::npos);
-    const auto after = out.find(" after ", at);
-    REQUIRE(after != std::string::npos);
-    CHECK(std::stod(out.substr(after + 7)) < 2.0);
+    checkFailedFast(out, "allgather");
   }
 }
 

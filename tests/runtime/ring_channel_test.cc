@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -134,6 +135,27 @@ TEST_CASE("a ring channel carries small and diverted messages in order between t
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+namespace {
+
+// A child process that takes a ring channel's worker side and then runs `then`; the parent's side of the
+// socket pair, whose channel the caller offers.
+std::pair<pid_t, int> startReader(void (*then)()) {
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(pair[0]);
+    auto c = RingChannel::accept(pair[1], "the test's parent", 10s);
+    then();
+    ::_exit(0);
+  }
+  ::close(pair[1]);
+  return {child, pair[0]};
+}
+
+}  // namespace
+
 TEST_CASE("a ring channel's writer fails naming the peer when the ring stays full or the peer closes",
           "[ring][channel]") {
   const auto fill = [](RingChannel& c) {
@@ -142,18 +164,8 @@ TEST_CASE("a ring channel's writer fails naming the peer when the ring stays ful
     return m;
   };
   SECTION("a reader that stops reading: the writer gives up at its timeout") {
-    int pair[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0);
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-      ::close(pair[0]);
-      auto c = RingChannel::accept(pair[1], "the test's parent", 10s);
-      ::sleep(30);  // never reads; killed by the parent
-      ::_exit(0);
-    }
-    ::close(pair[1]);
-    auto c = RingChannel::offer(pair[0], "rank 7", 300ms);
+    const auto [child, fd] = startReader([] { ::sleep(30); });  // never reads; killed by the parent
+    auto c = RingChannel::offer(fd, "rank 7", 300ms);
     const auto m = fill(*c);
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -170,17 +182,8 @@ TEST_CASE("a ring channel's writer fails naming the peer when the ring stays ful
     ::waitpid(child, nullptr, 0);
   }
   SECTION("a reader that is gone: the writer fails at once, not at its timeout") {
-    int pair[2];
-    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0);
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-      ::close(pair[0]);
-      auto c = RingChannel::accept(pair[1], "the test's parent", 10s);
-      ::_exit(0);
-    }
-    ::close(pair[1]);
-    auto c = RingChannel::offer(pair[0], "rank 3", 30s);
+    const auto [child, fd] = startReader([] {});
+    auto c = RingChannel::offer(fd, "rank 3", 30s);
     REQUIRE(::waitpid(child, nullptr, 0) == child);
     const auto m = fill(*c);
     const auto start = std::chrono::steady_clock::now();
