@@ -84,9 +84,14 @@ void Runtime::Impl::loop() {
   std::unique_lock lock(progress_, std::defer_lock);
   takeProgress(lock);
   for (;;) {
-    awaitActivity(lock);
-    if (!loop_over_ && !loop_error_ && !progress()) loop_over_ = true;
-    if (loop_error_) std::rethrow_exception(loop_error_);  // from a user thread's progress()
+    // A failure is recorded before the lock is let go, so that no user thread runs progress() after it.
+    try {
+      awaitActivity(lock);
+      if (!loop_over_ && !loop_error_ && !progress()) loop_over_ = true;
+    } catch (...) {
+      if (!loop_error_) loop_error_ = std::current_exception();
+    }
+    if (loop_error_) std::rethrow_exception(loop_error_);  // this thread's, or a user thread's in drive()
     if (loop_over_) return;
   }
 }

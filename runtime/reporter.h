@@ -16,8 +16,9 @@
 // and their input bytes, VmRSS and VmHWM (/proc/self/status), and on rank 0 the names some ranks submitted
 // and others have not (Coordinator::waits) and how many stall warnings it logged.
 //
-// Cost on the collectives' path: the background thread adds to two counters per completed operation (relaxed
-// stores of counters only it writes) and, on rank 0, lists the waits into a mutex-guarded slot at most every
+// Cost on the collectives' path: the thread that runs the runtime's progress (the background thread, or a user
+// thread that waits, one at a time under the runtime's progress mutex) adds to two counters per completed
+// operation (relaxed stores of counters no other thread writes meanwhile) and, on rank 0, lists the waits into a mutex-guarded slot at most every
 // kWaitsInterval. Everything else (JSON, /proc, HTTP) happens on the reporter's own thread.
 //
 // Failures: a report that fails is logged once (warning), later failures only at debug level, and the next
@@ -65,12 +66,12 @@ class ReportStats {
   static constexpr std::chrono::milliseconds kWaitsMinAge{250};
   static constexpr size_t kMaxWaits = 16;
 
-  // Background thread: an operation of `type` completed on this rank; `bytes`: its input's size. Types
-  // outside kCountedOps (process-set changes) are not counted.
+  // The thread that runs progress: an operation of `type` completed on this rank; `bytes`: its input's size.
+  // Types outside kCountedOps (process-set changes) are not counted.
   void completed(OpType type, uint64_t bytes) {
     const auto i = static_cast<size_t>(type);
     if (i >= kOps) return;
-    // Only this thread writes: a relaxed load and store, no read-modify-write.
+    // Writers take turns under the progress mutex: a relaxed load and store, no read-modify-write.
     count_[i].store(count_[i].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     bytes_[i].store(bytes_[i].load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   }

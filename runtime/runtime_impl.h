@@ -3,15 +3,17 @@
 //   runtime.cc          init (the constructor: rendezvous, control plane, data paths, background thread),
 //                       what user threads call (enqueue, groups, process-set changes, shutdown), the public
 //                       Runtime
-//   control_plane.cc    the TCP connections between rank 0 (the coordinator) and the other ranks, the
+//   control_plane.cc    the connections between rank 0 (the coordinator) and the other ranks, the
 //                       watcher that turns a closed connection into PeerLostError, rank 0's reports of
 //                       waits and its checks for a re-formed elastic job
-//   background_loop.cc  the background thread: submissions to the coordinator, responses back, each list
-//                       executed in order, completion and failure of every pending operation
+//   background_loop.cc  the background thread and progress() (submissions to the coordinator, responses
+//                       back, each list executed in order, completion and failure of every pending
+//                       operation), which a user thread that waits may run instead (drive())
 //   collectives.cc      executing one negotiated response on the data paths (Gloo, shared memory,
 //                       hierarchical), fusion, process-set registration, timeline and autotune
 // Internal to libhvd (not installed). Threading: members are the background thread's unless their comment
-// names mutex_ or sets_mutex_ (shared with user threads).
+// names mutex_ or sets_mutex_ (shared with user threads); "the background thread's" means whoever holds
+// progress_, which is the background thread or a user thread in drive().
 #pragma once
 
 #include <atomic>
@@ -130,6 +132,7 @@ class Runtime::Impl {
   // loop (a shutdown list, an exception) leaves loop_over_ or loop_error_ for the background thread, which
   // ends it there and tears down (run()); after that no one runs progress().
   class WaitDriver;
+  static constexpr size_t kDrivenBytes = 64 * 1024;  // the largest operation a waiting thread drives
   void takeProgress(std::unique_lock<std::mutex>& lock);   // without sleeping on the mutex where it can
   void awaitActivity(std::unique_lock<std::mutex>& lock);  // the background thread between progress() calls
   bool progress();

@@ -132,7 +132,8 @@ TEST_CASE("HOROVOD_SIZE > 1 without a rendezvous server is a clear error, not a 
 namespace {
 
 // The two ways a waiting user thread behaves: it only polls (3 ranks on 2 cores: no busy polling), or it runs
-// the runtime's progress itself (busy polling asked for), which must be seen in the survivors' debug log.
+// the runtime's progress itself (busy polling asked for, a small operation), which must be seen in the
+// survivors' debug log.
 struct WaitMode {
   const char* label;
   std::map<std::string, std::string> env;
@@ -189,18 +190,14 @@ TEST_CASE("a peer that dies mid-run fails every survivor's pending handle, no ha
 
 TEST_CASE("shared memory: a rank SIGKILLed inside a collective fails every survivor within 2 s, naming it",
           "[multiprocess][failure][shm]") {
-  for (const auto& mode : kWaitModes) {
-    DYNAMIC_SECTION(mode.label) {
-      // The Gloo timeout (30 s) is not what ends it.
-      const auto results = runJob(scenarioJob(mode, "kill_mid", "30"));
-      INFO(describe(results));
-      REQUIRE(results[1].signal == SIGKILL);
-      for (int r : {0, 2}) {
-        REQUIRE(results[r].exit_code == 0);
-        checkWaitMode(mode, results[r].output);
-        checkFailedFast(results[r].output, "allreduce");
-      }
-    }
+  // 64 MiB: too large for a waiting thread to drive (kDrivenBytes), so one mode. The Gloo timeout (30 s) is
+  // not what ends it.
+  const auto results = runJob(scenarioJob(kWaitModes[0], "kill_mid", "30"));
+  INFO(describe(results));
+  REQUIRE(results[1].signal == SIGKILL);
+  for (int r : {0, 2}) {
+    REQUIRE(results[r].exit_code == 0);
+    checkFailedFast(results[r].output, "allreduce");
   }
 }
 
