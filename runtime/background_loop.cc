@@ -158,12 +158,9 @@ bool Runtime::Impl::drive(const std::atomic<bool>& finished, Clock::time_point u
   return true;
 }
 
-void Runtime::Impl::WaitDriver::drive(const std::atomic<bool>& finished, Clock::time_point until) {
-  {
-    std::unique_lock lock(mutex_, std::try_to_lock);
-    if (lock.owns_lock() && impl_ && impl_->drive(finished, until)) return;
-  }
-  while (!finished.load(std::memory_order_acquire) && Clock::now() < until) ::sched_yield();
+bool Runtime::Impl::WaitDriver::drive(const std::atomic<bool>& finished, Clock::time_point until) {
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  return lock.owns_lock() && impl_ && impl_->drive(finished, until);
 }
 
 bool Runtime::Impl::progress() {
@@ -288,10 +285,7 @@ void Runtime::Impl::awaitActivity(std::unique_lock<std::mutex>& lock) {
     const int rv = ::ppoll(&wake, 1, &timeout, nullptr);
     background_.store(kAwake, std::memory_order_relaxed);
     takeProgress(lock);
-    if (rv > 0) {
-      uint64_t count;
-      [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);
-    }
+    if (rv > 0) drainWake();
     return;
   }
   std::vector<pollfd>& fds = poll_fds_;
@@ -373,10 +367,12 @@ void Runtime::Impl::awaitActivity(std::unique_lock<std::mutex>& lock) {
   }
   HVD_CHECK(rv >= 0 || poll_errno == EINTR, NetworkError, "poll failed: ", errnoText(poll_errno));
   if (rv > 0 && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
-  if (fds[0].revents) {
-    uint64_t count;
-    [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);
-  }
+  if (fds[0].revents) drainWake();
+}
+
+void Runtime::Impl::drainWake() {
+  uint64_t count;
+  [[maybe_unused]] auto n = ::read(wake_fd_, &count, sizeof count);
 }
 
 bool Runtime::Impl::execute(const ResponseList& list) {

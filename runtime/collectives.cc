@@ -177,7 +177,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
     return;
   }
   // Fused, every tensor submitted here and no prescaling: the transport may reduce them where they are.
-  std::vector<Entry*> entries;
+  std::vector<Entry*> entries;  // null: a name this rank did not submit (it joined)
   for (const auto& name : s.names) entries.push_back(find(s.process_set, name));
   if (s.prescale == 1.0 && std::find(entries.begin(), entries.end(), nullptr) == entries.end()) {
     std::vector<Transport::Part> parts;
@@ -205,7 +205,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
   size_t offset = 0;
   for (size_t i = 0; i < s.names.size(); ++i) {
     const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
-    if (Entry* e = find(s.process_set, s.names[i])) {
+    if (const Entry* e = entries[i]) {
       if (bytes) std::memcpy(buffer + offset, e->request.input, bytes);
     } else {
       std::memset(buffer + offset, 0, bytes);
@@ -222,7 +222,7 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
   offset = 0;
   for (size_t i = 0; i < s.names.size(); ++i) {
     const size_t bytes = static_cast<size_t>(s.counts[i]) * esize;
-    if (Entry* e = find(s.process_set, s.names[i])) {
+    if (const Entry* e = entries[i]) {
       if (bytes) std::memcpy(e->request.output, buffer + offset, bytes);
       complete(s.process_set, s.names[i]);
     }

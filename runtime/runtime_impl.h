@@ -134,6 +134,7 @@ class Runtime::Impl {
   class WaitDriver;
   static constexpr size_t kDrivenBytes = 64 * 1024;  // the largest operation a waiting thread drives
   void takeProgress(std::unique_lock<std::mutex>& lock);   // without sleeping on the mutex where it can
+  void drainWake();                                        // reads the eventfd wake() writes
   void awaitActivity(std::unique_lock<std::mutex>& lock);  // the background thread between progress() calls
   bool progress();
   // False (and nothing done) where the caller should only poll: other operations are in flight.
@@ -289,7 +290,7 @@ class Runtime::Impl {
 class Runtime::Impl::WaitDriver final : public Driver {
  public:
   explicit WaitDriver(Runtime::Impl* impl) : impl_(impl) {}
-  void drive(const std::atomic<bool>& finished, Clock::time_point until) override;
+  bool drive(const std::atomic<bool>& finished, Clock::time_point until) override;
   void detach() {
     std::lock_guard lock(mutex_);
     impl_ = nullptr;

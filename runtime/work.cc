@@ -93,10 +93,7 @@ bool Work::spinUntilFinished() const {
   if (finished_.load(std::memory_order_acquire)) return true;
   if (spin_.count() <= 0) return false;
   const auto until = std::chrono::steady_clock::now() + spin_;
-  if (driver_) {
-    driver_->drive(finished_, until);
-    return finished_.load(std::memory_order_acquire);
-  }
+  if (driver_ && driver_->drive(finished_, until)) return finished_.load(std::memory_order_acquire);
   while (std::chrono::steady_clock::now() < until) {
     ::sched_yield();
     if (finished_.load(std::memory_order_acquire)) return true;
