@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "base/cpu_relax.h"
 #include "rendezvous/round.h"
 #include "runtime/hierarchical.h"
 
@@ -65,6 +66,9 @@ void Runtime::Impl::run() {
 }
 
 void Runtime::Impl::takeQueue(std::vector<Request>& fresh, bool& shutdown_requested) {
+  // Nothing submitted and no shutdown asked for (shutdown() sets queued_ too): no lock, no allocation, on a
+  // path that a thread polling for a reply runs millions of times a second.
+  if (!queued_.load(std::memory_order_acquire)) return;
   std::deque<Entry> taken;
   {
     std::lock_guard lock(mutex_);
@@ -122,7 +126,9 @@ bool Runtime::Impl::drive(const std::atomic<bool>& finished, Clock::time_point u
     if (names_in_flight_.size() > 1) return false;
   }
   drivers_.fetch_add(1, std::memory_order_seq_cst);
-  while (!finished.load(std::memory_order_acquire) && Clock::now() < until) {
+  unsigned polls = 0;
+  // The clock is read every 16th poll: a poll is a fraction of a microsecond.
+  while (!finished.load(std::memory_order_acquire) && (polls % 16 != 0 || Clock::now() < until)) {
     {
       std::unique_lock lock(progress_, std::try_to_lock);
       if (lock.owns_lock()) {
@@ -142,7 +148,13 @@ bool Runtime::Impl::drive(const std::atomic<bool>& finished, Clock::time_point u
         }
       }
     }
-    ::sched_yield();
+    // A pause between polls, a yield now and then: a thread drives only where the host has a core per rank
+    // (busy polling is off otherwise), but other processes may want this one.
+    if (++polls % 64 == 0) {
+      ::sched_yield();
+    } else {
+      cpuRelax();
+    }
   }
   drivers_.fetch_sub(1, std::memory_order_seq_cst);
   // The background thread takes over: this thread's operation if it is not done (it will sleep on it now),
@@ -209,13 +221,13 @@ bool Runtime::Impl::progress() {
         throw PeerLostError(abort.shutdown_reason);
       }
     }
-    if (const std::string stall = coordinator_->checkStalls(Clock::now()); !stall.empty()) {
+    if (const std::string stall = coordinator_->checkStalls(now); !stall.empty()) {
       log(LogLevel::kWarning, stall);
       if (report_stats_) report_stats_->stallWarning();
     }
-    if (next_waits_ && Clock::now() >= *next_waits_) publishWaits();
-    if (next_round_check_ && Clock::now() >= *next_round_check_) checkRoundNews();
-    hold_ = coordinator_->holdUntil(Clock::now(), cycle_time_);
+    if (next_waits_ && now >= *next_waits_) publishWaits();
+    if (next_round_check_ && now >= *next_round_check_) checkRoundNews();
+    hold_ = coordinator_->holdUntil(now, cycle_time_);
     if (hold_) return true;
     ResponseList list = coordinator_->next();
     if (list.responses.empty() && !list.shutdown) return true;

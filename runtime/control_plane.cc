@@ -4,6 +4,7 @@
 
 #include "runtime/runtime_impl.h"
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <sys/socket.h>
@@ -126,9 +127,13 @@ void Runtime::Impl::takeCoordinatorsReason() {
 }
 
 std::optional<std::vector<WaitRegistry::Key>> Runtime::Impl::dueWaitReport() {
-  if (waits_->version() == waits_sent_version_ || Clock::now() - waits_->changedAt() < kWaitReportDelay) {
-    return std::nullopt;
+  const uint64_t version = waits_->version();
+  if (version == waits_sent_version_) return std::nullopt;
+  if (version != waits_seen_version_) {  // changedAt() takes the registry's lock: once per change, not per call
+    waits_seen_version_ = version;
+    waits_due_ = waits_->changedAt() + kWaitReportDelay;
   }
+  if (Clock::now() < waits_due_) return std::nullopt;
   auto snap = waits_->snapshot();
   waits_sent_version_ = snap.version;
   if (snap.keys == waits_sent_) return std::nullopt;
@@ -168,6 +173,10 @@ void Runtime::Impl::checkRoundNews() {
 }
 
 void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {
+  if (list.abort) abort_sent_ = true;
+  if (std::none_of(worker_channels_.begin(), worker_channels_.end(), [](const auto& c) { return c != nullptr; })) {
+    return;  // a job of one rank, or every worker gone
+  }
   const auto bytes = encode(list);
   std::optional<PeerLostError> lost;
   for (size_t r = 0; r < worker_channels_.size(); ++r) {
@@ -182,7 +191,6 @@ void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {
       if (!lost) lost.emplace(detail::concat("rank ", r, " is unreachable from the coordinator (", e.what(), ")"));
     }
   }
-  if (list.abort) abort_sent_ = true;
   if (lost && !list.abort) throw *lost;
 }
 

@@ -226,7 +226,20 @@ std::optional<std::string> Coordinator::validate(const Key& key, const Pending& 
       break;
     }
   }
-  if (uniform && (joined_.empty() || key.first != 0) && first->type != OpType::kAlltoall) return std::nullopt;
+  // An alltoall's rows must also split evenly where a rank gave no splits (its own check, below).
+  auto unevenAlltoall = [&]() -> std::optional<std::string> {
+    for (int r : ranks) {
+      const auto& q = *v[r];
+      if (q.splits.empty() && q.rows % set_size != 0) {
+        return detail::concat("alltoall of tensor '", name, "': rank ", r, " gave no splits and its ", q.rows,
+                              " rows are not a multiple of the ", set_size, " ranks");
+      }
+    }
+    return std::nullopt;
+  };
+  if (uniform && (joined_.empty() || key.first != 0)) {
+    return first->type == OpType::kAlltoall ? unevenAlltoall() : std::nullopt;
+  }
 
   auto mismatch = [&](const char* what, const std::string& detail) {
     return detail::concat("Mismatched ", what, " for tensor '", name, "': ", detail);
@@ -308,15 +321,7 @@ std::optional<std::string> Coordinator::validate(const Key& key, const Pending& 
     return detail::concat(op, " of tensor '", name, "' cannot run while ranks ", formatRanks(joined),
                           " have joined (join supports allreduce only)");
   }
-  if (first->type == OpType::kAlltoall) {
-    for (int r : ranks) {
-      const auto& q = *v[r];
-      if (q.splits.empty() && q.rows % set_size != 0) {
-        return detail::concat("alltoall of tensor '", name, "': rank ", r, " gave no splits and its ", q.rows,
-                              " rows are not a multiple of the ", set_size, " ranks");
-      }
-    }
-  }
+  if (first->type == OpType::kAlltoall) return unevenAlltoall();
   return std::nullopt;
 }
 

@@ -440,6 +440,7 @@ void Runtime::Impl::shutdown() {
   {
     std::lock_guard lock(mutex_);
     shutdown_requested_ = true;
+    queued_.store(true, std::memory_order_seq_cst);  // takeQueue() looks under the lock only when it is set
   }
   if (thread_.joinable()) {
     wake();

@@ -217,6 +217,8 @@ class Runtime::Impl {
   static constexpr int kIdleWakeMs = 250;
   std::shared_ptr<WaitRegistry> waits_ = std::make_shared<WaitRegistry>();
   uint64_t waits_sent_version_ = 0;
+  uint64_t waits_seen_version_ = 0;  // the version whose report is due at waits_due_
+  Clock::time_point waits_due_{};
   std::vector<WaitRegistry::Key> waits_sent_;
   // The waits to report now (see waits_), or nullopt.
   std::optional<std::vector<WaitRegistry::Key>> dueWaitReport();

@@ -8,7 +8,10 @@ namespace {
 
 class Writer {
  public:
-  explicit Writer(MessageKind kind) { put(static_cast<uint8_t>(kind)); }
+  explicit Writer(MessageKind kind) {
+    out_.reserve(256);  // most messages: one or a few operations, written without growing
+    put(static_cast<uint8_t>(kind));
+  }
 
   template <typename T>
   void put(T v) {

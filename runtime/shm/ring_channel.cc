@@ -89,7 +89,12 @@ void RingChannel::send(const std::vector<char>& payload) {
 
 bool RingChannel::receive(std::vector<std::vector<char>>& out) {
   std::vector<std::vector<char>> frames;
-  bool open = Channel::receive(frames);
+  bool open = true;
+  if (socket_due_ || ++unread_calls_ >= kSocketEvery) {
+    socket_due_ = false;
+    unread_calls_ = 0;
+    open = Channel::receive(frames);
+  }
   auto keep = [&] {
     for (auto& f : frames) {
       if (!f.empty()) diverted_.push_back(std::move(f));  // empty: a wake-up
@@ -120,6 +125,9 @@ bool RingChannel::hasBuffered() const { return Channel::hasBuffered() || !in_.em
 
 bool RingChannel::prepareToBlock() { return in_.announceSleep(); }
 
-void RingChannel::unblocked() { in_.awake(); }
+void RingChannel::unblocked() {
+  in_.awake();
+  socket_due_ = true;
+}
 
 }  // namespace hvd::runtime::shm

@@ -58,6 +58,9 @@ class RingChannel final : public Channel {
   Ring out_, in_;
   std::chrono::milliseconds timeout_;
   std::deque<std::vector<char>> diverted_;  // messages from the socket, each waiting for its record
+  static constexpr int kSocketEvery = 64;
+  bool socket_due_ = true;
+  int unread_calls_ = 0;
 };
 
 }  // namespace hvd::runtime::shm

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 
+#include "base/cpu_relax.h"
 #include "base/error.h"
 
 namespace hvd::runtime::shm {
@@ -51,14 +52,6 @@ struct alignas(kLine) Counter {
 size_t align(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 bool reached(uint32_t seq, uint32_t target) { return static_cast<int32_t>(seq - target) >= 0; }
-
-void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 long futexWait(std::atomic<uint32_t>* word, uint32_t expected, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, timeout, nullptr, 0);
@@ -504,45 +497,70 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
               " sends itself ", sendBytes[me], " bytes but expects ", recvBytes[me]);
     if (sendBytes[me]) std::memcpy(dst + recv_at[me], src + send_at[me], sendBytes[me]);
     // Every rank must run the same number of rounds; each knows only its own row of the matrix, so the
-    // first round exchanges the longest message each rank sends.
-    // With it, where the slot has room, the address of `in` and where each destination's bytes start.
-    std::vector<uint64_t> words{*std::max_element(sendBytes.begin(), sendBytes.end())};
-    const bool room = (n + 3) * sizeof(uint64_t) <= options_.chunk_bytes;
-    if (room) {
-      words.push_back(reinterpret_cast<uint64_t>(in));
-      words.insert(words.end(), send_at.begin(), send_at.end());
+    // first round tells the others the longest message each rank sends, with, where the slot has room, the
+    // address of `in` and where each destination's bytes start (single copy). The rest of that round's slot
+    // carries each destination's first bytes: a small alltoall is one round.
+    const size_t own_longest = *std::max_element(sendBytes.begin(), sendBytes.end());
+    const size_t header = align((n + 3) * sizeof(uint64_t), kLine);
+    const bool room = header <= options_.chunk_bytes;
+    const uint32_t first_round = round_;
+    std::byte* mine = slot(first_round, me);
+    const uint64_t head[2] = {own_longest, reinterpret_cast<uint64_t>(in)};
+    std::memcpy(mine, head, sizeof(uint64_t) * (room ? 2 : 1));
+    if (room) std::memcpy(mine + 2 * sizeof(uint64_t), send_at.data(), (n + 1) * sizeof(uint64_t));
+    // Sub-slots of the first round, after the header: none where this rank alone already makes it a
+    // single-copy alltoall (its bytes would be copied for nothing).
+    const size_t first = room && !singleCopy(own_longest) ? (options_.chunk_bytes - header) / n / kLine * kLine : 0;
+    // Each slot of the later rounds holds one sub-slot per destination.
+    const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine;
+    auto pieceOf = [&](size_t bytes, size_t at, size_t most) { return at < bytes ? std::min(most, bytes - at) : 0; };
+    if (first) {
+      for (int p = 0; p < n; ++p) {
+        if (const size_t m = p == me ? 0 : pieceOf(sendBytes[p], 0, first)) {
+          std::memcpy(mine + header + p * first, src + send_at[p], m);
+        }
+      }
     }
-    uint32_t round = exchange(words);
+    publish();
+    awaitAll(first_round);
     size_t longest = 0;
-    for (int r = 0; r < n; ++r) longest = std::max<size_t>(longest, word(round, r, 0));
+    bool data_sent = first > 0;  // the same on every rank: a rank that sent none makes this a single copy
+    for (int r = 0; r < n; ++r) longest = std::max<size_t>(longest, word(first_round, r, 0));
     if (room && singleCopy(longest)) {
       for (int k = 1; k < n; ++k) {
         const int q = (me + k) % n;
-        const uint64_t lo = word(round, q, 2 + me), hi = word(round, q, 3 + me);
+        const uint64_t lo = word(first_round, q, 2 + me), hi = word(first_round, q, 3 + me);
         if (hi - lo != recvBytes[q]) {
           fail(me, false,
                detail::concat(who(q), " sends ", hi - lo, " bytes to rank ", me, ", which expects ",
                               recvBytes[q]));
         }
-        if (recvBytes[q]) readPeer(q, word(round, q, 1) + lo, dst + recv_at[q], recvBytes[q]);
+        if (recvBytes[q]) readPeer(q, word(first_round, q, 1) + lo, dst + recv_at[q], recvBytes[q]);
       }
       awaitAll(publish());  // this rank's input is read by now
       return;
     }
-    // Each slot holds one sub-slot per destination.
-    const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine;
-    for (size_t at = 0; at < longest; at += sub) {
-      round = round_;
+    size_t at = 0;
+    if (data_sent) {
+      for (int q = 0; q < n; ++q) {
+        if (const size_t m = q == me ? 0 : pieceOf(recvBytes[q], 0, first)) {
+          std::memcpy(dst + recv_at[q], slot(first_round, q) + header + me * first, m);
+        }
+      }
+      at = first;
+    }
+    for (; at < longest; at += sub) {
+      const uint32_t round = round_;
       for (int p = 0; p < n; ++p) {
-        if (p != me && at < sendBytes[p]) {
-          std::memcpy(slot(round, me) + p * sub, src + send_at[p] + at, std::min(sub, sendBytes[p] - at));
+        if (const size_t m = p == me ? 0 : pieceOf(sendBytes[p], at, sub)) {
+          std::memcpy(slot(round, me) + p * sub, src + send_at[p] + at, m);
         }
       }
       publish();
       awaitAll(round);
       for (int q = 0; q < n; ++q) {
-        if (q != me && at < recvBytes[q]) {
-          std::memcpy(dst + recv_at[q] + at, slot(round, q) + me * sub, std::min(sub, recvBytes[q] - at));
+        if (const size_t m = q == me ? 0 : pieceOf(recvBytes[q], at, sub)) {
+          std::memcpy(dst + recv_at[q] + at, slot(round, q) + me * sub, m);
         }
       }
     }
