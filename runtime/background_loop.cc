@@ -378,8 +378,16 @@ void Runtime::Impl::awaitActivity(std::unique_lock<std::mutex>& lock) {
     });
   }
   HVD_CHECK(rv >= 0 || poll_errno == EINTR, NetworkError, "poll failed: ", errnoText(poll_errno));
-  if (rv > 0 && busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
+  if (rv <= 0) return;
+  if (busy_poll_.count() > 0) busy_until_ = Clock::now() + busy_poll_;
   if (fds[0].revents) drainWake();
+  // The channels in the order fds has them (anyChannel's).
+  size_t i = 1;
+  anyChannel([&](Channel& c) {
+    if (i < fds.size() && fds[i].fd == c.fd() && fds[i].revents) c.readable();
+    ++i;
+    return false;
+  });
 }
 
 void Runtime::Impl::drainWake() {

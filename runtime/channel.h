@@ -55,6 +55,9 @@ class Channel {
   // A socket reports every message to poll() itself, so here they do nothing.
   virtual bool prepareToBlock() { return true; }
   virtual void unblocked() {}
+  // A poll() found fd() readable (or closed). A channel whose receive() reads the socket only when told
+  // (shm::RingChannel) reads it at the next receive(); a plain socket reads it every time anyway.
+  virtual void readable() {}
 
   // Gives up the socket (this Channel no longer closes it); nothing may have been received yet.
   int release();

@@ -90,9 +90,8 @@ void RingChannel::send(const std::vector<char>& payload) {
 bool RingChannel::receive(std::vector<std::vector<char>>& out) {
   std::vector<std::vector<char>> frames;
   bool open = true;
-  if (socket_due_ || ++unread_calls_ >= kSocketEvery) {
+  if (socket_due_) {
     socket_due_ = false;
-    unread_calls_ = 0;
     open = Channel::receive(frames);
   }
   auto keep = [&] {
@@ -125,9 +124,6 @@ bool RingChannel::hasBuffered() const { return Channel::hasBuffered() || !in_.em
 
 bool RingChannel::prepareToBlock() { return in_.announceSleep(); }
 
-void RingChannel::unblocked() {
-  in_.awake();
-  socket_due_ = true;
-}
+void RingChannel::unblocked() { in_.awake(); }
 
 }  // namespace hvd::runtime::shm

@@ -6,7 +6,8 @@
 // system calls and a wake-up each way) and a fraction of a microsecond through memory the polling thread
 // reads; a small collective is two such messages.
 //
-// The socket stays, for three things:
+// The socket stays, for three things (receive() reads it only when a poll() found it readable, or for a
+// diverted message):
 //   - wake-ups: a reader that blocks in poll() announces it (Ring::announceSleep, through prepareToBlock());
 //     a writer that finds the announcement sends a zero-length frame, which the reader drops;
 //   - messages too big for the ring (above Ring::largest()): the whole message goes over the socket first,
@@ -46,6 +47,7 @@ class RingChannel final : public Channel {
   bool hasBuffered() const override;
   bool prepareToBlock() override;
   void unblocked() override;
+  void readable() override { socket_due_ = true; }
 
  private:
   RingChannel(int fd, std::string peer, Segment segment, bool coordinator, std::chrono::milliseconds timeout);
@@ -58,9 +60,10 @@ class RingChannel final : public Channel {
   Ring out_, in_;
   std::chrono::milliseconds timeout_;
   std::deque<std::vector<char>> diverted_;  // messages from the socket, each waiting for its record
-  static constexpr int kSocketEvery = 64;
+  // Whether receive() reads the socket: a poll() saw it readable (readable()), or a diverted record is met.
+  // Not on every call: a thread polling for a reply calls receive() millions of times a second, and a
+  // system call each time was a third of its loop.
   bool socket_due_ = true;
-  int unread_calls_ = 0;
 };
 
 }  // namespace hvd::runtime::shm
