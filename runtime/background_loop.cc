@@ -137,11 +137,13 @@ bool Runtime::Impl::drive(const std::atomic<bool>& finished, Clock::time_point u
           drove_ = true;
           log(LogLevel::kDebug, "progress: a user thread that waits runs it (HVD_WAIT_DRIVES)");
         }
+        driving_ = true;
         try {
           if (!progress()) loop_over_ = true;
         } catch (...) {
           loop_error_ = std::current_exception();
         }
+        driving_ = false;
         if (loop_over_ || loop_error_) {
           wake();  // the background thread ends the loop and tears down
           break;
@@ -180,7 +182,7 @@ bool Runtime::Impl::progress() {
   std::vector<Request> fresh;
   bool shutdown_requested = false;
   takeQueue(fresh, shutdown_requested);
-  const auto waits_report = dueWaitReport();
+  const auto waits_report = driving_ ? std::nullopt : dueWaitReport();
 
   if (coordinator_) {
     const auto now = Clock::now();
@@ -221,12 +223,14 @@ bool Runtime::Impl::progress() {
         throw PeerLostError(abort.shutdown_reason);
       }
     }
-    if (const std::string stall = coordinator_->checkStalls(now); !stall.empty()) {
-      log(LogLevel::kWarning, stall);
-      if (report_stats_) report_stats_->stallWarning();
+    if (!driving_) {
+      if (const std::string stall = coordinator_->checkStalls(now); !stall.empty()) {
+        log(LogLevel::kWarning, stall);
+        if (report_stats_) report_stats_->stallWarning();
+      }
+      if (next_waits_ && now >= *next_waits_) publishWaits();
+      if (next_round_check_ && now >= *next_round_check_) checkRoundNews();
     }
-    if (next_waits_ && now >= *next_waits_) publishWaits();
-    if (next_round_check_ && now >= *next_round_check_) checkRoundNews();
     hold_ = coordinator_->holdUntil(now, cycle_time_);
     if (hold_) return true;
     ResponseList list = coordinator_->next();

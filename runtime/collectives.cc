@@ -47,10 +47,12 @@ void Runtime::Impl::execute(const Response& s) {
     for (size_t i = 0; i < s.cache_ids.size() && i < s.names.size(); ++i) {
       if (!s.cache_ids[i]) continue;
       if (Entry* e = find(s.process_set, s.names[i])) {
-        Request descriptor = e->request;
-        descriptor.input = nullptr;
-        descriptor.output = nullptr;
-        response_cache_[{s.process_set, s.names[i]}] = {s.cache_ids[i], std::move(descriptor)};
+        auto& cached = response_cache_[{s.process_set, s.names[i]}];
+        if (cached.first == s.cache_ids[i] && sameDescriptor(cached.second, e->request)) continue;  // as before
+        cached.first = s.cache_ids[i];
+        cached.second = e->request;
+        cached.second.input = nullptr;
+        cached.second.output = nullptr;
       }
     }
   }

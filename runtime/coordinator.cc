@@ -478,7 +478,7 @@ ResponseList Coordinator::next() {
       if (cache_id) {
         for (const auto& q : p.by_rank) {
           if (q) {
-            cache_[cache_id - 1] = *q;
+            if (!sameDescriptor(cache_[cache_id - 1], *q)) cache_[cache_id - 1] = *q;
             break;
           }
         }

@@ -240,6 +240,10 @@ class Runtime::Impl {
   bool loop_over_ = false;           // guarded by progress_
   std::exception_ptr loop_error_;    // guarded by progress_
   bool drove_ = false;               // guarded by progress_: a user thread ran progress() (logged once)
+  // Guarded by progress_: a user thread runs progress() now. It leaves the periodic duties (the wait report,
+  // stall checks, the waits' list, the round checks) to the background thread, which looks every busy-poll
+  // period meanwhile: a driver polls for one reply and should not read the clock for them on every look.
+  bool driving_ = false;
   // Where the background thread is: awake (progress(), or polling without sleeping), parked (user threads
   // drive: it looks again every busy-poll period without being woken), or asleep in poll() until woken.
   enum BackgroundState : int { kAwake, kParked, kAsleep };
