@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/report.h"
@@ -128,7 +129,7 @@ class Coordinator {
   // Response cache: names whose descriptor was identical on every rank, by id - 1. Ids are never
   // reused or evicted (when full, new names are simply not cached), so every rank's copy stays valid.
   std::vector<Request> cache_;
-  std::map<Key, uint32_t> cache_ids_;
+  std::unordered_map<Key, uint32_t, SetNameHash> cache_ids_;
 };
 
 // "[0, 2-5, 7]"

@@ -24,9 +24,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <poll.h>
@@ -257,7 +258,7 @@ class Runtime::Impl {
   // Submission queue: user threads -> background thread.
   mutable std::mutex mutex_;
   std::deque<Entry> queue_;
-  std::set<Key> names_in_flight_;
+  std::unordered_set<Key, SetNameHash> names_in_flight_;
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   std::string stop_reason_;
@@ -268,7 +269,7 @@ class Runtime::Impl {
   uint64_t set_changes_ = 0;  // names of process-set registrations, counted alike on every rank
 
   // Background thread only.
-  std::map<Key, Entry> table_;
+  std::unordered_map<Key, Entry, SetNameHash> table_;
   std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
   // Results of allgather, alltoall and reducescatter; up to 256 MiB of released ones stay mapped.
   std::shared_ptr<BufferPool> result_pool_ = std::make_shared<BufferPool>(size_t{256} << 20);
@@ -276,7 +277,7 @@ class Runtime::Impl {
   bool shutdown_sent_ = false;
   std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
   // Workers: name -> (cache id, the descriptor this rank submitted when the id was given).
-  std::map<Key, std::pair<uint32_t, Request>> response_cache_;
+  std::unordered_map<Key, std::pair<uint32_t, Request>, SetNameHash> response_cache_;
   bool abort_ = false;
   bool peer_lost_ = false;    // the job is torn down because a peer process was lost
   bool abort_sent_ = false;   // coordinator: the workers were told to abort

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,6 +144,15 @@ class ResultBuffer {
   std::shared_ptr<BufferPool> pool_;
   BufferPool::Block block_;
   size_t size_ = 0;
+};
+
+// Hash of a (process set, name) key: the runtime's tables by name are looked up several times per
+// operation, and ordered maps of such keys spent most of a small operation's bookkeeping comparing names
+// that share a prefix.
+struct SetNameHash {
+  size_t operator()(const std::pair<int32_t, std::string>& key) const noexcept {
+    return std::hash<std::string>{}(key.second) ^ (static_cast<size_t>(static_cast<uint32_t>(key.first)) * 0x9e3779b97f4a7c15ull);
+  }
 };
 
 // The operations this process's user threads are blocked in Work::wait() for, by (process set, name): what the
