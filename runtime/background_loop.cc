@@ -65,23 +65,24 @@ void Runtime::Impl::run() {
   timeline_.reset();  // closes the JSON array
 }
 
-void Runtime::Impl::takeQueue(std::vector<Request>& fresh, bool& shutdown_requested) {
+void Runtime::Impl::takeQueue(std::vector<const Request*>& fresh, bool& shutdown_requested) {
   // Nothing submitted and no shutdown asked for (shutdown() sets queued_ too): no lock, no allocation, on a
   // path that a thread polling for a reply runs millions of times a second.
   if (!queued_.load(std::memory_order_acquire)) return;
-  std::deque<Entry> taken;
   {
     std::lock_guard lock(mutex_);
-    taken.swap(queue_);
+    taken_.swap(queue_);
     queued_.store(false, std::memory_order_relaxed);
     shutdown_requested = shutdown_requested_;
   }
   const auto now = Clock::now();
-  for (auto& e : taken) {
+  for (auto& e : taken_) {
     timeline_->queued(e.request.name, e.enqueued, now);
-    fresh.push_back(e.request);
-    table_.emplace(keyOf(e.request), std::move(e));
+    auto key = keyOf(e.request);
+    const auto placed = table_.emplace(std::move(key), std::move(e)).first;
+    fresh.push_back(&placed->second.request);
   }
+  taken_.clear();
 }
 
 void Runtime::Impl::loop() {
@@ -179,14 +180,15 @@ bool Runtime::Impl::WaitDriver::drive(const std::atomic<bool>& finished, Clock::
 
 bool Runtime::Impl::progress() {
   std::vector<std::vector<char>>& messages = messages_;
-  std::vector<Request> fresh;
+  std::vector<const Request*>& fresh = fresh_;
+  fresh.clear();
   bool shutdown_requested = false;
   takeQueue(fresh, shutdown_requested);
   const auto waits_report = driving_ ? std::nullopt : dueWaitReport();
 
   if (coordinator_) {
     const auto now = Clock::now();
-    for (const auto& q : fresh) addRequest(0, q, now);
+    for (const Request* q : fresh) addRequest(0, *q, now);
     if (waits_report) coordinator_->setWaiting(0, *waits_report);
     if (shutdown_requested) coordinator_->requestShutdown(0);
     for (size_t r = 1; r < worker_channels_.size(); ++r) {
@@ -255,12 +257,12 @@ bool Runtime::Impl::progress() {
         batch.waiting_names.push_back(name);
       }
     }
-    for (auto& q : fresh) {
-      auto hit = response_cache_.find(keyOf(q));
-      if (hit != response_cache_.end() && sameDescriptor(hit->second.second, q)) {
+    for (const Request* q : fresh) {
+      auto hit = response_cache_.find(keyOf(*q));
+      if (hit != response_cache_.end() && sameDescriptor(hit->second.second, *q)) {
         batch.cached.push_back(hit->second.first);
       } else {
-        batch.requests.push_back(std::move(q));
+        batch.requests.push_back(*q);
       }
     }
     batch.shutdown = shutdown_requested && !shutdown_sent_;
@@ -436,7 +438,7 @@ void Runtime::Impl::complete(int32_t set, const std::string& name, std::exceptio
 }
 
 void Runtime::Impl::failAll(const std::string& reason) {
-  std::deque<Entry> queued;
+  std::vector<Entry> queued;
   {
     std::lock_guard lock(mutex_);
     queued.swap(queue_);

@@ -18,7 +18,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -141,7 +140,9 @@ class Runtime::Impl {
   // False (and nothing done) where the caller should only poll: other operations are in flight.
   bool drive(const std::atomic<bool>& finished, Clock::time_point until);
   void endProgress();
-  void takeQueue(std::vector<Request>& fresh, bool& shutdown_requested);
+  // Moves the submissions into table_; fresh points at their requests there (valid until they complete).
+  void takeQueue(std::vector<const Request*>& fresh, bool& shutdown_requested);
+  std::vector<Entry> taken_;  // takeQueue()'s, kept for its capacity
   // f(channel) for each open control channel (the coordinator's to every worker, a worker's to the
   // coordinator) until one returns true; whether one did.
   template <typename F>
@@ -253,11 +254,12 @@ class Runtime::Impl {
   std::atomic<bool> queued_{false};   // queue_ is not empty (written under mutex_): what a polling thread reads
   std::vector<pollfd> poll_fds_;               // awaitActivity's
   std::vector<std::vector<char>> messages_;    // progress()'s
+  std::vector<const Request*> fresh_;         // progress()'s
   std::shared_ptr<WaitDriver> driver_;         // HVD_WAIT_DRIVES and busy polling: every Work's Driver
 
   // Submission queue: user threads -> background thread.
   mutable std::mutex mutex_;
-  std::deque<Entry> queue_;
+  std::vector<Entry> queue_;
   std::unordered_set<Key, SetNameHash> names_in_flight_;
   bool shutdown_requested_ = false;
   bool stopped_ = false;
