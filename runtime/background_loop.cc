@@ -198,7 +198,9 @@ bool Runtime::Impl::progress() {
       for (const auto& m : messages) {
         RequestBatch batch = decodeRequestBatch(m);
         for (const auto& q : batch.requests) addRequest(static_cast<int>(r), q, now);
-        for (uint32_t id : batch.cached) addRequest(static_cast<int>(r), coordinator_->cachedRequest(id), now);
+        for (uint32_t id : batch.cached) {
+          addRequest(static_cast<int>(r), coordinator_->cachedRequest(id, static_cast<int>(r)), now);
+        }
         if (options_.log_level <= LogLevel::kTrace) {
           log(LogLevel::kTrace, detail::concat("rank ", r, ": ", batch.requests.size(), " requests, ",
                                                batch.cached.size(), " response cache hits"));

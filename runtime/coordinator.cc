@@ -74,10 +74,14 @@ void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
   markReadyIfComplete(key, p);
 }
 
-const Request& Coordinator::cachedRequest(uint32_t id) const {
+const Request& Coordinator::cachedRequest(uint32_t id, int rank) const {
   HVD_CHECK(id >= 1 && id <= cache_.size(), BackendError, "unknown response cache id ", id, " (", cache_.size(),
             " cached)");
-  return cache_[id - 1];
+  const auto& d = cache_[id - 1].descriptors;
+  const auto& q = d.size() == 1 ? d[0] : rank >= 0 && static_cast<size_t>(rank) < d.size() ? d[rank] : d[0];
+  HVD_CHECK(d.size() == 1 || (rank >= 0 && static_cast<size_t>(rank) < d.size() && q), BackendError,
+            "response cache id ", id, " has no descriptor of rank ", rank);
+  return *q;
 }
 
 void Coordinator::markReadyIfComplete(const Key& key, Pending& p) {
@@ -457,30 +461,28 @@ ResponseList Coordinator::next() {
       continue;
     }
     Response s = build(key, p);
-    // Cache names whose descriptor is the same on every rank (not allgather/alltoall: their row counts
-    // differ by rank; not while ranks have joined).
+    // Cache every name that passed validation (not while ranks have joined): allgather's and alltoall's
+    // descriptors per rank, the others' once (validation found them the same on every rank).
     uint32_t cache_id = 0;
-    if (s.type != OpType::kAllgather && s.type != OpType::kAlltoall && joined_.empty()) {
+    if (joined_.empty()) {
       if (auto c = cache_ids_.find(key); c != cache_ids_.end()) {
         cache_id = c->second;
       } else if (cache_.size() < options_.cache_capacity) {
-        for (const auto& q : p.by_rank) {
-          if (q) {
-            cache_.push_back(*q);
-            break;
-          }
-        }
+        const bool per_rank = s.type == OpType::kAllgather || s.type == OpType::kAlltoall;
+        cache_.push_back({std::vector<std::optional<Request>>(per_rank ? p.by_rank.size() : 1)});
         cache_id = static_cast<uint32_t>(cache_.size());
         cache_ids_[key] = cache_id;
       }
-      // A changed descriptor under a cached name: the ranks resubmitted it in full, and validation passed,
-      // so the cached copy is refreshed (the id stays).
+      // A new or changed descriptor under a cached name (the ranks resubmitted it in full, and validation
+      // passed): the cached copy is refreshed, the id stays.
       if (cache_id) {
-        for (const auto& q : p.by_rank) {
-          if (q) {
-            if (!sameDescriptor(cache_[cache_id - 1], *q)) cache_[cache_id - 1] = *q;
-            break;
-          }
+        auto& d = cache_[cache_id - 1].descriptors;
+        for (size_t r = 0; r < p.by_rank.size(); ++r) {
+          const auto& q = p.by_rank[r];
+          if (!q) continue;
+          auto& copy = d.size() == 1 ? d[0] : d[r];
+          if (!copy || !sameDescriptor(*copy, *q)) copy = *q;
+          if (d.size() == 1) break;
         }
       }
     }

@@ -46,9 +46,9 @@ class Coordinator {
   void add(int rank, const Request& request, Clock::time_point now);
   // Registers a static process set (every rank registers the same ones at init, before any request).
   void addStaticSet(int32_t id, std::vector<int> ranks);
-  // The request a response cache hit stands for (the name cached under id, with its descriptor).
-  // Throws BackendError for an id that was never assigned.
-  const Request& cachedRequest(uint32_t id) const;
+  // The request a response cache hit of rank's stands for (the name cached under id, with rank's descriptor).
+  // Throws BackendError for an id that was never assigned, or that rank never submitted under it.
+  const Request& cachedRequest(uint32_t id, int rank) const;
   // Rank asks the job to shut down (hvd_shutdown()).
   void requestShutdown(int rank);
   // What rank's user threads are blocked waiting for (process set, name); replaces what it said before.
@@ -126,9 +126,14 @@ class Coordinator {
   std::optional<Clock::time_point> deadlock_since_;  // since when every rank has been blocked so
   // The deadlock's description when every rank is blocked on pending names (see checkStalls), else nullopt.
   std::optional<std::string> deadlock() const;
-  // Response cache: names whose descriptor was identical on every rank, by id - 1. Ids are never
-  // reused or evicted (when full, new names are simply not cached), so every rank's copy stays valid.
-  std::vector<Request> cache_;
+  // Response cache: names by id - 1, with their descriptors: one, the same on every rank, or one per rank for
+  // allgather and alltoall, whose rows differ by rank (each rank's stays the same from step to step). Ids
+  // are never reused or evicted (when full, new names are simply not cached), so every rank's copy stays
+  // valid.
+  struct Cached {
+    std::vector<std::optional<Request>> descriptors;  // one, or by global rank
+  };
+  std::vector<Cached> cache_;
   std::unordered_map<Key, uint32_t, SetNameHash> cache_ids_;
 };
 

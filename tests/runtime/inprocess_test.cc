@@ -552,6 +552,48 @@ TEST_CASE("response cache: steady-state steps, a changed shape, a mismatch under
   });
 }
 
+TEST_CASE("response cache: allgather and alltoall keep each rank's rows, and a rank that changes them", "[inprocess]") {
+  const size_t capacity = GENERATE(size_t{0}, size_t{1024});
+  const int n = 3;
+  Cluster cluster(n, [&](RuntimeOptions& o) { o.cache_capacity = capacity; });
+  cluster.forEach([&](int r) {
+    // Step k: rank p gathers p + 1 rows (rank 1: 4 from step 3 on, back to 2 at step 5), value 100 p + i;
+    // and sends (p + q + k) % 3 rows to rank q in an alltoall, row value 10 p + q (rank 2's splits change
+    // with k, the others' only through q).
+    for (int k = 0; k < 7; ++k) {
+      auto rowsOf = [&](int p) -> int64_t { return p == 1 && k >= 3 && k < 5 ? 4 : p + 1; };
+      std::vector<int32_t> in(static_cast<size_t>(rowsOf(r)));
+      for (size_t i = 0; i < in.size(); ++i) in[i] = 100 * r + static_cast<int32_t>(i);
+      auto ag = cluster[r].enqueue(request(OpType::kAllgather, "ag", DataType::kInt32, rowsOf(r), 1, in.data()));
+      ag->wait();
+      std::vector<int32_t> want;
+      for (int p = 0; p < n; ++p) {
+        for (int64_t i = 0; i < rowsOf(p); ++i) want.push_back(100 * p + static_cast<int32_t>(i));
+      }
+      REQUIRE(ag->result_rows == static_cast<int64_t>(want.size()));
+      REQUIRE(std::memcmp(ag->result.data(), want.data(), want.size() * 4) == 0);
+
+      auto splitOf = [&](int p, int q) -> int64_t { return p == 2 ? (p + q + k) % 3 : (p + q) % 3; };
+      std::vector<int64_t> splits(n);
+      std::vector<int32_t> out;
+      for (int q = 0; q < n; ++q) {
+        splits[q] = splitOf(r, q);
+        for (int64_t i = 0; i < splits[q]; ++i) out.push_back(10 * r + q);
+      }
+      Request a2a = request(OpType::kAlltoall, "a2a", DataType::kInt32, static_cast<int64_t>(out.size()), 1, out.data());
+      a2a.splits = splits;
+      auto w = cluster[r].enqueue(a2a);
+      w->wait();
+      std::vector<int32_t> got_want;
+      for (int p = 0; p < n; ++p) {
+        for (int64_t i = 0; i < splitOf(p, r); ++i) got_want.push_back(10 * p + r);
+      }
+      REQUIRE(w->result_rows == static_cast<int64_t>(got_want.size()));
+      REQUIRE((got_want.empty() || std::memcmp(w->result.data(), got_want.data(), got_want.size() * 4) == 0));
+    }
+  });
+}
+
 TEST_CASE("large allreduce (ring algorithm) and fusion in several groups", "[inprocess]") {
   const size_t threshold = GENERATE(size_t{0}, size_t{4096}, size_t{128} << 20);
   Cluster cluster(3, [&](RuntimeOptions& o) { o.fusion_threshold = threshold; });
