@@ -78,10 +78,14 @@ const Request& Coordinator::cachedRequest(uint32_t id, int rank) const {
   HVD_CHECK(id >= 1 && id <= cache_.size(), BackendError, "unknown response cache id ", id, " (", cache_.size(),
             " cached)");
   const auto& d = cache_[id - 1].descriptors;
-  const auto& q = d.size() == 1 ? d[0] : rank >= 0 && static_cast<size_t>(rank) < d.size() ? d[rank] : d[0];
-  HVD_CHECK(d.size() == 1 || (rank >= 0 && static_cast<size_t>(rank) < d.size() && q), BackendError,
-            "response cache id ", id, " has no descriptor of rank ", rank);
-  return *q;
+  const std::optional<Request>* q = nullptr;
+  if (d.size() == 1) {
+    q = &d[0];
+  } else if (rank >= 0 && static_cast<size_t>(rank) < d.size()) {
+    q = &d[static_cast<size_t>(rank)];
+  }
+  HVD_CHECK(q && *q, BackendError, "response cache id ", id, " has no descriptor of rank ", rank);
+  return **q;
 }
 
 void Coordinator::markReadyIfComplete(const Key& key, Pending& p) {
@@ -468,15 +472,17 @@ ResponseList Coordinator::next() {
       if (auto c = cache_ids_.find(key); c != cache_ids_.end()) {
         cache_id = c->second;
       } else if (cache_.size() < options_.cache_capacity) {
-        const bool per_rank = s.type == OpType::kAllgather || s.type == OpType::kAlltoall;
-        cache_.push_back({std::vector<std::optional<Request>>(per_rank ? p.by_rank.size() : 1)});
+        cache_.emplace_back();
         cache_id = static_cast<uint32_t>(cache_.size());
         cache_ids_[key] = cache_id;
       }
       // A new or changed descriptor under a cached name (the ranks resubmitted it in full, and validation
-      // passed): the cached copy is refreshed, the id stays.
+      // passed): the cached copy is refreshed, the id stays. A name used for another kind of operation than
+      // before (per rank or not) starts its copies afresh: every member's request is here to fill them.
       if (cache_id) {
+        const bool per_rank = s.type == OpType::kAllgather || s.type == OpType::kAlltoall;
         auto& d = cache_[cache_id - 1].descriptors;
+        if (d.size() != (per_rank ? p.by_rank.size() : 1)) d.assign(per_rank ? p.by_rank.size() : 1, std::nullopt);
         for (size_t r = 0; r < p.by_rank.size(); ++r) {
           const auto& q = p.by_rank[r];
           if (!q) continue;

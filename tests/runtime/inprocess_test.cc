@@ -591,6 +591,26 @@ TEST_CASE("response cache: allgather and alltoall keep each rank's rows, and a r
       REQUIRE(w->result_rows == static_cast<int64_t>(got_want.size()));
       REQUIRE((got_want.empty() || std::memcmp(w->result.data(), got_want.data(), got_want.size() * 4) == 0));
     }
+    // One name for an allreduce, then for an allgather whose rows differ by rank, twice (the second a cache
+    // hit of each rank's own rows), then for the allreduce again.
+    for (int k = 0; k < 4; ++k) {
+      const bool gather = k == 1 || k == 2;
+      const int64_t rows = gather ? r + 1 : 2;
+      std::vector<int32_t> in(static_cast<size_t>(rows), r + 1);
+      Request q = request(gather ? OpType::kAllgather : OpType::kAllreduce, "reused", DataType::kInt32, rows, 1,
+                          in.data());
+      if (!gather) q.output = in.data();
+      auto w = cluster[r].enqueue(q);
+      w->wait();
+      if (gather) {
+        std::vector<int32_t> want;
+        for (int p = 0; p < n; ++p) want.insert(want.end(), static_cast<size_t>(p + 1), p + 1);
+        REQUIRE(w->result_rows == static_cast<int64_t>(want.size()));
+        REQUIRE(std::memcmp(w->result.data(), want.data(), want.size() * 4) == 0);
+      } else {
+        REQUIRE(in == std::vector<int32_t>(2, 1 + 2 + 3));
+      }
+    }
   });
 }
 
