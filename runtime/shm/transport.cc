@@ -524,7 +524,7 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     publish();
     awaitAll(first_round);
     size_t longest = 0;
-    bool data_sent = first > 0;  // the same on every rank: a rank that sent none makes this a single copy
+    const bool data_sent = first > 0;  // the same on every rank unless this is a single copy (below)
     for (int r = 0; r < n; ++r) longest = std::max<size_t>(longest, word(first_round, r, 0));
     if (room && singleCopy(longest)) {
       for (int k = 1; k < n; ++k) {
