@@ -78,8 +78,7 @@ void Runtime::Impl::takeQueue(std::vector<const Request*>& fresh, bool& shutdown
   const auto now = Clock::now();
   for (auto& e : taken_) {
     timeline_->queued(e.request.name, e.enqueued, now);
-    auto key = keyOf(e.request);
-    const auto placed = table_.emplace(std::move(key), std::move(e)).first;
+    const auto placed = table_.emplace(keyOf(e.request), std::move(e)).first;
     fresh.push_back(&placed->second.request);
   }
   taken_.clear();

@@ -48,7 +48,7 @@ void Runtime::Impl::execute(const Response& s) {
       if (!s.cache_ids[i]) continue;
       if (Entry* e = find(s.process_set, s.names[i])) {
         auto& cached = response_cache_[{s.process_set, s.names[i]}];
-        if (cached.first == s.cache_ids[i] && sameDescriptor(cached.second, e->request)) continue;  // as before
+        if (cached.first == s.cache_ids[i] && sameDescriptor(cached.second, e->request)) continue;  // kept
         cached.first = s.cache_ids[i];
         cached.second = e->request;
         cached.second.input = nullptr;
@@ -184,7 +184,8 @@ void Runtime::Impl::executeAllreduce(const Response& s, Transport& comm) {
   if (s.prescale == 1.0 && std::find(entries.begin(), entries.end(), nullptr) == entries.end()) {
     std::vector<Transport::Part> parts;
     for (size_t i = 0; i < entries.size(); ++i) {
-      parts.push_back({entries[i]->request.input, entries[i]->request.output, static_cast<size_t>(s.counts[i])});
+      parts.push_back(
+          {entries[i]->request.input, entries[i]->request.output, static_cast<size_t>(s.counts[i])});
     }
     timeline_->activityStart(s.names, comm.pathOf("ALLREDUCE"), "ALLREDUCE");
     const bool done = comm.allreduceParts(parts, s.dtype, s.op);

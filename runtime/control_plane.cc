@@ -129,7 +129,8 @@ void Runtime::Impl::takeCoordinatorsReason() {
 std::optional<std::vector<WaitRegistry::Key>> Runtime::Impl::dueWaitReport() {
   const uint64_t version = waits_->version();
   if (version == waits_sent_version_) return std::nullopt;
-  if (version != waits_seen_version_) {  // changedAt() takes the registry's lock: once per change, not per call
+  // changedAt() takes the registry's lock: read once per change, not on every call.
+  if (version != waits_seen_version_) {
     waits_seen_version_ = version;
     waits_due_ = waits_->changedAt() + kWaitReportDelay;
   }
@@ -174,7 +175,8 @@ void Runtime::Impl::checkRoundNews() {
 
 void Runtime::Impl::broadcastToWorkers(const ResponseList& list) {
   if (list.abort) abort_sent_ = true;
-  if (std::none_of(worker_channels_.begin(), worker_channels_.end(), [](const auto& c) { return c != nullptr; })) {
+  if (std::none_of(worker_channels_.begin(), worker_channels_.end(),
+                   [](const auto& c) { return c != nullptr; })) {
     return;  // a job of one rank, or every worker gone
   }
   const auto bytes = encode(list);

@@ -482,7 +482,8 @@ ResponseList Coordinator::next() {
       if (cache_id) {
         const bool per_rank = s.type == OpType::kAllgather || s.type == OpType::kAlltoall;
         auto& d = cache_[cache_id - 1].descriptors;
-        if (d.size() != (per_rank ? p.by_rank.size() : 1)) d.assign(per_rank ? p.by_rank.size() : 1, std::nullopt);
+        const size_t copies = per_rank ? p.by_rank.size() : 1;
+        if (d.size() != copies) d.assign(copies, std::nullopt);
         for (size_t r = 0; r < p.by_rank.size(); ++r) {
           const auto& q = p.by_rank[r];
           if (!q) continue;

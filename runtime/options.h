@@ -97,8 +97,8 @@ struct RuntimeOptions : SlotInfo, NegotiationOptions {
   std::optional<std::chrono::microseconds> busy_poll;
   static constexpr std::chrono::microseconds kDefaultBusyPoll{200};
   // HVD_WAIT_DRIVES: a caller that waits for a lone small operation runs the background thread's work itself
-  // while it polls (the busy-poll half above), instead of only watching for the background thread to finish it:
-  // a small operation then costs no hand-off between threads. 0: the caller only polls.
+  // while it polls (the busy-poll half above), instead of only watching for the background thread to finish
+  // it: a small operation then costs no hand-off between threads. 0: the caller only polls.
   bool wait_drives = true;
 
   // Elastic jobs (docs/elastic.md): the round this process runs in, and how long a re-initialization

@@ -16,15 +16,16 @@
 // and their input bytes, VmRSS and VmHWM (/proc/self/status), and on rank 0 the names some ranks submitted
 // and others have not (Coordinator::waits) and how many stall warnings it logged.
 //
-// Cost on the collectives' path: the thread that runs the runtime's progress (the background thread, or a user
-// thread that waits, one at a time under the runtime's progress mutex) adds to two counters per completed
-// operation (relaxed stores of counters no other thread writes meanwhile) and, on rank 0, lists the waits into a mutex-guarded slot at most every
-// kWaitsInterval. Everything else (JSON, /proc, HTTP) happens on the reporter's own thread.
+// Cost on the collectives' path: the thread that runs the runtime's progress (the background thread, or a
+// user thread that waits, one at a time under the runtime's progress mutex) adds to two counters per
+// completed operation (relaxed stores of counters no other thread writes meanwhile) and, on rank 0, lists the
+// waits into a mutex-guarded slot at most every kWaitsInterval. Everything else (JSON, /proc, HTTP) happens
+// on the reporter's own thread.
 //
 // Failures: a report that fails is logged once (warning), later failures only at debug level, and the next
 // report is tried as usual. A server that answers 404 (one without the report route), or that closes the
-// connection without an answer before any report got through (Horovod's own server, whose handler fails on the
-// path), is never sent another report from this process (logged at debug level).
+// connection without an answer before any report got through (Horovod's own server, whose handler fails on
+// the path), is never sent another report from this process (logged at debug level).
 //
 // Threading: ReportStats: the writer methods from the background thread only, the readers from any thread.
 // Reporter: construct and finish() from one thread; it starts its own thread, which inherits the creator's

@@ -132,7 +132,7 @@ class Runtime::Impl {
   // loop (a shutdown list, an exception) leaves loop_over_ or loop_error_ for the background thread, which
   // ends it there and tears down (run()); after that no one runs progress().
   class WaitDriver;
-  static constexpr size_t kDrivenBytes = 64 * 1024;  // the largest operation a waiting thread drives
+  static constexpr size_t kDrivenBytes = 64 * 1024;        // the largest operation a waiting thread drives
   void takeProgress(std::unique_lock<std::mutex>& lock);   // without sleeping on the mutex where it can
   void drainWake();                                        // reads the eventfd wake() writes
   void awaitActivity(std::unique_lock<std::mutex>& lock);  // the background thread between progress() calls
@@ -254,7 +254,7 @@ class Runtime::Impl {
   std::atomic<bool> queued_{false};   // queue_ is not empty (written under mutex_): what a polling thread reads
   std::vector<pollfd> poll_fds_;               // awaitActivity's
   std::vector<std::vector<char>> messages_;    // progress()'s
-  std::vector<const Request*> fresh_;         // progress()'s
+  std::vector<const Request*> fresh_;          // progress()'s
   std::shared_ptr<WaitDriver> driver_;         // HVD_WAIT_DRIVES and busy polling: every Work's Driver
 
   // Submission queue: user threads -> background thread.

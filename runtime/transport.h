@@ -48,7 +48,8 @@ class Transport {
     (void)bytes;
     return nullptr;
   }
-  // One tensor of a fused allreduce: count elements read from in, the result written to out (which may be in).
+  // One tensor of a fused allreduce: count elements read from in, the result written to out (in itself or
+  // elsewhere).
   struct Part {
     const void* in;
     void* out;

@@ -12,10 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -151,7 +151,8 @@ class ResultBuffer {
 // that share a prefix.
 struct SetNameHash {
   size_t operator()(const std::pair<int32_t, std::string>& key) const noexcept {
-    return std::hash<std::string>{}(key.second) ^ (static_cast<size_t>(static_cast<uint32_t>(key.first)) * 0x9e3779b97f4a7c15ull);
+    return std::hash<std::string>{}(key.second) ^
+           (static_cast<size_t>(static_cast<uint32_t>(key.first)) * 0x9e3779b97f4a7c15ull);
   }
 };
 

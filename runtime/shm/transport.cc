@@ -311,6 +311,14 @@ std::byte* Transport::result(uint32_t round) const {
   return layout_->data + (2 * static_cast<size_t>(options_.size) + (round & 1)) * options_.chunk_bytes;
 }
 
+void Transport::reduceSlots(uint32_t round, size_t offset, void* out, size_t count, DataType type,
+                            ReduceOp op) const {
+  gloo_backend::reduce(type, op, out, slot(round, 0) + offset, slot(round, 1) + offset, count);
+  for (int r = 2; r < options_.size; ++r) {
+    gloo_backend::reduce(type, op, out, out, slot(round, r) + offset, count);
+  }
+}
+
 bool Transport::singleCopy(size_t bytes) const { return single_copy_ && bytes >= options_.single_copy_bytes; }
 
 uint32_t Transport::exchange(const std::vector<uint64_t>& words) {
@@ -364,16 +372,14 @@ void Transport::allreduce(void* data, size_t count, DataType type, ReduceOp op) 
       awaitAll(round);
       if (direct) {
         // Every rank: slot 0 op slot 1 op ... in rank order, the same operands everywhere.
-        gloo_backend::reduce(type, op, mine, slot(round, 0), slot(round, 1), m);
-        for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, mine, mine, slot(round, r), m);
+        reduceSlots(round, 0, mine, m, type, op);
         continue;
       }
       // This rank's share of the chunk, reduced once into the result area; everyone copies all shares.
       const size_t lo = m * static_cast<size_t>(me) / n, hi = m * static_cast<size_t>(me + 1) / n;
       std::byte* out = result(round) + lo * es;
       if (hi > lo) {
-        gloo_backend::reduce(type, op, out, slot(round, 0) + lo * es, slot(round, 1) + lo * es, hi - lo);
-        for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, out, out, slot(round, r) + lo * es, hi - lo);
+        reduceSlots(round, lo * es, out, hi - lo, type, op);
       }
       awaitAll(publish());
       std::memcpy(mine, result(round), m * es);
@@ -404,7 +410,8 @@ bool Transport::allreduceParts(const std::vector<Part>& parts, DataType type, Re
       size_t p = part, w = within;
       for (size_t filled = 0; filled < m;) {
         const size_t take = std::min(parts[p].count - w, m - filled);
-        if (take) std::memcpy(slot(round, me) + filled * es, static_cast<const std::byte*>(parts[p].in) + w * es, take * es);
+        const auto* in = static_cast<const std::byte*>(parts[p].in) + w * es;
+        if (take) std::memcpy(slot(round, me) + filled * es, in, take * es);
         filled += take;
         w += take;
         if (w == parts[p].count) ++p, w = 0;
@@ -414,11 +421,8 @@ bool Transport::allreduceParts(const std::vector<Part>& parts, DataType type, Re
       // Every rank: slot 0 op slot 1 op ... in rank order, as allreduce() does, into the parts' outputs.
       for (size_t done = 0; done < m;) {
         const size_t take = std::min(parts[part].count - within, m - done);
-        if (take) {
-          auto* out = static_cast<std::byte*>(parts[part].out) + within * es;
-          gloo_backend::reduce(type, op, out, slot(round, 0) + done * es, slot(round, 1) + done * es, take);
-          for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, out, out, slot(round, r) + done * es, take);
-        }
+        auto* out = static_cast<std::byte*>(parts[part].out) + within * es;
+        if (take) reduceSlots(round, done * es, out, take, type, op);
         done += take;
         within += take;
         if (within == parts[part].count) ++part, within = 0;
@@ -510,21 +514,21 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     if (room) std::memcpy(mine + 2 * sizeof(uint64_t), send_at.data(), (n + 1) * sizeof(uint64_t));
     // Sub-slots of the first round, after the header: none where this rank alone already makes it a
     // single-copy alltoall (its bytes would be copied for nothing).
-    const size_t first = room && !singleCopy(own_longest) ? (options_.chunk_bytes - header) / n / kLine * kLine : 0;
+    const size_t first =
+        room && !singleCopy(own_longest) ? (options_.chunk_bytes - header) / n / kLine * kLine : 0;
     // Each slot of the later rounds holds one sub-slot per destination.
     const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine;
-    auto pieceOf = [&](size_t bytes, size_t at, size_t most) { return at < bytes ? std::min(most, bytes - at) : 0; };
-    if (first) {
-      for (int p = 0; p < n; ++p) {
-        if (const size_t m = p == me ? 0 : pieceOf(sendBytes[p], 0, first)) {
-          std::memcpy(mine + header + p * first, src + send_at[p], m);
-        }
+    auto pieceOf = [&](size_t bytes, size_t at, size_t most) {
+      return at < bytes ? std::min(most, bytes - at) : 0;
+    };
+    for (int p = 0; p < n; ++p) {
+      if (const size_t m = p == me ? 0 : pieceOf(sendBytes[p], 0, first)) {
+        std::memcpy(mine + header + p * first, src + send_at[p], m);
       }
     }
     publish();
     awaitAll(first_round);
     size_t longest = 0;
-    const bool data_sent = first > 0;  // the same on every rank unless this is a single copy (below)
     for (int r = 0; r < n; ++r) longest = std::max<size_t>(longest, word(first_round, r, 0));
     if (room && singleCopy(longest)) {
       for (int k = 1; k < n; ++k) {
@@ -540,16 +544,13 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
       awaitAll(publish());  // this rank's input is read by now
       return;
     }
-    size_t at = 0;
-    if (data_sent) {
-      for (int q = 0; q < n; ++q) {
-        if (const size_t m = q == me ? 0 : pieceOf(recvBytes[q], 0, first)) {
-          std::memcpy(dst + recv_at[q], slot(first_round, q) + header + me * first, m);
-        }
+    // Not a single copy: `first` is the same on every rank, and what it left goes in rounds of `sub`.
+    for (int q = 0; q < n; ++q) {
+      if (const size_t m = q == me ? 0 : pieceOf(recvBytes[q], 0, first)) {
+        std::memcpy(dst + recv_at[q], slot(first_round, q) + header + me * first, m);
       }
-      at = first;
     }
-    for (; at < longest; at += sub) {
+    for (size_t at = first; at < longest; at += sub) {
       const uint32_t round = round_;
       for (int p = 0; p < n; ++p) {
         if (const size_t m = p == me ? 0 : pieceOf(sendBytes[p], at, sub)) {
@@ -634,8 +635,7 @@ bool Transport::reduceScatterInto(const void* in, void* out, const std::vector<s
         const size_t m = std::min(sub, counts[me] - at);
         std::byte* o = dst + at * es;
         const size_t within = me * sub * es;
-        gloo_backend::reduce(type, op, o, slot(round, 0) + within, slot(round, 1) + within, m);
-        for (int r = 2; r < n; ++r) gloo_backend::reduce(type, op, o, o, slot(round, r) + within, m);
+        reduceSlots(round, within, o, m, type, op);
       }
     }
   });

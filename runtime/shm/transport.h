@@ -126,6 +126,9 @@ class Transport final : public runtime::Transport {
   void awaitAll(uint32_t round);
   std::byte* slot(uint32_t round, int rank) const;
   std::byte* result(uint32_t round) const;
+  // out = the count elements at byte `offset` of every rank's slot of `round`, reduced in rank order (slot 0
+  // op slot 1 op ...): the same operands in the same order wherever it runs, so the same bits.
+  void reduceSlots(uint32_t round, size_t offset, void* out, size_t count, DataType type, ReduceOp op) const;
   // Fails this rank's operation and sets the group's abort word, so that every member fails: `rank` died
   // (PeerLostError here and on the others), or this rank gave up (`rank` is its own; BackendError).
   [[noreturn]] void fail(int rank, bool died, const std::string& why);

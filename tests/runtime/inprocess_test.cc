@@ -552,7 +552,8 @@ TEST_CASE("response cache: steady-state steps, a changed shape, a mismatch under
   });
 }
 
-TEST_CASE("response cache: allgather and alltoall keep each rank's rows, and a rank that changes them", "[inprocess]") {
+TEST_CASE("response cache: allgather and alltoall keep each rank's rows, and a rank that changes them",
+          "[inprocess]") {
   const size_t capacity = GENERATE(size_t{0}, size_t{1024});
   const int n = 3;
   Cluster cluster(n, [&](RuntimeOptions& o) { o.cache_capacity = capacity; });
@@ -564,7 +565,8 @@ TEST_CASE("response cache: allgather and alltoall keep each rank's rows, and a r
       auto rowsOf = [&](int p) -> int64_t { return p == 1 && k >= 3 && k < 5 ? 4 : p + 1; };
       std::vector<int32_t> in(static_cast<size_t>(rowsOf(r)));
       for (size_t i = 0; i < in.size(); ++i) in[i] = 100 * r + static_cast<int32_t>(i);
-      auto ag = cluster[r].enqueue(request(OpType::kAllgather, "ag", DataType::kInt32, rowsOf(r), 1, in.data()));
+      auto ag =
+          cluster[r].enqueue(request(OpType::kAllgather, "ag", DataType::kInt32, rowsOf(r), 1, in.data()));
       ag->wait();
       std::vector<int32_t> want;
       for (int p = 0; p < n; ++p) {
@@ -580,7 +582,8 @@ TEST_CASE("response cache: allgather and alltoall keep each rank's rows, and a r
         splits[q] = splitOf(r, q);
         for (int64_t i = 0; i < splits[q]; ++i) out.push_back(10 * r + q);
       }
-      Request a2a = request(OpType::kAlltoall, "a2a", DataType::kInt32, static_cast<int64_t>(out.size()), 1, out.data());
+      Request a2a = request(OpType::kAlltoall, "a2a", DataType::kInt32, static_cast<int64_t>(out.size()), 1,
+                            out.data());
       a2a.splits = splits;
       auto w = cluster[r].enqueue(a2a);
       w->wait();
@@ -597,8 +600,8 @@ TEST_CASE("response cache: allgather and alltoall keep each rank's rows, and a r
       const bool gather = k == 1 || k == 2;
       const int64_t rows = gather ? r + 1 : 2;
       std::vector<int32_t> in(static_cast<size_t>(rows), r + 1);
-      Request q = request(gather ? OpType::kAllgather : OpType::kAllreduce, "reused", DataType::kInt32, rows, 1,
-                          in.data());
+      Request q = request(gather ? OpType::kAllgather : OpType::kAllreduce, "reused", DataType::kInt32, rows,
+                          1, in.data());
       if (!gather) q.output = in.data();
       auto w = cluster[r].enqueue(q);
       w->wait();

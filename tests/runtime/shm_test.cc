@@ -4,8 +4,8 @@
 // through the segment (HVD_SHM_SINGLE_COPY=0).
 #include <catch2/catch.hpp>
 
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -224,7 +224,8 @@ TEST_CASE("a fused allreduce reduced where its tensors are equals one over their
         concatenated[r] = whole;
         // Above kDirectBytes with more than two ranks: not done, the same answer everywhere, nothing written.
         std::vector<float> big(hvd::runtime::shm::kDirectBytes / sizeof(float) + 1, 1.0f), untouched = big;
-        const bool done = t->allreduceParts({{big.data(), big.data(), big.size()}}, DataType::kFloat32, ReduceOp::kSum);
+        const bool done =
+            t->allreduceParts({{big.data(), big.data(), big.size()}}, DataType::kFloat32, ReduceOp::kSum);
         if (n > 2 && (done || big != untouched)) answers[r] = 2;
       });
     }
