@@ -21,6 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr const char* kKey = "shm";
+constexpr std::chrono::milliseconds kKeyCheckInterval{1000};
 
 // Waits until fd is readable; false once deadline passed.
 bool waitReadable(int fd, Clock::time_point deadline) {
@@ -108,10 +109,18 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
               " failed: ", errnoText(errno));
     scoped.set(kKey, rendezvous::Bytes(name.begin(), name.end()));
     for (int handed = 1; handed < options.size;) {
-      HVD_CHECK(waitReadable(listener.get(), deadline), BackendError, "shared memory of scope '", options.scope,
-                "': only ", handed - 1, " of ", options.size - 1, " local peers fetched the segment within ",
-                options.timeout.count(), " ms (are the ranks of this host in different network namespaces? "
-                "HVD_SHARED_MEMORY=0 keeps the job on TCP)");
+      // Looks at the key between waits of a second: an elastic job's driver deletes an ended round's keys,
+      // and then the peers this round waits for are on their way to the next one, not here.
+      if (!waitReadable(listener.get(), std::min(deadline, Clock::now() + kKeyCheckInterval))) {
+        HVD_CHECK(Clock::now() < deadline, BackendError, "shared memory of scope '", options.scope, "': only ",
+                  handed - 1, " of ", options.size - 1, " local peers fetched the segment within ",
+                  options.timeout.count(), " ms (are the ranks of this host in different network namespaces? "
+                  "HVD_SHARED_MEMORY=0 keeps the job on TCP)");
+        HVD_CHECK(scoped.check({kKey}), StoreError, "shared memory of scope '", options.scope, "': its key '",
+                  kKey, "' was deleted from ", scoped.describe(), " while ", options.size - handed, " of ",
+                  options.size - 1, " local peers had not fetched the segment (an elastic job's driver deletes the keys of a round that ended)");
+        continue;
+      }
       UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (conn.get() < 0) continue;
       ucred cred{};

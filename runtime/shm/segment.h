@@ -6,6 +6,9 @@
 // socket), publishes that name in the rendezvous store under <scope>/shm, and hands the memfd to each
 // peer that connects (SCM_RIGHTS), after checking that the peer runs as the same user (SO_PEERCRED).
 // Once every peer has it, rank 0 closes the socket and deletes the key; everyone unmaps on destruction.
+// While it waits, rank 0 looks every second whether its key is still in the store: if it was deleted (an
+// elastic job's driver deletes the keys of a round that ended), the peers will not come, and share() throws
+// StoreError at once rather than waiting out its timeout.
 //
 // Abstract unix sockets belong to a network namespace: the ranks of one host must share theirs (they do
 // under hvdrun, srun and mpirun). A rank that cannot reach the socket fails with a BackendError that says

@@ -238,3 +238,33 @@ TEST_CASE("a fused allreduce reduced where its tensors are equals one over their
     }
   }
 }
+
+TEST_CASE("rank 0 stops waiting for local peers once the segment's key is deleted (an elastic round ended)",
+          "[shm]") {
+  auto store = std::make_shared<hvd::rendezvous::MemoryStore>();
+  hvd::runtime::shm::SegmentOptions o;
+  o.scope = "ended_round";
+  o.rank = 0;
+  o.size = 3;
+  o.bytes = 4096;
+  o.timeout = std::chrono::seconds(60);
+  // No peer comes; what the driver does when it begins a later round: the ended round's keys go.
+  std::thread driver([&] {
+    while (!store->check({"ended_round/shm"})) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    store->deleteKey("ended_round/shm");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    hvd::runtime::shm::Segment::share(store, o);
+  } catch (const hvd::StoreError& e) {
+    what = e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  driver.join();
+  INFO(what);
+  REQUIRE(what.find("shared memory of scope 'ended_round': its key 'shm' was deleted") != std::string::npos);
+  REQUIRE(what.find("2 of 2 local peers had not fetched the segment") != std::string::npos);
+  REQUIRE(took < std::chrono::seconds(5));  // a key check a second, not the 60 s timeout
+}
