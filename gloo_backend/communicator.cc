@@ -21,6 +21,7 @@
 #include <gloo/types.h>
 
 #include "gloo_backend/address_list.h"
+#include "gloo_backend/connect_watch.h"
 #include "base/error.h"
 
 namespace hvd::gloo_backend {
@@ -157,8 +158,22 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
       }
     }
     {
+      // A peer may publish and then leave for a later elastic round without connecting: the watch ends
+      // the wait once the round's keys are gone (connect_watch.h).
+      std::vector<gloo::transport::Pair*> pairs;
+      for (const auto& [peer, address] : addresses) pairs.push_back(transport->getPair(peer).get());
+      ConnectWatch watch(scoped, std::to_string(options.rank), pairs);
       auto ticking = device->keepTicking();
-      for (const auto& [peer, address] : addresses) transport->getPair(peer)->connect(address);
+      try {
+        for (size_t i = 0; i < pairs.size(); ++i) pairs[i]->connect(addresses[i].second);
+      } catch (const std::exception&) {
+        watch.stop();
+        if (!watch.reason()) throw;  // a connect that failed by itself; else the watch closed its pair
+      }
+      watch.stop();
+      HVD_CHECK(!watch.reason(), StoreError, "Gloo rendezvous of scope '", options.scope, "' on rank ",
+                options.rank, " of ", options.size, " stopped waiting for its peers to connect: ", *watch.reason(),
+                " (an elastic job's driver drops every key when it begins a later round)");
     }
     context->attach(device->gloo(), std::move(transport));
     // "Don't finalize the store until all clients have had a chance to connect." (Horovod)
