@@ -465,6 +465,26 @@ def test_setup_failure_raises_the_worker_error_and_stops_the_workers():
         ex.run(lambda: 1)
 
 
+def test_shutdown_while_a_call_runs_ends_every_rank_at_once():
+    # The driver's stop ends a running call's ranks as it reaches them (exit 0, the job asked for its end), not
+    # after the grace the ranks give a call when the driver vanishes (ranks that leave so exit 1).
+    from executor_common import allreduce_for
+
+    ex = Executor(num_workers=2)
+    ex.start()
+    pids = [r[3] for r in ex.run(rank_sum_pid, args=(0,))]
+    engine = ex._session.engine
+    futures = ex.run_remote(allreduce_for, args=(60,))
+    time.sleep(0.5)  # the ranks are in the call, allreducing
+    assert not any(f.done() for f in futures)
+    ex.shutdown()
+    assert engine._proc.returncode == 0, engine._proc.returncode
+    assert wait_gone(pids, 10) == []
+    for f in futures:
+        with pytest.raises(ExecutorError, match="shut down"):
+            f.result(timeout=0)
+
+
 def test_start_twice_and_calls_before_start():
     ex = Executor(num_workers=1)
     for call in (lambda: ex.run(len), lambda: ex.run_remote(len), lambda: ex.execute(len),

@@ -15,11 +15,14 @@ Elastic runs (HVD_EXECUTOR_ONE_SHOT=1, one_shot=True): the worker runs one call 
 
 Ending. ("stop",) or the end of the connection (the driver shut down, died or was SIGKILLed) ends the loop: hvd
 is shut down if the calls initialized it, and serve() returns 0 (130 after SIGINT). A thread of its own reads the
-connection, so nothing polls: the caller's thread waits on a queue, the reader on the socket. When the connection
-ends while a call is still running, the reader waits GRACE_S for the call to return and then ends the process with
-os._exit(1) (exit_on_driver_loss=True, the hvdrun worker: a function blocked in a collective or a loop must not
-outlive the driver), or leaves it to finish and serve() returns after it (exit_on_driver_loss=False, a process
-that hosts more than this rank). hvdrun's own SIGTERM (it dies with the driver) ends the process at once.
+connection, so nothing polls: the caller's thread waits on a queue, the reader on the socket. A ("stop",) that
+comes while a call is running (Executor.shutdown, a pruned trial) ends the process at once with os._exit(0): the
+driver asked for the end, as Ray ends an actor's running task, and the other ranks are told the same
+(exit_on_driver_loss=True, the hvdrun worker). When the connection ends without one while a call is still
+running, the reader waits GRACE_S for the call to return and then ends the process with os._exit(1) (a function
+blocked in a collective or a loop must not outlive the driver). With exit_on_driver_loss=False (a process that
+hosts more than this rank) the call is left to finish either way and serve() returns after it. hvdrun's own
+SIGTERM (it dies with the driver) ends the process at once.
 """
 
 import os
@@ -144,16 +147,22 @@ def _execute(kind: str, payload: bytes, instance, rank: int):
 
 
 def _read(sock: socket.socket, inbox: queue.SimpleQueue, idle: threading.Event, gone: threading.Event,
-          exit_on_driver_loss: bool, rank: int) -> None:
-    """Reader thread: frames into inbox, then None at the end of the connection, and sets gone. Ends the
-    process when the connection ended while a call keeps running (exit_on_driver_loss). The main loop clears
-    idle before it looks at gone: a call either never starts, or this thread sees it running."""
+          stopping: threading.Event, exit_on_driver_loss: bool, rank: int) -> None:
+    """Reader thread: frames into inbox, then None at the end of the connection, and sets gone; sets stopping at
+    ("stop",). With exit_on_driver_loss, ends the process at once when ("stop",) comes while a call runs, and
+    GRACE_S after the connection ended while a call keeps running. The main loop clears idle before it looks at
+    gone and stopping, and this thread sets them before it looks at idle: a call either never starts, or this
+    thread sees it running."""
     why = "the driver closed the connection"
     try:
         while True:
             message = protocol.recv_frame(sock)
             if message is None:
                 break
+            if message[0] == "stop":
+                stopping.set()
+                if exit_on_driver_loss and not idle.is_set():
+                    _end_now()
             inbox.put(message)
     except (OSError, protocol.ProtocolError) as e:
         why = f"the connection to the driver failed: {e}"
@@ -161,6 +170,16 @@ def _read(sock: socket.socket, inbox: queue.SimpleQueue, idle: threading.Event, 
     gone.set()
     if exit_on_driver_loss and not idle.wait(GRACE_S):
         _die(f"hvd.executor.worker: rank {rank}: {why} while a call was running; exiting")
+
+
+def _end_now() -> None:
+    """The driver stopped the job while a call runs: what the call printed goes out, then the process ends."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream: nothing more to save
+            pass
+    os._exit(0)
 
 
 def _die(line: str) -> None:
@@ -218,11 +237,12 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
     idle = threading.Event()
     idle.set()
     gone = threading.Event()  # the driver's connection ended: calls still queued have nobody to answer to
+    stopping = threading.Event()  # ("stop",) came: calls queued behind it are not run
     code = 0
     instance = None
     try:
         link.send(protocol.hello(token, identity))
-        reader = threading.Thread(target=_read, args=(sock, inbox, idle, gone, exit_on_driver_loss, rank),
+        reader = threading.Thread(target=_read, args=(sock, inbox, idle, gone, stopping, exit_on_driver_loss, rank),
                                   name="hvd-executor-reader", daemon=True)
         reader.start()
         while True:
@@ -239,7 +259,7 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
                 continue
             _, call_id, kind, payload = message
             idle.clear()
-            if gone.is_set():
+            if gone.is_set() or stopping.is_set():
                 idle.set()
                 break
             _current = (link, call_id, rank)
