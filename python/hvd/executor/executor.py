@@ -24,8 +24,10 @@ but their results interleave in no defined way). Callbacks run in the calling th
 """
 
 import dataclasses
+import importlib.util
 import math
 import os
+import sys
 import threading
 
 from hvd.executor import protocol
@@ -460,12 +462,13 @@ def _dump(method: str, fn, obj) -> bytes:
 
 
 def _dask_engine_class(client):
-    try:
-        from distributed import Client
-    except ImportError:
+    # A distributed.Client exists only once distributed was imported: anything else is refused without importing
+    # it (half a second or more), so that a wrong argument fails at once.
+    distributed = sys.modules.get("distributed")
+    if distributed is None and importlib.util.find_spec("distributed") is None:
         raise TypeError(f"client={client!r}: client= takes a distributed.Client, and distributed (Dask) is not "
-                        "installed") from None
-    if not isinstance(client, Client):
+                        "installed")
+    if distributed is None or not isinstance(client, distributed.Client):
         raise TypeError(f"client must be a distributed.Client, got {type(client).__name__}: {client!r}")
     try:
         from hvd.executor.dask_engine import DaskEngine
