@@ -470,6 +470,7 @@ def test_shutdown_while_a_call_runs_ends_every_rank_at_once():
     # after the grace the ranks give a call when the driver vanishes (ranks that leave so exit 1).
     from executor_common import allreduce_for
 
+    shm_before = shm_entries()
     ex = Executor(num_workers=2)
     ex.start()
     pids = [r[3] for r in ex.run(rank_sum_pid, args=(0,))]
@@ -480,6 +481,7 @@ def test_shutdown_while_a_call_runs_ends_every_rank_at_once():
     ex.shutdown()
     assert engine._proc.returncode == 0, engine._proc.returncode
     assert wait_gone(pids, 10) == []
+    assert new_shm(shm_before, pids) == []
     for f in futures:
         with pytest.raises(ExecutorError, match="shut down"):
             f.result(timeout=0)
