@@ -4,11 +4,12 @@ replaced and the run returns the last round's values in rank order."""
 
 import os
 import signal
+import threading
 import time
 
 import pytest
 
-from hvd.executor import Executor, WorkerError, send
+from hvd.executor import Executor, ExecutorError, WorkerError, send
 from test_executor import Trainer, _SleepingEngine
 
 
@@ -79,6 +80,59 @@ def test_elastic_run_where_every_worker_raises_is_a_worker_error():
     assert time.monotonic() - t0 < 30
     assert info.value.type_name == "ValueError" and "training failed on rank" in info.value.message
     assert "in raise_in_training" in info.value.traceback
+
+
+def allreduce_after_saying_so(seconds):
+    """Rank 0 tells the driver it is in the call, then every rank allreduces for seconds."""
+    import numpy as np
+
+    import hvd.numpy as hn
+
+    hn.init()
+    send(hn.rank())
+    end = time.time() + seconds
+    while time.time() < end:
+        hn.allreduce(np.array([1.0]), op=hn.Sum)
+        time.sleep(0.01)
+    return hn.rank()
+
+
+def test_shutdown_from_another_thread_ends_an_elastic_run_in_progress():
+    marker = f"elastic-stop-{os.getpid()}"
+    ex = Executor(min_workers=2, hosts="localhost:2", elastic_timeout=60)
+    ex.start(extra_env_vars={"HVD_TEST_MARKER": marker})
+    in_call = threading.Event()
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = ex.run(allreduce_after_saying_so, args=(60,), callbacks=[lambda _: in_call.set()])
+        except Exception as e:  # noqa: BLE001 - the test looks at what it was
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert in_call.wait(60)
+    ex.shutdown()
+    thread.join(30)
+    assert not thread.is_alive()  # the call had a minute left
+    error = outcome.get("error")
+    assert isinstance(error, ExecutorError), outcome
+    assert str(error).startswith("hvd.Executor: the executor was shut down while run() ran;"), str(error)
+    # shutdown() returned once the job was gone: no worker of it is left.
+    assert workers_with(marker) == []
+
+
+def workers_with(marker):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"HVD_TEST_MARKER={marker}".encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass  # gone meanwhile, or not ours to read
+    return found
 
 
 def test_elastic_executor_refuses_stateful_calls(tmp_path):

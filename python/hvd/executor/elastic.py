@@ -12,7 +12,8 @@ some raised, else ExecutorError with hvdrun's account of the job. Callbacks get 
 the moment passes to hvd.executor.send, in order, in the calling thread.
 
 Deadlines: the job's own (--elastic-timeout: hvdrun ends a job that stays below --min-np that long). Ctrl-C
-stops the job (hvdrun gets SIGTERM and stops its workers) and re-raises KeyboardInterrupt. Stateful workers
+stops the job (hvdrun gets SIGTERM and stops its workers) and re-raises KeyboardInterrupt; so does the executor's
+shutdown() from another thread, and the run raises ExecutorError. Stateful workers
 (executable_cls, execute) are not elastic: the executor refuses them before this module is involved.
 
 Threading: an acceptor thread (it wakes every 0.5 s to see whether the job is over) and one reader thread per
@@ -30,7 +31,7 @@ import time
 from hvd.executor import protocol
 from hvd.executor.callbacks import CallbackRelay
 from hvd.executor.errors import ExecutorError, WorkerError
-from hvd.executor.session import _listen
+from hvd.executor.session import _RESTART, _listen
 from hvd.executor.worker import ONE_SHOT_ENV
 from hvd.run_task import _pickler
 
@@ -130,20 +131,29 @@ class _Job:
             reader.join(5.0)
 
 
-def run_elastic(engine, settings, fn, args: tuple, kwargs: dict, env: dict, callbacks: list, dump) -> list:
-    """See the module docstring. dump(obj) pickles the call (ValueError naming fn when it cannot)."""
+def run_elastic(engine, settings, fn, args: tuple, kwargs: dict, env: dict, callbacks: list, dump,
+                stop: "threading.Event | None" = None) -> list:
+    """See the module docstring. dump(obj) pickles the call (ValueError naming fn when it cannot). Once stop is set
+    (the executor is shut down), the job is stopped and ExecutorError raised."""
     job = _Job(engine, settings)
     job.payload = dump((_with_final_rank, (fn, args, kwargs), {}))
     successes, failures = [], []
     relay = CallbackRelay(callbacks, _pickler.loads)
     acceptor = None
+
+    def stopped() -> None:
+        if stop is not None and stop.is_set():
+            raise ExecutorError(f"hvd.Executor: the executor was shut down while run() ran; {_RESTART}")
+
     try:
+        stopped()
         engine.start(num_workers=engine.num_workers, driver_port=job.port, token=job.token,
                      env=dict(env, **{ONE_SHOT_ENV: "1"}), settings=settings)
         acceptor = threading.Thread(target=job.accept, daemon=True, name="hvd-executor-accept")
         acceptor.start()
         ended_at = None
         while True:
+            stopped()
             try:
                 event = job.events.get(timeout=0.2)
             except queue.Empty:
@@ -169,6 +179,7 @@ def run_elastic(engine, settings, fn, args: tuple, kwargs: dict, env: dict, call
         job.close()
         if acceptor is not None:
             acceptor.join(2.0)
+    stopped()  # the job ended because the executor was shut down: whatever came back is not the run's result
     status = engine.exit_status()
     if successes:
         if relay.error is not None:

@@ -197,6 +197,10 @@ class Executor:
         self._lock = threading.Lock()
         self._elastic = min_workers is not None
         self._elastic_env = None
+        # An elastic executor's runs in progress (their engines) and the event that ends them: shutdown() sets
+        # it and stops the engines, and each run() raises ExecutorError.
+        self._elastic_stop = None
+        self._elastic_engines = set()
         if self._elastic and client is not None:
             _dask_engine_class(client)  # the client's checks
             from hvd.executor.dask_elastic import DaskElasticEngine
@@ -289,6 +293,7 @@ class Executor:
                 if self._elastic_env is not None:
                     raise RuntimeError("Executor.start: already started; call shutdown() first")
                 self._elastic_env = worker_env
+                self._elastic_stop = threading.Event()
             return
         payload = _dump("start", executable_cls, (executable_cls, args, kwargs))
         with self._lock:
@@ -313,12 +318,20 @@ class Executor:
 
     def shutdown(self) -> None:
         """Stops every worker and the engine: each idle rank shuts hvd down and exits; a rank still running a
-        call is ended. Waits up to 10 s for the workers to leave, then terminates them. Idempotent."""
+        call is ended. Waits up to 10 s for the workers to leave, then terminates them. Idempotent. An elastic
+        executor's run() in progress (in another thread) ends at once: its job is stopped, and the run() raises
+        ExecutorError."""
         with self._lock:
             session, self._session = self._session, None
             self._elastic_env = None
+            stop, self._elastic_stop = self._elastic_stop, None
+            engines = list(self._elastic_engines)
         if session is not None:
             session.close()
+        if stop is not None:
+            stop.set()
+        for engine in engines:
+            engine.stop(0)
 
     def redirect_output(self, path) -> None:
         """A started executor made with output=: the job's output goes to path from now on (lines already on their
@@ -382,15 +395,24 @@ class Executor:
     def _run_elastic(self, fn, args, kwargs, callbacks) -> list:
         from hvd.executor.elastic import run_elastic
 
-        if self._elastic_env is None:
+        with self._lock:
+            env, stop = self._elastic_env, self._elastic_stop
+        if env is None:
             raise RuntimeError("Executor.run: call start() first")
         if not callable(fn):
             raise TypeError(f"Executor.run: fn must be callable, got {fn!r}")
         args, kwargs = _args("run", args, "args"), _kwargs("run", kwargs, "kwargs")
         callbacks = _callbacks("run", callbacks)
         _dump("run", fn, (fn, args, kwargs))  # unpicklable: ValueError before any process starts
-        return run_elastic(self._make_engine(), self.settings, fn, args, kwargs, self._elastic_env, callbacks,
-                           lambda obj: _dump("run", fn, obj))
+        engine = self._make_engine()
+        with self._lock:
+            self._elastic_engines.add(engine)
+        try:
+            return run_elastic(engine, self.settings, fn, args, kwargs, env, callbacks,
+                               lambda obj: _dump("run", fn, obj), stop)
+        finally:
+            with self._lock:
+                self._elastic_engines.discard(engine)
 
     def _require(self, method: str) -> Session:
         if self._elastic:
