@@ -12,9 +12,9 @@ hvd.executor.worker.serve(driver host, driver port, token) in a daemon thread of
 returns and the Dask worker keeps serving other work. When serve() returns (the driver said stop, or closed the
 connection or died while no call ran) the thread shuts hvd down (serve does), puts the variables back as they
 were and frees the process for another Executor. A driver that vanishes while a call runs ends the Dask worker
-process itself, a second after (serve's exit_on_driver_loss): a thread cannot be stopped, and a training function
-must not outlive its driver; a nanny (`dask worker --nanny`, the default) starts a fresh worker process in its
-place. A Dask worker process hosts one rank at a time.
+process itself, a second after (serve's exit_on_driver_loss), and a shutdown() while a call runs ends it at once:
+a thread cannot be stopped, and a training function must not outlive its driver; a nanny (`dask worker --nanny`,
+the default) starts a fresh worker process in its place. A Dask worker process hosts one rank at a time.
 
 Placement follows hvdrun: the eligible workers are grouped by host (the host of their Dask address) and the ranks
 fill the hosts in order (all ranks of the first host, then the next), hosts and workers sorted by address. A
