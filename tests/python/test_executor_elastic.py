@@ -10,6 +10,7 @@ import time
 import pytest
 
 from hvd.executor import Executor, ExecutorError, WorkerError, send
+from executor_common import allreduce_for
 from test_executor import Trainer, _SleepingEngine
 
 
@@ -84,17 +85,11 @@ def test_elastic_run_where_every_worker_raises_is_a_worker_error():
 
 def allreduce_after_saying_so(seconds):
     """Rank 0 tells the driver it is in the call, then every rank allreduces for seconds."""
-    import numpy as np
-
     import hvd.numpy as hn
 
     hn.init()
     send(hn.rank())
-    end = time.time() + seconds
-    while time.time() < end:
-        hn.allreduce(np.array([1.0]), op=hn.Sum)
-        time.sleep(0.01)
-    return hn.rank()
+    return allreduce_for(seconds)
 
 
 def test_shutdown_from_another_thread_ends_an_elastic_run_in_progress():
