@@ -20,9 +20,9 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "base/error.h"
 #include "gloo_backend/address_list.h"
 #include "gloo_backend/connect_watch.h"
-#include "base/error.h"
 
 namespace hvd::gloo_backend {
 
@@ -165,14 +165,15 @@ std::unique_ptr<Communicator> Communicator::connect(std::shared_ptr<rendezvous::
       ConnectWatch watch(scoped, std::to_string(options.rank), pairs);
       auto ticking = device->keepTicking();
       try {
-        for (size_t i = 0; i < pairs.size(); ++i) pairs[i]->connect(addresses[i].second);
+        for (size_t i = 0; i < pairs.size() && !watch.fired(); ++i) pairs[i]->connect(addresses[i].second);
       } catch (const std::exception&) {
         watch.stop();
-        if (!watch.reason()) throw;  // a connect that failed by itself; else the watch closed its pair
+        if (!watch.fired()) throw;  // a connect that failed by itself; else the watch closed its pair
       }
       watch.stop();
-      HVD_CHECK(!watch.reason(), StoreError, "Gloo rendezvous of scope '", options.scope, "' on rank ",
-                options.rank, " of ", options.size, " stopped waiting for its peers to connect: ", *watch.reason(),
+      HVD_CHECK(!watch.fired(), StoreError, "Gloo rendezvous of scope '", options.scope, "' on rank ",
+                options.rank, " of ", options.size,
+                " stopped waiting for its peers to connect: ", *watch.reason(),
                 " (an elastic job's driver drops every key when it begins a later round)");
     }
     context->attach(device->gloo(), std::move(transport));

@@ -10,39 +10,47 @@ namespace hvd::gloo_backend {
 
 ConnectWatch::ConnectWatch(std::shared_ptr<rendezvous::Store> store, std::string key,
                            std::vector<gloo::transport::Pair*> pairs)
-    : store_(std::move(store)), key_(std::move(key)), pairs_(std::move(pairs)), thread_([this] { run(); }) {}
+    : state_(std::make_shared<State>()) {
+  // The thread owns what it uses: it may still be inside a store request when stop() lets it go.
+  std::thread([state = state_, store = std::move(store), key = std::move(key), pairs = std::move(pairs)] {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(state->mutex);
+        if (state->wake.wait_for(lock, kCheckInterval, [&] { return state->stopping; })) return;
+      }
+      std::optional<std::string> why;
+      try {
+        if (!store->check({key})) {
+          why = detail::concat("its key '", key, "' was deleted from ", store->describe());
+        }
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      std::lock_guard<std::mutex> lock(state->mutex);
+      if (state->stopping) return;  // the connects ended meanwhile: the pairs are no longer the watch's
+      if (!why) continue;
+      // Pair::close() takes the pair's lock, which its waiting connect() released while it waits.
+      for (auto* pair : pairs) pair->close();
+      state->reason = std::move(why);
+      state->fired.store(true, std::memory_order_release);
+      return;
+    }
+  }).detach();
+}
 
 ConnectWatch::~ConnectWatch() { stop(); }
 
 void ConnectWatch::stop() noexcept {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stopping = true;
   }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  state_->wake.notify_all();
 }
 
-void ConnectWatch::run() {
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (wake_.wait_for(lock, kCheckInterval, [this] { return stopping_; })) return;
-    }
-    std::optional<std::string> why;
-    try {
-      if (!store_->check({key_})) {
-        why = detail::concat("its key '", key_, "' was deleted from ", store_->describe());
-      }
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    if (!why) continue;
-    // Pair::close() takes the pair's lock, which its waiting connect() released while it waits.
-    for (auto* pair : pairs_) pair->close();
-    reason_ = std::move(why);
-    return;
-  }
+std::optional<std::string> ConnectWatch::reason() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->reason;
 }
 
 }  // namespace hvd::gloo_backend

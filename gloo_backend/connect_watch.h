@@ -12,22 +12,27 @@
 // whether the round is still on.
 //
 // While a ConnectWatch lives, its thread asks the store every kCheckInterval (the first time one interval
-// after construction, so a connect that finishes in time costs no request) whether `key` still exists.
-// Once it does not, or the store refuses to say (an ended elastic round's keys are answered with HTTP 410,
-// a StoreError), it closes every pair given and records why. The connecting thread then finds its
-// connects returned (or failing on closed pairs) and asks reason() what happened.
+// after construction, so a connect that finishes in time costs no request) whether `key` still exists (a
+// read of its value: the rank's address list, 44 + 2 x size bytes in the usual layout). Once it does not,
+// or the store refuses to say (an ended elastic round's keys are answered with HTTP 410, a StoreError; an
+// unreachable server fails the rendezvous's next request anyway), it closes every pair given and records
+// why. The connecting thread sees fired() and stops connecting, and asks reason() what happened.
 //
-// Threading: construct and destroy on the connecting thread; reason() from that thread after stop().
-// The pairs must outlive the watch.
+// stop() returns at once: a check in flight then finishes on its own and touches nothing (the thread
+// closes pairs only under the lock that stop() takes, and never after it), so a slow store never holds up
+// a rendezvous whose connects succeeded, and a late answer never closes pairs that connected.
+//
+// Threading: construct, stop and destroy on the connecting thread; fired() and reason() from any thread.
+// The pairs must outlive stop().
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "rendezvous/store.h"
@@ -42,28 +47,29 @@ class ConnectWatch {
  public:
   static constexpr std::chrono::milliseconds kCheckInterval{1000};
 
-  ConnectWatch(std::shared_ptr<rendezvous::Store> store, std::string key, std::vector<gloo::transport::Pair*> pairs);
+  ConnectWatch(std::shared_ptr<rendezvous::Store> store, std::string key,
+               std::vector<gloo::transport::Pair*> pairs);
   ~ConnectWatch();  // stop()
   ConnectWatch(const ConnectWatch&) = delete;
   ConnectWatch& operator=(const ConnectWatch&) = delete;
 
-  // Ends the watch and joins its thread (at most one store request long). Idempotent.
+  // Ends the watch: the pairs are not touched after it returns. Idempotent; never blocks on the store.
   void stop() noexcept;
-  // After stop(): why the watch closed the pairs ("its key '<key>' was deleted from <store>", or the
-  // store's error), or nullopt when it did not close them.
-  const std::optional<std::string>& reason() const { return reason_; }
+  // Whether the watch closed the pairs.
+  bool fired() const { return state_->fired.load(std::memory_order_acquire); }
+  // Why the watch closed the pairs ("its key '<key>' was deleted from <store>", or the store's error), or
+  // nullopt when it did not.
+  std::optional<std::string> reason() const;
 
  private:
-  void run();
-
-  std::shared_ptr<rendezvous::Store> store_;
-  std::string key_;
-  std::vector<gloo::transport::Pair*> pairs_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::optional<std::string> reason_;  // written by the thread before it exits
-  std::thread thread_;                 // last: starts once the members above exist
+  struct State {
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stopping = false;
+    std::optional<std::string> reason;
+    std::atomic<bool> fired{false};
+  };
+  std::shared_ptr<State> state_;  // shared with the thread, which may outlive the watch
 };
 
 }  // namespace hvd::gloo_backend

@@ -18,7 +18,7 @@ is shut down if the calls initialized it, and serve() returns 0 (130 after SIGIN
 connection, so nothing polls: the caller's thread waits on a queue, the reader on the socket. A ("stop",) that
 comes while a call is running (Executor.shutdown, a pruned trial) ends the process at once with os._exit(0): the
 driver asked for the end, as Ray ends an actor's running task, and the other ranks are told the same
-(exit_on_driver_loss=True, the hvdrun worker). When the connection ends without one while a call is still
+(exit_on_driver_loss=True: the hvdrun worker, and a rank hosted in a Dask worker process). When the connection ends without one while a call is still
 running, the reader waits GRACE_S for the call to return and then ends the process with os._exit(1) (a function
 blocked in a collective or a loop must not outlive the driver). With exit_on_driver_loss=False (a process that
 hosts more than this rank) the call is left to finish either way and serve() returns after it. hvdrun's own
@@ -173,7 +173,11 @@ def _read(sock: socket.socket, inbox: queue.SimpleQueue, idle: threading.Event, 
 
 
 def _end_now() -> None:
-    """The driver stopped the job while a call runs: what the call printed goes out, then the process ends."""
+    """The driver stopped the job while a call runs: what the call printed goes out, then the process ends. A
+    flush that cannot finish (the call's thread holds the stream, blocked on a full pipe) is given a second."""
+    timer = threading.Timer(GRACE_S, os._exit, args=(0,))
+    timer.daemon = True
+    timer.start()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -217,10 +221,11 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
     variables in os.environ), and runs the driver's calls in the calling thread until ("stop",) or the end of the
     connection. Returns 0 then, 1 when the driver cannot be reached, 130 after KeyboardInterrupt.
 
-    exit_on_driver_loss: when the connection ends while a call runs, end the process with os._exit(1) after
-    GRACE_S (True), or let the call finish and return (False). one_shot: return after the first call, 0 when it
-    succeeded and 1 when it failed (a worker of an elastic job, whose exit status hvdrun acts on). Raises
-    ValueError when a HOROVOD_* variable of the rank is missing or not an int."""
+    exit_on_driver_loss: when ("stop",) comes while a call runs, end the process at once with os._exit(0), and when
+    the connection ends while a call runs, with os._exit(1) after GRACE_S (True); or let the call finish and
+    return (False). one_shot: return after the first call, 0 when it succeeded and 1 when it failed (a worker of an
+    elastic job, whose exit status hvdrun acts on). Raises ValueError when a HOROVOD_* variable of the rank is
+    missing or not an int."""
     global _current
     identity = _identity()
     rank = identity["rank"]
