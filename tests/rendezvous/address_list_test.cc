@@ -25,6 +25,7 @@
 #include "gloo_backend/device.h"
 #include "base/error.h"
 #include "rendezvous/memory_store.h"
+#include "tests/rendezvous/recording_store.h"
 
 using namespace hvd::gloo_backend;
 
@@ -410,43 +411,7 @@ TEST_CASE("address lists: a version-2 value is refused naming both versions", "[
   CHECK_THROWS_AS(parse(v2, "global/0"), hvd::StoreError);
 }
 
-namespace {
-
-// A MemoryStore that records the range of every sliced multi-key fetch.
-class RecordingStore final : public hvd::rendezvous::Store {
- public:
-  void set(const std::string& key, const hvd::rendezvous::Bytes& value) override { store_.set(key, value); }
-  std::optional<hvd::rendezvous::Bytes> tryGet(const std::string& key) override { return store_.tryGet(key); }
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    store_.wait(keys, timeout);
-  }
-  int64_t add(const std::string& key, int64_t delta) override { return store_.add(key, delta); }
-  void deleteKey(const std::string& key) override { store_.deleteKey(key); }
-  std::string describe() const override { return "recording store"; }
-  hvd::rendezvous::ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
-                                        hvd::rendezvous::ValueRange range) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ranges_.push_back(range);
-    }
-    return Store::waitAndGet(keys, timeout, range);
-  }
-  size_t count(hvd::rendezvous::ValueRange range) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return static_cast<size_t>(std::count(ranges_.begin(), ranges_.end(), range));
-  }
-  size_t fetches() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return ranges_.size();
-  }
-
- private:
-  hvd::rendezvous::MemoryStore store_;
-  std::mutex mutex_;
-  std::vector<hvd::rendezvous::ValueRange> ranges_;
-};
-
-}  // namespace
+using hvd::test::RecordingStore;
 
 TEST_CASE("address lists: connect fetches every peer prefix, and every whole header only for IPv6",
           "[gloo][address_list]") {

@@ -4,12 +4,10 @@
 
 #include <netinet/in.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,46 +20,17 @@
 #include "gloo_backend/address_list.h"
 #include "gloo_backend/communicator.h"
 #include "gloo_backend/device.h"
-#include "rendezvous/memory_store.h"
 #include "tests/common/throws.h"
+#include "tests/rendezvous/recording_store.h"
 
 using hvd::gloo_backend::Communicator;
 using hvd::gloo_backend::CommunicatorOptions;
 using hvd::gloo_backend::Device;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// A MemoryStore that counts the sliced fetches Communicator::connect makes (every rank's header prefix, then
-// its own column): after the second, the rank is connecting.
-class CountingStore final : public hvd::rendezvous::Store {
- public:
-  void set(const std::string& key, const hvd::rendezvous::Bytes& value) override { inner_.set(key, value); }
-  std::optional<hvd::rendezvous::Bytes> tryGet(const std::string& key) override { return inner_.tryGet(key); }
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
-    inner_.wait(keys, timeout);
-  }
-  int64_t add(const std::string& key, int64_t delta) override { return inner_.add(key, delta); }
-  void deleteKey(const std::string& key) override { inner_.deleteKey(key); }
-  std::string describe() const override { return inner_.describe(); }
-  hvd::rendezvous::ValueList waitAndGet(const std::vector<std::string>& keys,
-                                        std::chrono::milliseconds timeout,
-                                        hvd::rendezvous::ValueRange range) override {
-    auto values = inner_.waitAndGet(keys, timeout, range);
-    ++fetches;
-    return values;
-  }
-  std::atomic<int> fetches{0};
-
- private:
-  hvd::rendezvous::MemoryStore inner_;
-};
-
-}  // namespace
-
 TEST_CASE("gloo connect: a rank listening for a peer that never connects stops once its key is deleted",
           "[gloo][connect]") {
-  auto store = std::make_shared<CountingStore>();
+  auto store = std::make_shared<hvd::test::RecordingStore>();
   hvd::rendezvous::PrefixStore global("global", store);
   // Rank 1 publishes an address for rank 0 and never connects. Its port reads 65535 so that rank 0 is the
   // pair's listening side (Gloo's pair connects from the higher address to the lower), the side that waits.
@@ -98,9 +67,9 @@ TEST_CASE("gloo connect: a rank listening for a peer that never connects stops o
   });
   // Rank 0 has read every key it needs and is connecting (listening); then the round's keys are dropped.
   const auto reading_by = Clock::now() + std::chrono::seconds(20);
-  while (store->fetches < 2 && Clock::now() < reading_by)
+  while (store->fetches() < 2 && Clock::now() < reading_by)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const bool connecting = store->fetches >= 2;
+  const bool connecting = store->fetches() >= 2;
   const auto deleted = Clock::now();
   global.deleteKey("0");
   global.deleteKey("1");

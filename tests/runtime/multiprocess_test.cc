@@ -266,17 +266,28 @@ TEST_CASE("shared memory: a rank stopped for 3 s (SIGSTOP, SIGCONT) is waited fo
 
 namespace {
 
-// What shared memory of hvd's is left on this machine: /dev/shm entries whose name holds "hvd" (the segment
-// is a memfd, which has none: these would be a regression to named shared memory), and the unix sockets on
-// which a rank 0 of `results` handed out its segment ("@hvd-shm-<pid>-..."). Other tests may run jobs at
-// the same time (ctest -j): their entries and sockets are not counted.
-std::set<std::string> leftovers(const std::vector<WorkerResult>& results) {
+// The /dev/shm entries whose name starts with "hvd" (the segment is a memfd, which has none: such an entry
+// would be a regression to named shared memory). Only a prefix counts: other programs' entries may hold the
+// letters anywhere (Python's multiprocessing semaphores are "sem.mp-" and 8 random characters, "sem.mp-_46vshvd"
+// was seen beside this test).
+std::set<std::string> hvdShmEntries() {
   std::set<std::string> found;
   if (DIR* d = ::opendir("/dev/shm")) {
     while (const dirent* e = ::readdir(d)) {
-      if (std::string_view(e->d_name).find("hvd") != std::string_view::npos) found.insert(e->d_name);
+      if (std::string_view(e->d_name).rfind("hvd", 0) == 0) found.insert(e->d_name);
     }
     ::closedir(d);
+  }
+  return found;
+}
+
+// What shared memory of hvd's is left on this machine: /dev/shm entries of hvd's that were not there
+// `before`, and the unix sockets on which a rank 0 of `results` handed out its segment ("@hvd-shm-<pid>-...").
+// Other tests may run jobs at the same time (ctest -j): their sockets are not counted.
+std::set<std::string> leftovers(const std::vector<WorkerResult>& results, const std::set<std::string>& before) {
+  std::set<std::string> found;
+  for (const auto& name : hvdShmEntries()) {
+    if (!before.count(name)) found.insert(name);
   }
   std::ifstream unix_sockets("/proc/net/unix");
   for (std::string line; std::getline(unix_sockets, line);) {
@@ -288,10 +299,17 @@ std::set<std::string> leftovers(const std::vector<WorkerResult>& results) {
   return found;
 }
 
+std::string joined(const std::set<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("shared memory: nothing is left in /dev/shm or as a socket after a job, even one SIGKILLed whole",
           "[multiprocess][shm]") {
+  const auto before = hvdShmEntries();
   JobOptions o;
   o.np = 3;
   o.argv = {buildPath("tests/runtime/scenario_worker"), "forever"};
@@ -303,13 +321,13 @@ TEST_CASE("shared memory: nothing is left in /dev/shm or as a socket after a job
     REQUIRE(r.signal == SIGKILL);
     REQUIRE(r.output.find("running") != std::string::npos);  // it was past init, inside the loop
   }
-  CHECK(leftovers(results).empty());
+  CHECK(joined(leftovers(results, before)) == "");  // shows what was left when not
   // And after an orderly job.
   o.argv = {buildPath("tests/runtime/scenario_worker"), "timeline"};
   o.timeout = std::chrono::seconds(30);
   results = runJob(o);
   for (const auto& r : results) REQUIRE(r.exit_code == 0);
-  CHECK(leftovers(results).empty());
+  CHECK(joined(leftovers(results, before)) == "");
 }
 
 TEST_CASE("stall inspector names the tensor and the missing ranks, then shuts down", "[multiprocess][stall]") {
