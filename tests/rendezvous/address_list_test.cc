@@ -20,10 +20,10 @@
 #include <gloo/transport/pair.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "base/error.h"
 #include "gloo_backend/address_list.h"
 #include "gloo_backend/communicator.h"
 #include "gloo_backend/device.h"
-#include "base/error.h"
 #include "rendezvous/memory_store.h"
 #include "tests/rendezvous/recording_store.h"
 

@@ -27,7 +27,8 @@ class RecordingStore final : public hvd::rendezvous::Store {
   int64_t add(const std::string& key, int64_t delta) override { return store_.add(key, delta); }
   void deleteKey(const std::string& key) override { store_.deleteKey(key); }
   std::string describe() const override { return "recording store"; }
-  hvd::rendezvous::ValueList waitAndGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+  hvd::rendezvous::ValueList waitAndGet(const std::vector<std::string>& keys,
+                                        std::chrono::milliseconds timeout,
                                         hvd::rendezvous::ValueRange range) override {
     auto values = Store::waitAndGet(keys, timeout, range);
     std::lock_guard<std::mutex> lock(mutex_);

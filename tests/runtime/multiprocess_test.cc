@@ -268,8 +268,8 @@ namespace {
 
 // The /dev/shm entries whose name starts with "hvd" (the segment is a memfd, which has none: such an entry
 // would be a regression to named shared memory). Only a prefix counts: other programs' entries may hold the
-// letters anywhere (Python's multiprocessing semaphores are "sem.mp-" and 8 random characters, "sem.mp-_46vshvd"
-// was seen beside this test).
+// letters anywhere (Python's multiprocessing semaphores are "sem.mp-" and 8 random characters,
+// "sem.mp-_46vshvd" was seen beside this test).
 std::set<std::string> hvdShmEntries() {
   std::set<std::string> found;
   if (DIR* d = ::opendir("/dev/shm")) {
@@ -282,9 +282,11 @@ std::set<std::string> hvdShmEntries() {
 }
 
 // What shared memory of hvd's is left on this machine: /dev/shm entries of hvd's that were not there
-// `before`, and the unix sockets on which a rank 0 of `results` handed out its segment ("@hvd-shm-<pid>-...").
-// Other tests may run jobs at the same time (ctest -j): their sockets are not counted.
-std::set<std::string> leftovers(const std::vector<WorkerResult>& results, const std::set<std::string>& before) {
+// `before`, and the unix sockets on which a rank 0 of `results` handed out its segment
+// ("@hvd-shm-<pid>-..."). Other tests may run jobs at the same time (ctest -j): their sockets are not
+// counted.
+std::set<std::string> leftovers(const std::vector<WorkerResult>& results,
+                                const std::set<std::string>& before) {
   std::set<std::string> found;
   for (const auto& name : hvdShmEntries()) {
     if (!before.count(name)) found.insert(name);
