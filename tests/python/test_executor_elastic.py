@@ -10,6 +10,7 @@ import time
 import pytest
 
 from hvd.executor import Executor, ExecutorError, WorkerError, send
+import proc_table
 from executor_common import allreduce_for
 from test_executor import Trainer, _SleepingEngine
 
@@ -108,6 +109,7 @@ def test_shutdown_from_another_thread_ends_an_elastic_run_in_progress():
     thread = threading.Thread(target=run)
     thread.start()
     assert in_call.wait(60)
+    assert len(workers_with(marker)) >= 2  # the marker finds the job's workers while they run
     ex.shutdown()
     thread.join(30)
     assert not thread.is_alive()  # the call had a minute left
@@ -119,15 +121,8 @@ def test_shutdown_from_another_thread_ends_an_elastic_run_in_progress():
 
 
 def workers_with(marker):
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"HVD_TEST_MARKER={marker}".encode() in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            pass  # gone meanwhile, or not ours to read
-    return found
+    entry = f"HVD_TEST_MARKER={marker}".encode()
+    return [pid for pid in proc_table.pids() if entry in (proc_table.environ(pid) or [])]
 
 
 def test_elastic_executor_refuses_stateful_calls(tmp_path):

@@ -12,9 +12,9 @@ some raised, else ExecutorError with hvdrun's account of the job. Callbacks get 
 the moment passes to hvd.executor.send, in order, in the calling thread.
 
 Deadlines: the job's own (--elastic-timeout: hvdrun ends a job that stays below --min-np that long). Ctrl-C
-stops the job (hvdrun gets SIGTERM and stops its workers) and re-raises KeyboardInterrupt; so does the executor's
-shutdown() from another thread, and the run raises ExecutorError. Stateful workers
-(executable_cls, execute) are not elastic: the executor refuses them before this module is involved.
+stops the job (hvdrun gets SIGTERM and stops its workers) and re-raises KeyboardInterrupt; the executor's
+shutdown() from another thread stops it too, and the run raises ExecutorError. Stateful workers (executable_cls,
+execute) are not elastic: the executor refuses them before this module is involved.
 
 Threading: an acceptor thread (it wakes every 0.5 s to see whether the job is over) and one reader thread per
 worker connection feed one queue, read by the calling thread.
