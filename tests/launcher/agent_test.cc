@@ -53,7 +53,8 @@ std::string comm(pid_t pid) {
 }  // namespace
 
 TEST_CASE("agent: each rank's proxy starts through the agent, which alone gets the token", "[agent]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const std::string agent = script(dir, "agent.sh", kLocalAgent);
   const auto r = hvdrun({"--launcher-agent", agent, "-np", "3", "-H", "localhost:2,127.0.0.2:1", "/bin/sh", "-c",
                          "echo \"r=$HOROVOD_RANK h=$HOROVOD_HOSTNAME secret=${HVD_PROXY_TOKEN:-}${HVD_PROXY_NAME:-} "
@@ -86,7 +87,8 @@ TEST_CASE("agent: each rank's proxy starts through the agent, which alone gets t
 
 TEST_CASE("agent: an agent that ends before its proxy connected fails the rank at once, with its last line",
           "[agent]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const std::string agent = script(dir, "fail.sh", "echo \"no slot for a rank on $1\" >&2\nexit 3\n");
   const auto r = hvdrun({"--launcher-agent", agent, "-np", "2", "-H", "localhost:2", "/bin/true"});
   INFO(r.out << r.err);
@@ -99,7 +101,8 @@ TEST_CASE("agent: an agent that ends before its proxy connected fails the rank a
 
 TEST_CASE("agent: a proxy that never connects back fails its rank after HVD_AGENT_JOIN_TIMEOUT; the agent is stopped",
           "[agent]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const std::string agent = script(dir, "hang.sh", "echo still placing\nexec sleep 600\n");
   const std::string marker = uniqueMarker();
   const auto r = hvdrun({"--launcher-agent", agent, "-np", "1", "-H", "localhost:1", "/bin/true"},
@@ -113,7 +116,8 @@ TEST_CASE("agent: a proxy that never connects back fails its rank after HVD_AGEN
 }
 
 TEST_CASE("agent: a proxy stopped by SIGTERM still reports its rank's end", "[agent]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const std::string agent = script(dir, "agent.sh", kLocalAgent);
   const std::string marker = uniqueMarker();
   const auto started = startProcess({hvdrunPath(), "--launcher-agent", agent, "-np", "1", "-H", "localhost:1",

@@ -189,7 +189,8 @@ TEST_CASE("tuning flags become worker variables", "[cli]") {
 }
 
 TEST_CASE("config file: flag > environment > config file > default", "[cli]") {
-  const std::string dir = test::makeTempDir();
+  const auto tmp = test::tempDir();
+  const std::string& dir = tmp.path();
   const std::string cfg = writeTemp(dir, "hvd.yaml", R"(
 controller: gloo
 params:
@@ -234,7 +235,8 @@ logging:
 }
 
 TEST_CASE("the config file's elastic section stands in for the elastic flags; a flag wins", "[cli][elastic]") {
-  const std::string dir = test::makeTempDir();
+  const auto tmp = test::tempDir();
+  const std::string& dir = tmp.path();
   const std::string cfg = dir + "/elastic.yaml";
   std::ofstream(cfg) << R"(elastic:
   min_np: 2
@@ -286,7 +288,8 @@ TEST_CASE("help, version and check-build print and exit 0", "[cli]") {
 }
 
 TEST_CASE("every bad input: one line naming the token, exit code 2", "[cli]") {
-  const std::string dir = test::makeTempDir();
+  const auto tmp = test::tempDir();
+  const std::string& dir = tmp.path();
   const std::string bad_hostfile = writeTemp(dir, "hosts.txt", "# hosts\nnode1 slots=2\nnode2 slots=two\n");
   const std::string bad_attr = writeTemp(dir, "attr.txt", "node1 cpus=2\n");
   const std::string bad_yaml = writeTemp(dir, "bad.yaml", "params: [unclosed\n");
@@ -455,7 +458,8 @@ TEST_CASE("a missing command is refused before any worker starts or prints", "[c
 }
 
 TEST_CASE("settings libhvd does not act on are passed on with a one-line warning", "[cli]") {
-  const std::string dir = test::makeTempDir();
+  const auto tmp = test::tempDir();
+  const std::string& dir = tmp.path();
   const std::string cfg = writeTemp(dir, "hvd.yaml",
                                     "params: {hierarchical_allreduce: true, hierarchical_allgather: true, "
                                     "torus_allreduce: true}\n"

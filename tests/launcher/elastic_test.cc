@@ -230,7 +230,8 @@ TEST_CASE("elastic: a host whose workers keep failing is blacklisted, and the jo
 }
 
 TEST_CASE("elastic: with a cooldown range, a blacklisted host comes back", "[elastic][job]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   // The host fails three times, then works: after its 1 s cooldown it is used again.
   const auto r = hvdrun({"-np", "2", "--min-np", "1", "-H", "localhost:1,127.0.0.1:1", "--blacklist-cooldown-range",
                          "1", "2", "sh", "-c",
@@ -267,7 +268,8 @@ TEST_CASE("elastic: --reset-limit ends the job when it would re-form once more",
 }
 
 TEST_CASE("elastic: the discovery script adds and removes hosts; --max-np caps the job", "[elastic][job][discovery]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   writeFile(dir + "/hosts", "localhost:1\n");
   const std::string script = discoveryScript(dir);
   const std::string marker = uniqueMarker();
@@ -294,7 +296,8 @@ TEST_CASE("elastic: the discovery script adds and removes hosts; --max-np caps t
 
 TEST_CASE("elastic: a discovery script that fails, prints garbage or hangs is reported once, and the job goes on",
           "[elastic][job][discovery]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   // Call 1 lists the host; later calls fail, then print garbage, then hang, then work again.
   const std::string script = discoveryScript(dir, R"(d=$(dirname "$0"); n=$(cat "$d/n" 2>/dev/null || echo 0)
 echo $((n + 1)) > "$d/n"
@@ -319,7 +322,8 @@ echo localhost:1)");
 
 TEST_CASE("elastic: fewer than --min-np slots for longer than --elastic-timeout fails the job, naming what was lost",
           "[elastic][job][discovery]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   writeFile(dir + "/hosts", "localhost:1\n127.0.0.1:1\n");
   const std::string script = discoveryScript(dir);
   const auto started =
@@ -338,7 +342,8 @@ TEST_CASE("elastic: fewer than --min-np slots for longer than --elastic-timeout 
 
 TEST_CASE("elastic: a job whose hosts never come fails after --elastic-timeout, saying what it found",
           "[elastic][job][discovery]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   writeFile(dir + "/hosts", "localhost:1\n");
   const auto r = hvdrun({"-np", "3", "--elastic-timeout", "1", "--host-discovery-script", discoveryScript(dir), "true"});
   CHECK(r.exit_code == 1);
@@ -347,7 +352,8 @@ TEST_CASE("elastic: a job whose hosts never come fails after --elastic-timeout, 
 }
 
 TEST_CASE("elastic: SIGKILL of hvdrun while the job re-forms leaves no process behind", "[elastic][job][signals]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const std::string marker = uniqueMarker();
   // Slot 1 fails after 0.3 s, and so do the processes started in its place: the job re-forms and starts
   // processes all the time.

@@ -205,7 +205,8 @@ TEST_CASE("output of many ranks under load never mixes lines", "[job][output]") 
 }
 
 TEST_CASE("--output-filename writes DIR/rank.N/stdout and stderr", "[job][output]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const auto r = hvdrun({"-np", "2", "--output-filename", dir + "/logs", "sh", "-c",
                          "echo out$HOROVOD_RANK; echo err$HOROVOD_RANK >&2"});
   REQUIRE(r.exit_code == 0);
@@ -273,7 +274,8 @@ TEST_CASE("a command that cannot be executed: 127 and a message naming it", "[jo
 }
 
 TEST_CASE("the command is looked up in the worker's PATH (-x PATH=...), as mpirun does", "[job][env]") {
-  const std::string dir = hvd::test::makeTempDir("/tmp/hvd-path-test-");
+  const hvd::test::TempDir tmp("/tmp/hvd-path-test-");
+  const std::string& dir = tmp.path();
   auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
     const std::string path = dir + "/" + name;
     FILE* f = std::fopen(path.c_str(), "w");
@@ -322,7 +324,8 @@ TEST_CASE("SIGINT, SIGTERM and SIGHUP to hvdrun are forwarded; exit 128+N; nothi
   for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
     INFO("signal " << sig);
     const std::string marker = uniqueMarker();
-    const std::string dir = makeTempDir();
+    const auto tmp = tempDir();
+    const std::string& dir = tmp.path();
     const auto started = startProcess({hvdrunPath(), "-np", "2", "--termination-grace-seconds", "2", "sh",
                                        "-c", "sleep 60; echo not-reached"},
                                       dir, {marker});
@@ -337,7 +340,8 @@ TEST_CASE("SIGINT, SIGTERM and SIGHUP to hvdrun are forwarded; exit 128+N; nothi
 
 TEST_CASE("kill -9 of hvdrun: every worker process goes too", "[job][signals]") {
   const std::string marker = uniqueMarker();
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   // Each worker is a shell with a child (sleep) and a background grandchild: PDEATHSIG alone would leave
   // the sleeps behind.
   const auto started = startProcess(
@@ -356,7 +360,8 @@ TEST_CASE("after a successful job no background child of a worker remains", "[jo
 }
 
 TEST_CASE("--dry-run prints each rank and starts nothing", "[job]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const auto r = hvdrun(
       {"-np", "3", "-H", "localhost:2,127.0.0.1:1", "--dry-run", "-x", "A=it's", "touch", dir + "/ran"});
   REQUIRE(r.exit_code == 0);
@@ -404,7 +409,8 @@ TEST_CASE("--verbose reports when every rank has joined the rendezvous, once", "
 }
 
 TEST_CASE("a remote host that cannot be reached fails the job before anything starts", "[job]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const auto r = hvdrun(
       {"-np", "2", "-H", "localhost:1,remote-host-that-does-not-resolve.invalid:1", "touch", dir + "/ran"});
   CHECK(r.exit_code == 1);
@@ -478,7 +484,8 @@ TEST_CASE("a local job: another user's tokenless request is refused, explained o
     return;
   }
   // The client must be executable by nobody: a copy in a directory everyone can search.
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   ::chmod(dir.c_str(), 0755);
   const std::string raw = dir + "/rendezvous_raw_request";
   REQUIRE(runProcess({"cp", rawRequest(), raw}).exit_code == 0);
@@ -505,7 +512,8 @@ TEST_CASE("a local job: another user's tokenless request is refused, explained o
 
 TEST_CASE("the end-of-job summary: a table on stderr and --summary json FILE, for a job with a failing rank",
           "[job][summary]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const std::string json_path = dir + "/summary.json";
   // Rank 1 fails with 3 once every rank runs (hvdrun starts no more ranks after a failure, so failing at
   // once could leave rank 2 unstarted); ranks 0 and 2 are stopped by hvdrun (SIGTERM to their shell).
@@ -553,7 +561,8 @@ TEST_CASE("the end-of-job summary: a table on stderr and --summary json FILE, fo
 
 TEST_CASE("the summary is printed on Ctrl-C too", "[job][summary][signals]") {
   const std::string marker = uniqueMarker();
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const auto started = startProcess({hvdrunPath(), "-np", "2", "--termination-grace-seconds", "2", "sleep", "60"},
                                     dir, {marker});
   REQUIRE(waitForProcesses(marker, 2, 20s));
@@ -566,7 +575,8 @@ TEST_CASE("the summary is printed on Ctrl-C too", "[job][summary][signals]") {
 
 TEST_CASE("--summary and --status-port errors: one line each (and the help hint), before anything starts",
           "[job][summary][cli]") {
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const std::string marker = dir + "/started";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--summary", "csv"}, "hvdrun: error: argument --summary: invalid choice 'csv' (choose from table, none, json FILE)"},
@@ -604,7 +614,8 @@ TEST_CASE("the summary counts what real libhvd workers did, from their reports",
     WARN("examples/train_linreg not built: skipped");
     return;
   }
-  const std::string dir = makeTempDir();
+  const auto tmp = tempDir();
+  const std::string& dir = tmp.path();
   const auto r = hvdrun({"-np", "3", "--summary", "json", dir + "/s.json", worker});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);

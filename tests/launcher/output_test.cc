@@ -13,7 +13,8 @@ namespace {
 
 // Console streams captured in files.
 struct Console {
-  std::string dir = test::makeTempDir();
+  const hvd::test::TempDir tmp = test::tempDir();
+  const std::string dir = tmp.path();
   int out = ::open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   int err = ::open((dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ~Console() {

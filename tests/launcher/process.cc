@@ -189,7 +189,7 @@ std::string hvdrunPath() {
   return std::string(dir) + "/hvdrun";
 }
 
-std::string makeTempDir() { return hvd::test::makeTempDir("/tmp/hvd-launcher-test-"); }
+hvd::test::TempDir tempDir() { return hvd::test::TempDir("/tmp/hvd-launcher-test-"); }
 
 std::string uniqueMarker() {
   std::random_device rd;

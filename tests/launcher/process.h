@@ -42,7 +42,8 @@ std::vector<pid_t> waitUntilGone(const std::string& marker, std::chrono::millise
 
 std::string hvdrunPath();  // $HVD_TEST_HVDRUN, else $HVD_BUILD_DIR/hvdrun
 using hvd::test::readFile;
-std::string makeTempDir();
+// A fresh directory under /tmp for a test's files, removed with them when it goes.
+hvd::test::TempDir tempDir();
 // A unique marker "HVD_TEST_MARKER=<random>" to find a test's workers in /proc.
 std::string uniqueMarker();
 

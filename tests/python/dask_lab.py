@@ -203,7 +203,13 @@ class DaskLab(Lab):
     # ----- tear-down
 
     def close(self):
-        stop([proc for proc, _ in reversed(self.procs)])
+        # The workers first, the scheduler once they are gone: a worker (or nanny) told to stop while the scheduler
+        # runs says goodbye and exits within a second; without a scheduler it keeps trying to reach it for
+        # seconds, past stop()'s grace, and its SIGKILL leaves the named semaphores of the worker processes'
+        # multiprocessing behind in /dev/shm.
+        procs = [proc for proc, _ in self.procs]  # the scheduler first (_start)
+        stop(procs[:0:-1])
+        stop(procs[:1])
         delete_namespaces(self.host_ns + [self.sched_ns, self.hub])
         # Deleting the bridge's namespace deleted the driver's veth peer, and with it this end; make sure.
         subprocess.run(["ip", "link", "del", self.root_link], capture_output=True)

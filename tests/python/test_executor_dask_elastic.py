@@ -192,7 +192,9 @@ def test_a_killed_driver_ends_an_elastic_dask_run_and_frees_the_workers(lab, cli
     script.write_text(DRIVER.format(tests=os.path.dirname(os.path.abspath(__file__)),
                                     scheduler=lab.scheduler_address, stop=str(tmp_path / "stop")))
     marker = f"HVD_TEST_DRIVER={os.getpid()}-{time.monotonic_ns()}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), HVD_TEST_DRIVER=marker.split("=")[1])
+    # TMPDIR: the executor's files, which a driver killed with SIGKILL cannot remove, stay in this test's folder.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), HVD_TEST_DRIVER=marker.split("=")[1],
+               TMPDIR=str(tmp_path))
 
     driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               env=env, text=True)

@@ -240,8 +240,8 @@ TEST_CASE("elastic init whose round is over joins the next round: refused keys (
 
 TEST_CASE("hvd_elastic_check_host_updates is 0 until the driver begins a newer round, then 1 with its changes",
           "[multiprocess][elastic]") {
-  const std::string dir = hvd::test::makeTempDir("/tmp/hvd_host_updates_");
-  const std::string signal = dir + "/checked";
+  const hvd::test::TempDir dir("/tmp/hvd_host_updates_");
+  const std::string signal = dir.file("checked");
   JobOptions o;
   o.np = 2;
   o.argv = {buildPath("tests/runtime/scenario_worker"), "host_updates"};
@@ -260,8 +260,6 @@ TEST_CASE("hvd_elastic_check_host_updates is 0 until the driver begins a newer r
   };
   const auto results = runJob(o);
   driver.join();
-  ::unlink(signal.c_str());
-  ::rmdir(dir.c_str());
   INFO(describe(results));
   REQUIRE(began);
   for (const auto& r : results) {

@@ -41,7 +41,8 @@ std::vector<WorkerResult> runJob(const JobOptions& options) {
     server_thread = std::thread([&] { ioc.run(); });
   }
 
-  const std::string dir = hvd::test::makeTempDir("/tmp/hvd_job_");
+  const hvd::test::TempDir tmp("/tmp/hvd_job_");
+  const std::string& dir = tmp.path();
 
   std::vector<pid_t> pids(options.np, -1);
   for (int rank = 0; rank < options.np; ++rank) {
@@ -117,9 +118,7 @@ std::vector<WorkerResult> runJob(const JobOptions& options) {
   for (int rank = 0; rank < options.np; ++rank) {
     const std::string out = dir + "/rank" + std::to_string(rank);
     results[rank].output = readFile(out);
-    ::unlink(out.c_str());
   }
-  ::rmdir(dir.c_str());
   if (server && options.on_finish) options.on_finish(*server);
   if (server) {
     server->stop();

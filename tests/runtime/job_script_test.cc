@@ -138,14 +138,9 @@ Result run(const std::vector<std::string>& argv, const Env& env, std::chrono::mi
   return result;
 }
 
-class TempDir {
+class TempDir : public hvd::test::TempDir {
  public:
-  TempDir() : path_(hvd::test::makeTempDir("/tmp/hvd_job_script_")) {}
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  TempDir() : hvd::test::TempDir("/tmp/hvd_job_script_") {}
 };
 
 // hvd-rendezvous as a job script starts it in the background: a token file, --port 0, --address-file.

@@ -110,7 +110,8 @@ TEST_CASE("ssh config: bad lines name file, line and token") {
 }
 
 TEST_CASE("ssh config: Include reads globbed files in place, relative to ~/.ssh, conditionally inside Host") {
-  const std::string home = hvd::test::makeTempDir("/tmp/hvd-sshcfg-");
+  const hvd::test::TempDir tmp("/tmp/hvd-sshcfg-");
+  const std::string& home = tmp.path();
   const std::string dir = home + "/.ssh";  // where relative Includes start
   std::filesystem::create_directories(dir + "/config.d");
   auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir + "/" + name) << text; };
@@ -149,7 +150,6 @@ TEST_CASE("ssh config: Include reads globbed files in place, relative to ~/.ssh,
   // A file including itself stops at the depth limit with file:line.
   CHECK_THROWS_WITH(SshConfig::parse("Include loop.conf\n", "cfg", home),
                     Catch::Contains(dir + "/loop.conf:1: Include nested more than 16 deep at 'loop.conf'"));
-  std::filesystem::remove_all(home);
 }
 
 TEST_CASE("shell quoting round-trips through /bin/sh") {
