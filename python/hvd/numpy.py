@@ -97,22 +97,11 @@ def _address(array, writable):
     return _core.buffer_address(array, writable)[0]
 
 
-def _name(op, name):
-    if name is None:
-        return None
-    if not isinstance(name, str):
-        raise ValueError(f"name must be a str or None, got {name!r}")
-    return f"{op}.{name}"
+_name = _ops.operation_name
 
 
 def _reduce_op(op):
-    if op is None:
-        return Average
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by hvd: use Average or Sum")
-    if isinstance(op, bool) or op not in (Average, Sum, Min, Max, Product):
-        raise ValueError(f"unknown reduce operation {op!r}: use Average, Sum, Min, Max or Product")
-    return op
+    return Average if op is None else _ops.reduce_op(op)
 
 
 def _scale(value, what):

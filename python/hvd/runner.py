@@ -32,6 +32,8 @@ import tempfile
 import threading
 import warnings
 
+from hvd.common import death_signal
+
 try:
     import cloudpickle as _pickler
 except ImportError:  # pragma: no cover - Debian's python3-cloudpickle is a dependency
@@ -68,7 +70,8 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
 
     hvd runs on Gloo only and hvd.run runs a fixed number of ranks: use_mpi=True, mpi_args, and the elastic parameters
     (min_num_proc, max_num_proc, min_np, max_np, host_discovery_script, reset_limit, cooldown_range) are
-    ValueErrors, as are hosts with hostfile and use_gloo with use_mpi.
+    ValueErrors, as are hosts with hostfile, use_gloo with use_mpi, hosts or a hostfile that do not parse or
+    have fewer slots than num_proc (without slots=), and arguments of the wrong type.
 
     Raises RuntimeError when a rank fails: the message names the rank that failed first and carries its
     exception's type, message and traceback (and the exception itself as __cause__ when it unpickles),
@@ -87,6 +90,9 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
         kwargs = {}
     elif not isinstance(kwargs, dict):
         raise ValueError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise ValueError(f"kwargs must be a dict with str keys, got {key!r}")
     if np is not None:
         warnings.warn("np is deprecated: use num_proc", DeprecationWarning, stacklevel=2)
         if num_proc is not None and num_proc != np:
@@ -107,29 +113,35 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     if env is not None and not isinstance(env, dict):
         raise ValueError(f"env must be a dict of str to str, got {type(env).__name__}")
 
+    # The hosts are checked here, as Executor checks them, so that a bad one is this call's one-line error rather
+    # than a failed job (hvdrun's own message would only be on its stderr).
+    from hvd.executor.engine import parse_hostfile, parse_hosts
+
     flags = ["-np", str(num_proc)]
     if hostfile is not None:
-        if not isinstance(hostfile, (str, os.PathLike)):
-            raise ValueError(f"hostfile must be a path, got {hostfile!r}")
+        where = f"hostfile={_path(hostfile, 'hostfile')!r}"
+        planned = parse_hostfile(hostfile)
         flags += ["--hostfile", os.fspath(hostfile)]
     else:
         if hosts is None:
             hosts = f"localhost:{num_proc}"
-        elif not isinstance(hosts, str) or not hosts:
-            raise ValueError(f"hosts must be a string like 'host1:2,host2:2', got {hosts!r}")
+        where = f"hosts={hosts!r}"
+        planned = parse_hosts(hosts)
         flags += ["-H", hosts]
     if slots is not None:
         flags += ["--slots-per-host", _positive(slots, "slots")]
+    elif num_proc > sum(count for _, count in planned):
+        raise ValueError(f"num_proc={num_proc} is more than the {sum(c for _, c in planned)} slot(s) of {where}")
     if start_timeout is not None:
         flags += ["--start-timeout", _positive(start_timeout, "start_timeout")]
     if ssh_port is not None:
         flags += ["--ssh-port", _positive(ssh_port, "ssh_port")]
     if ssh_identity_file is not None:
-        flags += ["--ssh-identity-file", os.fspath(ssh_identity_file)]
+        flags += ["--ssh-identity-file", _path(ssh_identity_file, "ssh_identity_file")]
     if disable_cache:
         flags.append("--disable-cache")
     if output_filename is not None:
-        flags += ["--output-filename", os.fspath(output_filename)]
+        flags += ["--output-filename", _path(output_filename, "output_filename")]
     if verbose:
         flags.append("--verbose")
     if network_interface is not None:
@@ -140,6 +152,9 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     if network_interfaces is not None:
         if isinstance(network_interfaces, str):
             network_interfaces = [nic for nic in network_interfaces.split(",") if nic]
+        if not isinstance(network_interfaces, (list, tuple)) or not all(isinstance(n, str) and n
+                                                                          for n in network_interfaces):
+            raise ValueError(f"network_interfaces must be a list of interface names, got {network_interfaces!r}")
         flags += ["--network-interfaces", ",".join(network_interfaces)]
 
     worker_env = dict(os.environ if env is None else env)
@@ -149,7 +164,7 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     _prepend_package_path(worker_env)
 
     hvdrun = _find_hvdrun()
-    python = executable or sys.executable
+    python = _path(executable, "executable") if executable else sys.executable
     if not python:
         raise ValueError("executable: no Python interpreter given and sys.executable is empty")
 
@@ -159,8 +174,12 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
         raise ValueError(f"hvd.run: func, args and kwargs must be picklable to reach the ranks: "
                          f"{type(e).__name__}: {e}") from e
     payload = pickle.dumps({"sys_path": list(sys.path), "func": pickled})
-    work_dir = tempfile.mkdtemp(prefix="hvd-run-", dir=os.environ.get("HVD_RUN_TMPDIR") or None)
+    root = os.environ.get("HVD_RUN_TMPDIR") or tempfile.gettempdir()
+    _remove_orphans(root)
+    work_dir = tempfile.mkdtemp(prefix=_WORK_PREFIX, dir=root)
     try:
+        with open(os.path.join(work_dir, _DRIVER_FILE), "w") as f:
+            f.write(_process_identity(os.getpid()))
         func_file = os.path.join(work_dir, "func.pkl")
         result_dir = os.path.join(work_dir, "results")
         os.mkdir(result_dir)
@@ -171,6 +190,49 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
         return _collect(result_dir, num_proc, status)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
+
+
+_WORK_PREFIX = "hvd-run-"
+_DRIVER_FILE = "driver"  # in a work folder: "PID START" of the driver that made it
+
+
+def _process_identity(pid):
+    """ "PID START" (START: the process's start time in clock ticks since boot, so that a reused pid does not
+    pass for it); "" when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return f"{pid} {fields[19]}"
+    except (OSError, IndexError):
+        return ""
+
+
+def _remove_orphans(root):
+    """Removes the work folders in root whose driver is gone: one killed with SIGKILL or SIGTERM cannot remove its
+    own (its hvdrun and ranks stop with it: they get a parent-death signal)."""
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return
+    for name in entries:
+        if not name.startswith(_WORK_PREFIX):
+            continue
+        folder = os.path.join(root, name)
+        try:
+            with open(os.path.join(folder, _DRIVER_FILE)) as f:
+                driver = f.read().strip()
+        except OSError:
+            continue  # not ours, or a driver that has not written it yet
+        pid = driver.split(" ", 1)[0]
+        if not pid.isdigit() or _process_identity(int(pid)) != driver:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _path(value, name):
+    """value as a str path; ValueError naming the argument when it is not one."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a path, got {value!r}")
+    return os.fspath(value)
 
 
 def _positive(value, name):
@@ -236,9 +298,10 @@ def _forward(stream, target):
 
 def _run_job(cmd, env):
     """Runs hvdrun to completion, forwarding its output; returns its exit status. On KeyboardInterrupt (or
-    any exception while waiting) hvdrun gets SIGTERM, which it passes on to every rank, then SIGKILL."""
+    any exception while waiting) hvdrun gets SIGTERM, which it passes on to every rank, then SIGKILL; so it does
+    when this process dies (a parent-death signal: this thread waits for hvdrun, so it outlives it)."""
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, preexec_fn=death_signal.preexec_fn())
     threads = [threading.Thread(target=_forward, args=(proc.stdout, "stdout"), daemon=True),
                threading.Thread(target=_forward, args=(proc.stderr, "stderr"), daemon=True)]
     for t in threads:

@@ -31,6 +31,10 @@ from test_executor import children
     (dict(num_workers=2, env={"A": 1}), TypeError, "'A': 1"),
     (dict(num_workers=2, reset_limit=3), ValueError, "reset_limit=3"),
     (dict(num_workers=2, engine=object()), TypeError, "engine must be"),
+    (dict(num_workers=1, output="/nonexistent/dir/x.log"), ValueError,
+     "output='/nonexistent/dir/x.log': the folder /nonexistent/dir does not exist"),
+    (dict(num_workers=1, output="/tmp"), ValueError, "output='/tmp': /tmp is a directory"),
+    (dict(num_workers=1, executable=5), TypeError, "executable must be the path of a Python interpreter, got int"),
     (dict(), ValueError, "num_workers=None"),
 ])
 def test_bad_arguments_fail_before_anything_starts(kwargs, error, text, monkeypatch):
@@ -59,6 +63,10 @@ def test_bad_hostfile_and_settings(tmp_path):
         Executor.create_settings(ssh_str="-----BEGIN OPENSSH PRIVATE KEY-----")
     with pytest.raises(ValueError, match="timeout_s must be a number >= 1, got -1"):
         ExecutorSettings(timeout_s=-1)
+    with pytest.raises(ValueError, match=r"start_timeout_s=inf is more than 1e\+09 \(about 31 years"):
+        ExecutorSettings(start_timeout_s=float("inf"))
+    with pytest.raises(ValueError, match=r"elastic_timeout=1e\+30 is more than 1e\+09"):
+        Executor(min_workers=1, hosts="localhost:2", elastic_timeout=1e30)
     with pytest.raises(ValueError, match="ssh_port must be a port number"):
         ExecutorSettings(ssh_port=70000)
     with pytest.raises(ValueError, match="nics must be"):

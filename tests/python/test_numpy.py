@@ -153,6 +153,11 @@ expect_error(HorovodInternalError, "Reducescatter currently only supports AVERAG
              hvd.reducescatter, np.ones(4), op=hvd.Max)
 expect_error(NotImplementedError, "Adasum", hvd.allreduce, np.ones(4), op=hvd.Adasum)
 expect_error(ValueError, "unknown reduce operation 'sum'", hvd.allreduce, np.ones(4), op="sum")
+expect_error(ValueError, "unknown reduce operation 1.0", hvd.allreduce, np.ones(4), op=1.0)
+expect_error(ValueError, "unknown reduce operation array([1, 1])", hvd.allreduce, np.ones(4), op=np.array([1, 1]))
+expect_error(ValueError, "process_set must be a ProcessSet (hvd.global_process_set, or one passed to hvd.init or "
+             "hvd.add_process_set), got 5", hvd.allreduce, np.ones(4), process_set=5)
+expect_error(ValueError, "process_set must be a ProcessSet", hvd.barrier, process_set="global")
 expect_error(ValueError, "root_rank must be an int", hvd.broadcast, np.ones(4), root_rank="0")
 expect_error(ValueError, "Handle 12345 was not created", hvd.poll, 12345)
 assert hvd.synchronize(12345) is None

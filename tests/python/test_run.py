@@ -1,6 +1,7 @@
 """hvd.run (horovod.run): a Python function on N ranks through hvdrun, results in rank order."""
 
 import os
+import re
 import warnings
 
 import numpy as np
@@ -144,11 +145,22 @@ def test_unpicklable_result_and_exit():
     ({"args": 5}, "args must be a tuple or list, got int"),
     ({"kwargs": [1]}, "kwargs must be a dict, got list"),
     ({"start_timeout": -1}, "start_timeout must be a positive int, got -1"),
+    ({"kwargs": {1: 2}}, "kwargs must be a dict with str keys, got 1"),
+    ({"hostfile": "/nonexistent/hosts"}, "hostfile='/nonexistent/hosts' cannot be read"),
+    ({"hostfile": 5}, "hostfile must be a path, got 5"),
+    ({"num_proc": 2, "hosts": "localhost:1"}, "num_proc=2 is more than the 1 slot(s) of hosts='localhost:1'"),
+    ({"hosts": "localhost:0"}, "hosts='localhost:0': 'localhost:0' is not 'host' or 'host:slots'"),
+    ({"hosts": "local host:1"}, "'local host:1' is not 'host' or 'host:slots'"),
+    ({"hosts": ","}, "hosts=',': '' is not"),
+    ({"ssh_identity_file": 5}, "ssh_identity_file must be a path, got 5"),
+    ({"output_filename": 5}, "output_filename must be a path, got 5"),
+    ({"executable": 5}, "executable must be a path, got 5"),
+    ({"network_interfaces": [1, 2]}, "network_interfaces must be a list of interface names, got [1, 2]"),
 ])
 def test_bad_arguments(kwargs, text):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        with pytest.raises(ValueError, match=text.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(ValueError, match=re.escape(text)):
             hvd.run(len, **kwargs)
 
 
@@ -175,3 +187,61 @@ def test_finds_hvdrun_next_to_the_package():
     assert os.path.basename(found) == "hvdrun" and os.access(found, os.X_OK)
     if build:
         assert os.path.samefile(found, os.path.join(build, "hvdrun"))
+
+
+def test_a_driver_killed_with_sigkill_leaves_no_job_running(tmp_path):
+    """hvdrun gets a parent-death signal: killing the driver (which cannot clean up) stops hvdrun, which stops its
+    ranks, as Executor's hvdrun does."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = f"hvd_run_killed_{os.getpid()}_{time.monotonic_ns()}"
+    script = tmp_path / "driver.py"
+    script.write_text("import sys, time, hvd\n"
+                      f"hvd.run(lambda tag: time.sleep(60), args=({marker!r},), num_proc=2)\n")
+    env = dict(os.environ, HVD_RUN_TMPDIR=str(tmp_path), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    driver = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        job = []
+        while time.monotonic() < deadline and len(job) < 3:  # hvdrun and its two ranks, named by their func.pkl
+            job = [pid for pid in pids() if pid != driver.pid and str(tmp_path) in cmdline(pid)]
+            time.sleep(0.1)
+        assert len(job) >= 3, f"the job did not start: {job}"
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and [pid for pid in job if cmdline(pid)]:
+            time.sleep(0.1)
+        assert not [pid for pid in job if cmdline(pid)], [cmdline(pid) for pid in job if cmdline(pid)]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def test_the_work_folder_of_a_killed_driver_is_removed_by_the_next_run(run_dir):
+    """A driver killed with SIGKILL or SIGTERM cannot remove its work folder; the next hvd.run removes the folders
+    whose driver is gone, and leaves the others."""
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = run_dir / "hvd-run-stale000"
+    stale.mkdir()
+    (stale / "driver").write_text(hvd.runner._process_identity(gone.pid) or f"{gone.pid} 1")
+    (stale / "func.pkl").write_bytes(b"x")
+    reused = run_dir / "hvd-run-reused00"  # this process's pid with another start time: a reused pid
+    reused.mkdir()
+    (reused / "driver").write_text(f"{os.getpid()} 1")
+    alive = run_dir / "hvd-run-alive000"
+    alive.mkdir()
+    (alive / "driver").write_text(hvd.runner._process_identity(os.getpid()))
+    other = run_dir / "hvd-run-nodriver"
+    other.mkdir()
+    assert hvd.run(lambda: 7, num_proc=1) == [7]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["hvd-run-alive000", "hvd-run-nodriver"]

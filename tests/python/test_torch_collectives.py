@@ -356,6 +356,12 @@ expect(ValueError, "Tensor type torch.ComplexFloatTensor is not supported.", hvd
 expect(NotImplementedError, "Adasum", hvd.allreduce_async_, torch.ones(2), op=hvd.Adasum)
 expect(ValueError, "has not been registered", hvd.allreduce_async_, torch.ones(2),
        process_set=hvd.ProcessSet([0]))
+expect(ValueError, "process_set must be a ProcessSet", hvd.allreduce_async_, torch.ones(2), process_set=0)
+expect(ValueError, "process_set must be a ProcessSet", hvd.allreduce, torch.ones(2), process_set=5)
+expect(ValueError, "unknown reduce operation 1.0", hvd.allreduce_async_, torch.ones(2), op=1.0)
+expect(ValueError, "unknown reduce operation 1.0", hvd.allreduce, torch.ones(2), op=1.0)
+expect(ValueError, "name must be a str or None, got 3", hvd.allreduce_async_, torch.ones(2), name=3)
+expect(ValueError, "name must be a str or None, got 3", hvd.allreduce, torch.ones(2), name=3)
 expect(ValueError, "expected a torch.Tensor", hvd.allreduce, [1.0, 2.0])
 assert hvd.synchronize(123456) is None
 expect(ValueError, "Handle 123456 was not created or has been cleared.", hvd.poll, 123456)

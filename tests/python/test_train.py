@@ -510,6 +510,8 @@ def no_args():
     (lambda p: ScalingConfig(num_workers=0), ValueError, "0"),
     (lambda p: ScalingConfig(num_workers=2, resources_per_worker={"TPU": 1}), ValueError, "TPU"),
     (lambda p: RunConfig(name="a/b"), ValueError, "a/b"),
+    (lambda p: RunConfig(storage_path="/etc/hostname"), ValueError,
+     "RunConfig.storage_path='/etc/hostname' is a file, not a folder"),
     (lambda p: Trainer(two_args), ValueError, "two_args"),
     (lambda p: Trainer(no_args, train_loop_config=[1]), TypeError, "list"),
     (lambda p: Trainer(no_args, resume_from_checkpoint=str(p)), TypeError, "str"),
@@ -542,6 +544,21 @@ def test_bad_report_fails_the_run(tmp_path):
                 run_config=RunConfig(storage_path=str(tmp_path), name="bad")).fit()
     assert "metrics must be a dict, got list" in str(info.value), str(info.value)
     assert type(info.value.__cause__).__name__ == "WorkerError"
+
+
+def odd_metrics_loop(config):
+    train.report({"pair": {(1, 2): 3}, "kinds": {"a"}, "loss": 0.5})
+
+
+def test_metrics_that_json_cannot_hold_are_written_as_their_repr(tmp_path):
+    """A metric is any picklable value (as in Ray Train); the run's files hold what JSON cannot as its repr."""
+    result = Trainer(odd_metrics_loop, scaling_config=ScalingConfig(num_workers=1),
+                     run_config=RunConfig(storage_path=str(tmp_path), name="odd")).fit()
+    assert result.error is None
+    assert result.metrics["pair"] == {(1, 2): 3} and result.metrics["kinds"] == {"a"}
+    row = json.loads((tmp_path / "odd" / "progress.jsonl").read_text())
+    assert row["pair"] == {"(1, 2)": 3} and row["kinds"] == "{'a'}" and row["loss"] == 0.5, row
+    assert json.loads((tmp_path / "odd" / "result.json").read_text())["metrics"]["pair"] == {"(1, 2)": 3}
 
 
 # ----------------------------------------------------------------------------------------------- Dask

@@ -219,6 +219,11 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path):
         (dict(workers_per_trial=3, nodes_per_trial=2), ValueError, r"workers_per_trial=3 is not a multiple of "
                                                                   r"nodes_per_trial=2"),
         (dict(hosts="localhost:4", client=object()), ValueError, r"pass at most one of them"),
+        (dict(settings=5), TypeError, r"settings must be an hvd.executor.ExecutorSettings, got int"),
+        (dict(env={"A": 1}), TypeError, r"env must map str to str, got 'A': 1"),
+        (dict(gpus_per_worker=1), ValueError, r"gpus_per_worker=1 without use_gpu=True"),
+        (dict(storage="nope"), ValueError, r"storage='nope': "),
+        (dict(storage_path=5), TypeError, r"storage_path must be a folder's path, got int"),
     ]
     for extra, error, pattern in cases:
         kwargs = dict(base, **extra)
@@ -269,6 +274,11 @@ def test_get_best_checkpoint_is_the_best_trials_best_checkpoint(tmp_path):
     analysis = tune.run(with_checkpoints, {"base": tune.grid_search([0.0, 10.0])}, metric="loss", mode="min",
                         workers_per_trial=2, hosts="localhost:4", storage_path=str(tmp_path), name="ckpt")
     assert analysis.best_config == {"base": 0.0}
+    assert repr(analysis) == "Analysis(2 trials, metric='loss', mode='min', best_config={'base': 0.0})"
+    # Without a metric there is no best config, and the repr says what there is instead of raising.
+    from hvd.tune.analysis import Analysis
+    assert repr(Analysis(analysis.trials, None, "min", analysis.experiment_path)) == \
+        "Analysis(2 trials, metric=None, mode='min')"
     best = analysis.get_best_checkpoint()
     assert best is not None and open(os.path.join(best.path, "epoch.txt")).read() == "1"
     assert best.path.startswith(analysis.best_logdir)

@@ -1,6 +1,9 @@
 """What every framework module (hvd.torch, hvd.numpy) passes to libhvd: the reduce operations, with
 Horovod's values (exported by those modules), libhvd's operation codes (hvd._core.OPS), dtype_code() (a
-value's libhvd dtype, or the ValueError) and enqueue() (hvd._core.enqueue with Horovod's error before init)."""
+value's libhvd dtype, or the ValueError), reduce_op() and operation_name() (the checks of those arguments) and
+enqueue() (hvd._core.enqueue with Horovod's error before init)."""
+
+import numbers
 
 from hvd import _core
 from hvd.common.basics import _NOT_INITIALIZED
@@ -38,6 +41,27 @@ def dtype_code(value, kind, dtypes, unsupported, what=None):
     if code is None:
         raise ValueError(prefix + unsupported(value))
     return code
+
+
+def reduce_op(op):
+    """op as libhvd takes it. ValueError naming op unless it is one of the operations above (an int: 1.0 or an
+    array is not one); NotImplementedError for Adasum."""
+    if isinstance(op, bool) or not isinstance(op, numbers.Integral) or op not in (Average, Sum, Adasum, Min, Max,
+                                                                                      Product):
+        raise ValueError(f"unknown reduce operation {op!r}: use Average, Sum, Min, Max or Product")
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by hvd: use Average or Sum")
+    return int(op)
+
+
+def operation_name(op, name):
+    """The name libhvd gets for a user's `name` of an `op` ("allreduce.grad"), None for None; ValueError naming
+    a name that is not a str (Horovod fails on it with an AttributeError)."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a str or None, got {name!r}")
+    return f"{op}.{name}"
 
 
 def enqueue(*args):

@@ -123,7 +123,10 @@ def remove_process_set(process_set):
 
 
 def _id_of(process_set):
-    """The id to pass to libhvd; ValueError for an unregistered set."""
+    """The id to pass to libhvd; ValueError for what is not a ProcessSet or one that is not registered."""
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError(f"process_set must be a ProcessSet (hvd.global_process_set, or one passed to hvd.init or "
+                         f"hvd.add_process_set), got {process_set!r}")
     ps_id = process_set.process_set_id
     if ps_id is None:
         raise ValueError(f"{process_set} has not been registered: pass it to hvd.init(process_sets=...) "

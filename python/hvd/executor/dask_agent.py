@@ -31,11 +31,11 @@ import sys
 import threading
 import time
 
+from hvd.common import death_signal
 from hvd.executor.dask_engine import _hosted, _hosted_lock, resource_shortfall
 
 # A claim whose task has not started within this time is void (its agent died between the two steps).
 CLAIM_TTL_S = 120.0
-_PR_SET_PDEATHSIG = 1
 
 
 # ----------------------------------------------------------------------------------------------- worker side
@@ -59,11 +59,6 @@ def _release(executor: str, name: str, dask_worker=None) -> None:
             _hosted.clear()
 
 
-def _death_signal():
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
 def _serve_proxy(argv: list, variables: dict, executor: str, name: str) -> int:
     """The task: runs hvd-proxy in this Dask worker process (claimed by _claim) until it ends; its exit status."""
     with _hosted_lock:
@@ -75,7 +70,7 @@ def _serve_proxy(argv: list, variables: dict, executor: str, name: str) -> int:
         env.update(variables)
         # This thread waits for the proxy as long as it runs, so the parent-death signal (which fires when the
         # thread that forked it ends) fires only when this process ends: then the proxy stops its rank.
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=_death_signal,
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=death_signal.preexec_fn(),
                                 start_new_session=True)
         return proc.wait()
     finally:

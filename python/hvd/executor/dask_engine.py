@@ -57,7 +57,8 @@ import types
 import uuid
 import warnings
 
-from hvd.executor.engine import Engine, _parent_pid, _prctl, _set_parent_death_signal
+from hvd.common import death_signal
+from hvd.executor.engine import Engine
 from hvd.executor.errors import ExecutorError
 from hvd.runner import _PACKAGE_PARENT, _find_hvdrun, _uses_compat
 
@@ -494,11 +495,9 @@ class DaskEngine(Engine):
         return int(line[len(prefix):].strip().rsplit(":", 1)[1]), token
 
     def _supervise_daemon(self, cmd, first_line, started):
-        _parent_pid[0] = os.getpid()
         try:
             self._daemon = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT,
-                                            preexec_fn=_set_parent_death_signal if _prctl else None)
+                                            stderr=subprocess.STDOUT, preexec_fn=death_signal.preexec_fn())
         except OSError as e:
             first_line.append(f"{type(e).__name__}: {e}")
             started.set()

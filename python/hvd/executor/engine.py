@@ -27,7 +27,6 @@ before anything starts. start() raises ExecutorError when hvdrun cannot be start
 """
 
 import collections
-import ctypes
 import os
 import re
 import signal
@@ -36,13 +35,13 @@ import sys
 import threading
 
 from hvd import runner
+from hvd.common import death_signal
 from hvd.executor import protocol
 from hvd.executor.errors import ExecutorError
 
 # hvdrun's --start-timeout, in seconds: about 31 years, "never" for a persistent job.
 _NO_START_TIMEOUT = 10 ** 9
 _STOP_KILL_AFTER_S = 5.0
-_PR_SET_PDEATHSIG = 1
 _HOST_ITEM = re.compile(r"^((?:[\w.-]+@)?(?:\[[0-9A-Fa-f:.%\w]+\]|[\w.-]+))(?::(\d+))?$")
 
 
@@ -124,19 +123,6 @@ def parse_hostfile(hostfile) -> "list[tuple[str, int]]":
     return list(slots.items())
 
 
-def _set_parent_death_signal():
-    """preexec_fn of hvdrun: SIGTERM when the thread that started it (the supervisor thread, which lives as long
-    as the driver process) ends; hvdrun then stops its ranks."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != _parent_pid[0]:
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-except (OSError, AttributeError):  # pragma: no cover
-    _prctl = None
-_parent_pid = [os.getpid()]
 
 
 _LAUNCHERS = ("auto", "local", "ssh", "slurm")
@@ -240,7 +226,15 @@ class HvdrunEngine(Engine):
         if output is not None and not isinstance(output, (str, os.PathLike)):
             raise TypeError(f"output must be a file path, got {type(output).__name__}")
         self._output = os.fspath(output) if output is not None else None
-        self._python = executable or sys.executable
+        if self._output is not None:
+            folder = os.path.dirname(os.path.abspath(self._output))
+            if os.path.isdir(self._output):
+                raise ValueError(f"output={self._output!r}: {self._output} is a directory")
+            if not os.path.isdir(folder):
+                raise ValueError(f"output={self._output!r}: the folder {folder} does not exist")
+        if executable is not None and not isinstance(executable, (str, os.PathLike)):
+            raise TypeError(f"executable must be the path of a Python interpreter, got {type(executable).__name__}")
+        self._python = os.fspath(executable) if executable else sys.executable
         if not self._python:
             raise ValueError("executable: no Python interpreter given and sys.executable is empty")
         self.num_workers = num_workers
@@ -328,20 +322,22 @@ class HvdrunEngine(Engine):
             raise ExecutorError(f"cannot start hvdrun ({cmd[0]}): {self._spawn_error}")
 
     def _supervise(self, cmd, worker_env):
-        _parent_pid[0] = os.getpid()
         try:
+            # The output file first: one that cannot be opened fails the start, before there is a job to stop.
+            out, err = "stdout", "stderr"
+            if self._output is not None:
+                out = err = self._output_file = _LockedFile(self._output)
+            # SIGTERM to hvdrun when this supervisor thread, which lives as long as the driver, ends: hvdrun then
+            # stops its ranks.
             self._proc = subprocess.Popen(cmd, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE,
-                                          preexec_fn=_set_parent_death_signal if _prctl else None)
-        except OSError as e:
-            self._spawn_error = f"{type(e).__name__}: {e}"
+                                          stderr=subprocess.PIPE, preexec_fn=death_signal.preexec_fn())
+        except Exception as e:  # start() waits for _started: whatever went wrong is its error, at once
+            where = f"output={self._output!r}: " if self._output is not None and self._output_file is None else ""
+            self._spawn_error = f"{where}{type(e).__name__}: {e}"
             self._status = f"hvdrun could not be started: {self._spawn_error}"
             self._started.set()
             self._done.set()
             return
-        out, err = "stdout", "stderr"
-        if self._output is not None:
-            out = err = self._output_file = _LockedFile(self._output)
         self._forwarders = [
             threading.Thread(target=runner._forward, args=(self._proc.stdout, out), daemon=True,
                              name="hvd-executor-stdout"),

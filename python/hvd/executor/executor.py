@@ -43,7 +43,13 @@ def _number(value, name: str, minimum: float, *, integer: bool = False, allow_no
     if isinstance(value, bool) or not isinstance(value, kinds) or not value >= minimum:
         kind = "an int" if integer else "a number"
         raise ValueError(f"{name} must be {kind} >= {minimum:g}, got {value!r}")
+    # An infinite or astronomic timeout would fail only later, where it becomes an integer (OverflowError).
+    if value > _MAX_NUMBER:
+        raise ValueError(f"{name}={value!r} is more than {_MAX_NUMBER:g} (about 31 years: use that for never)")
     return value
+
+
+_MAX_NUMBER = 10 ** 9  # seconds: about 31 years, hvdrun's "never"
 
 
 @dataclasses.dataclass

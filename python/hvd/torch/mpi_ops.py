@@ -79,8 +79,7 @@ def _contiguous(tensor):
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
-def _name(op, name):
-    return None if name is None else f"{op}.{name}"
+_name = _ops.operation_name
 
 
 _process_set_id = _process_sets._id_of
@@ -102,12 +101,7 @@ def handle_average_backwards_compatibility(op, average):
     return Average
 
 
-def _reduce_op(op):
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by hvd: use Average or Sum")
-    if op not in (Average, Sum, Min, Max, Product):
-        raise ValueError(f"unknown reduce operation {op!r}: use Average, Sum, Min, Max or Product")
-    return op
+_reduce_op = _ops.reduce_op
 
 
 def _returns_output(output):
@@ -169,10 +163,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Starts an in-place allreduce; synchronize() returns tensor itself."""
     # Fast path, for what every training step submits (a plain contiguous CPU tensor of a known dtype):
     # the same checks as the general path, inlined, and one call into libhvd.
-    if average is None and type(tensor) is torch.Tensor:
+    if average is None and type(tensor) is torch.Tensor and (name is None or type(name) is str):
         code = _DTYPES.get(tensor.dtype)
-        reduce_op = _FAST_OPS.get(op)
-        ps_id = process_set.process_set_id
+        reduce_op = _FAST_OPS.get(op) if op is None or type(op) is int else None
+        ps_id = getattr(process_set, "process_set_id", None)
         if (code is not None and reduce_op is not None and ps_id is not None and tensor.is_cpu
                 and not tensor.is_sparse and tensor.is_contiguous()):
             ptr = tensor.data_ptr()

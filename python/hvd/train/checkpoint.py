@@ -195,6 +195,17 @@ def read_metrics(checkpoint: Checkpoint) -> Dict[str, Any]:
         return {}
 
 
+def json_keys(value: Any) -> Any:
+    """value with every dict key JSON can hold (a str, a number, a bool, None; json.dumps checks keys before it asks
+    to_json about values), any other key as its repr: a metric {(1, 2): 3} is written as {"(1, 2)": 3}."""
+    if isinstance(value, dict):
+        return {k if k is None or isinstance(k, (str, int, float, bool)) else repr(k): json_keys(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_keys(v) for v in value]
+    return value
+
+
 def to_json(value: Any) -> Any:
     """A JSON-friendly form of a metric value: NumPy and torch scalars become numbers, other unknown objects
     their repr."""
@@ -257,7 +268,7 @@ class CheckpointManager:
             _fsync_tree(temp)
             metrics_temp = self._temp_name("tmp_metrics", index) + ".json"
             with open(metrics_temp, "w", encoding="utf-8") as f:
-                json.dump(metrics, f, default=to_json)
+                json.dump(json_keys(metrics), f, default=to_json)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(metrics_temp, final + ".metrics.json")

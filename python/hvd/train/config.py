@@ -147,6 +147,9 @@ class RunConfig:
         if self.storage_path is not None and not isinstance(self.storage_path, (str, os.PathLike)):
             raise TypeError(f"RunConfig.storage_path must be a path, got {type(self.storage_path).__name__} "
                             f"{self.storage_path!r}")
+        if self.storage_path is not None and os.path.exists(os.path.expanduser(os.fspath(self.storage_path))) and \
+                not os.path.isdir(os.path.expanduser(os.fspath(self.storage_path))):
+            raise ValueError(f"RunConfig.storage_path={os.fspath(self.storage_path)!r} is a file, not a folder")
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         elif not isinstance(self.checkpoint_config, CheckpointConfig):

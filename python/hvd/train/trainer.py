@@ -38,7 +38,7 @@ try:
 except ImportError:  # pragma: no cover - python3-cloudpickle is a dependency
     import pickle as _pickler
 
-from hvd.train.checkpoint import Checkpoint, CheckpointManager, pack_directory, to_json
+from hvd.train.checkpoint import Checkpoint, CheckpointManager, json_keys, pack_directory, to_json
 from hvd.train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from hvd.train.dataset import prepare_datasets
 from hvd.train.session import run_training, takes_config
@@ -134,7 +134,7 @@ class _Recorder:
                     row["checkpoint_dir_name"] = os.path.basename(checkpoint.path)
                 self.history.append(row)
                 with open(os.path.join(self.run_dir, "progress.jsonl"), "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row, default=to_json) + "\n")
+                    f.write(json.dumps(json_keys(row), default=to_json) + "\n")
             except BaseException as e:  # raised by fit() once the attempt ends
                 self.error = e
 
@@ -268,7 +268,7 @@ class Trainer:
                    "error": str(result.error) if result.error is not None else None}
         temp = os.path.join(run_dir, f".result.json.{os.getpid()}")
         with open(temp, "w", encoding="utf-8") as f:
-            json.dump(summary, f, default=to_json, indent=1)
+            json.dump(json_keys(summary), f, default=to_json, indent=1)
         os.replace(temp, os.path.join(run_dir, "result.json"))
 
 

@@ -116,5 +116,9 @@ class Analysis:
         return {t.trial_id: pandas.DataFrame(t.history) for t in self.trials}
 
     def __repr__(self) -> str:
-        return (f"Analysis({len(self.trials)} trials, metric={self.metric!r}, mode={self.mode!r}, "
-                f"best_config={self.best_config!r})")
+        # Never raises (a REPL, a log line): without a metric or a finished trial there is no best config to show.
+        try:
+            best = f", best_config={self.best_config!r}"
+        except ValueError:
+            best = ""
+        return f"Analysis({len(self.trials)} trials, metric={self.metric!r}, mode={self.mode!r}{best})"

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from hvd.train.checkpoint import CheckpointManager, pack_directory, to_json
+from hvd.train.checkpoint import CheckpointManager, json_keys, pack_directory, to_json
 from hvd.train.config import CheckpointConfig
 from hvd.train.session import run_training
 from hvd.train.trainer import _Recorder
@@ -161,7 +161,7 @@ class TrialRunner:
         self._stopping = False
         os.makedirs(trial.directory, exist_ok=True)
         with open(os.path.join(trial.directory, "params.json"), "w", encoding="utf-8") as f:
-            json.dump(trial.config, f, default=to_json, indent=1)
+            json.dump(json_keys(trial.config), f, default=to_json, indent=1)
         trial.manager = CheckpointManager(trial.directory, settings.checkpoint_config)
         self._recorder = _Recorder(trial.directory, trial.manager)
         self._thread = threading.Thread(target=self._run, name=f"hvd-tune-trial-{trial.trial_id}", daemon=True)

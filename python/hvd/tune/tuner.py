@@ -32,6 +32,7 @@ import json
 import os
 import queue
 import random
+import shutil
 import sys
 import threading
 import time
@@ -166,6 +167,8 @@ class _Search:
 
 
 def _experiment(name: Optional[str], storage_path) -> "tuple[str, str]":
+    if storage_path is not None and not isinstance(storage_path, (str, os.PathLike)):
+        raise TypeError(f"storage_path must be a folder's path, got {type(storage_path).__name__}")
     base = os.path.abspath(os.path.expanduser(os.fspath(storage_path or DEFAULT_STORAGE_PATH)))
     if name is None:
         name = f"tune_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
@@ -208,11 +211,14 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     import optuna
 
     from hvd.executor import Executor, ExecutorSettings
+    from hvd.executor.engine import check_env
     from hvd.run_task import _pickler
     from hvd.train.config import CheckpointConfig
     from hvd.train.session import takes_config
 
     # ---- arguments, all checked before anything runs
+    if settings is not None and not isinstance(settings, ExecutorSettings):
+        raise TypeError(f"settings must be an hvd.executor.ExecutorSettings, got {type(settings).__name__}")
     if isinstance(train_fn, DistributedTrainable):
         # Ray Tune's form: the trainable says how big a trial's job is.
         workers_per_trial, nodes_per_trial = train_fn.workers, train_fn.nodes
@@ -244,6 +250,9 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     seed = random.SystemRandom().randrange(2 ** 31) if seed is None else _check_int(seed, "seed", 0)
     kind, sampler = _sampler(search_alg, seed, metric)
     pruner = _pruner(scheduler, metric)
+    if gpus_per_worker is not None and not use_gpu:
+        raise ValueError(f"gpus_per_worker={gpus_per_worker!r} without use_gpu=True")
+    check_env(env)
     gpus = (gpus_per_worker or 0) if use_gpu else 0
     pool = _make_pool(hosts, hostfile, client, cpus_per_worker, gpus)
     per_rank = 1 if pool.kind == "dask" else pools.slots_per_rank(cpus_per_worker)
@@ -263,6 +272,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         raise TypeError(f"storage must be an Optuna storage URL (str), got {type(storage).__name__}")
     if os.path.exists(experiment_dir) and not resume and storage is None:
         raise ValueError(f"the experiment {experiment_dir} exists: pass resume=True to continue it, or another name")
+    made_dir = not os.path.exists(experiment_dir)
     os.makedirs(experiment_dir, exist_ok=True)
     url = storage or f"sqlite:///{os.path.join(experiment_dir, 'study.db')}"
     checkpoint_config = CheckpointConfig(num_to_keep=num_to_keep)
@@ -270,16 +280,22 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     # ---- the study: created and planned by the first driver
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     direction = "minimize" if mode == "min" else "maximize"
-    storage_obj = _open_storage(url)
     try:
-        study = optuna.create_study(study_name=name, storage=storage_obj, sampler=sampler, pruner=pruner,
-                                    direction=direction)
-        created = True
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage_obj, sampler=sampler, pruner=pruner)
-        created = False
-    except Exception as e:
-        raise ValueError(f"storage={url!r}: {type(e).__name__}: {e}") from None
+        storage_obj = _open_storage(url)
+        try:
+            study = optuna.create_study(study_name=name, storage=storage_obj, sampler=sampler, pruner=pruner,
+                                        direction=direction)
+            created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=name, storage=storage_obj, sampler=sampler, pruner=pruner)
+            created = False
+        except Exception as e:
+            raise ValueError(f"storage={url!r}: {type(e).__name__}: {e}") from None
+    except BaseException:
+        # Nothing was run: a corrected call must not find an experiment to resume.
+        if made_dir:
+            shutil.rmtree(experiment_dir, ignore_errors=True)
+        raise
     if created:
         study.set_user_attr("seed", seed)
         study.set_user_attr("trials", len(specs))
@@ -306,8 +322,6 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     events: "queue.SimpleQueue" = queue.SimpleQueue()
     base_env = env
 
-    if settings is not None and not isinstance(settings, ExecutorSettings):
-        raise TypeError(f"settings must be an hvd.executor.ExecutorSettings, got {type(settings).__name__}")
     # A trial is one job: when one rank fails, the others are not waited for.
     trial_settings = dataclasses.replace(settings or ExecutorSettings(), failure_grace_s=0)
 
