@@ -710,7 +710,8 @@ def shm_md(data):
     if not any(k.startswith("shm.") for k in data["summary"]):
         return L + (section_absent(data, "shm", "shm:hvd") or ["No shared-memory figures in this run.", ""])
     np4 = data["params"].get("shm_np4", 4)
-    it = data["params"]["allreduce_iters"]
+    # Runs before the np=2 shm figures had counts of their own took the allreduce section's.
+    it = data["params"].get("shm_np2_iters", data["params"]["allreduce_iters"])
     owners = {"hvd": ["shm:hvd", "hvdrun"], "hvd_tcp": ["shm:hvd_tcp", "hvdrun"], "openmpi": ["openmpi"],
               "mpich": ["mpich"]}
 
@@ -761,7 +762,14 @@ def shm_md(data):
           "`hvd_allgather_async` / `hvd_broadcast_async` / `hvd_alltoall_async` / `hvd_reducescatter_async`, then "
           "`hvd_wait`, and `hvd_result` + `hvd_release` where libhvd keeps the result (inside the timed iteration: "
           "what a caller does to get it); MPI: `MPI_Allgather`, `MPI_Bcast`, `MPI_Alltoall`, "
-          "`MPI_Reduce_scatter_block`. Same iterations per size as above.", ""]
+          "`MPI_Reduce_scatter_block`. Iterations per size: "
+          + ", ".join(f"{size_label(k)} {v}" for k, v in sorted(it.items(), key=lambda x: int(x[0]))
+                      if any(k2.startswith("shm.np2.") and k2.split(".")[3] == k and k2.split(".")[2] in SHM_COLLECTIVES
+                             for k2 in data["summary"]))
+          + (". Small messages run longest: now and then the scheduler puts both ranks' polling threads on one "
+             "CPU for 20-45 ms, which makes a 4 KiB operation 10-20x slower while it lasts, and a run of a few "
+             "milliseconds could be all inside one such episode." if "shm_np2_iters" in data["params"] else "."),
+          ""]
     if rows:
         L += [table(["operation"] + [name(s) for s in subs] + [f"hvd ÷ {name(s)}" for s in subs if s != "hvd"]
                     + ["hvd ÷ the faster MPI"], rows), ""]
