@@ -40,6 +40,14 @@ void Runtime::Impl::run() {
     }
   }
   endProgress();
+  if (agreement_) {
+    log(LogLevel::kDebug, detail::concat("response cache hits agreed without the coordinator: ",
+                                         agreed_.load(), " (", refused_.load(), " announcements refused)"));
+  }
+  if (coordinator_ && options_.size > 1) {
+    log(LogLevel::kDebug, detail::concat("coordinator: ", coordinator_->answeredByHits(),
+                                         " names answered from the response cache, every member's a hit"));
+  }
   // After a normal end of the loop, before the orderly close: a peer leaving its last barrier first closes
   // its connections, and that is no loss.
   watcher_.reset();
@@ -181,15 +189,26 @@ bool Runtime::Impl::progress() {
   std::vector<std::vector<char>>& messages = messages_;
   std::vector<const Request*>& fresh = fresh_;
   fresh.clear();
+  // An open announcement (agreement.cc) holds everything else back until it settles, within the grace.
+  Settled settled = Settled::kAgreed;
+  if (announcing_ && (settled = settleAnnouncement(fresh)) == Settled::kOpen) return true;
   bool shutdown_requested = false;
   takeQueue(fresh, shutdown_requested);
+  if (agreement_) {
+    announceOrAnswer(fresh, shutdown_requested, settled != Settled::kRefused);
+    if (announcing_) return true;
+  }
   const auto waits_report = driving_ ? std::nullopt : dueWaitReport();
 
   if (coordinator_) {
     const auto now = Clock::now();
     for (const Request* q : fresh) addRequest(0, *q, now);
+    if (agreement_ && (!fresh.empty() || shutdown_requested)) showBusy(true);
     if (waits_report) coordinator_->setWaiting(0, *waits_report);
-    if (shutdown_requested) coordinator_->requestShutdown(0);
+    if (shutdown_requested) {
+      coordinator_->requestShutdown(0);
+      shutdown_sent_ = true;  // as a worker's once sent (agreement.cc reads it)
+    }
     for (size_t r = 1; r < worker_channels_.size(); ++r) {
       auto& channel = worker_channels_[r];
       messages.clear();
@@ -197,9 +216,7 @@ bool Runtime::Impl::progress() {
       for (const auto& m : messages) {
         RequestBatch batch = decodeRequestBatch(m);
         for (const auto& q : batch.requests) addRequest(static_cast<int>(r), q, now);
-        for (uint32_t id : batch.cached) {
-          addRequest(static_cast<int>(r), coordinator_->cachedRequest(id, static_cast<int>(r)), now);
-        }
+        for (uint32_t id : batch.cached) addCachedRequest(static_cast<int>(r), id, now);
         if (options_.log_level <= LogLevel::kTrace) {
           log(LogLevel::kTrace, detail::concat("rank ", r, ": ", batch.requests.size(), " requests, ",
                                                batch.cached.size(), " response cache hits"));
@@ -259,7 +276,7 @@ bool Runtime::Impl::progress() {
       }
     }
     for (const Request* q : fresh) {
-      auto hit = response_cache_.find(keyOf(*q));
+      auto hit = response_cache_.find(viewOf(*q));
       if (hit != response_cache_.end() && sameDescriptor(hit->second.second, *q)) {
         batch.cached.push_back(hit->second.first);
       } else {
@@ -269,6 +286,7 @@ bool Runtime::Impl::progress() {
     batch.shutdown = shutdown_requested && !shutdown_sent_;
     shutdown_sent_ = shutdown_sent_ || batch.shutdown;
     try {
+      if (agreement_ && (!batch.requests.empty() || !batch.cached.empty() || batch.shutdown)) showBusy(true);
       coordinator_channel_->send(encode(batch));
     } catch (const NetworkError& e) {
       throw PeerLostError(detail::concat("lost the connection to the coordinator (rank 0): ", e.what()));
@@ -305,6 +323,15 @@ void Runtime::Impl::awaitActivity(std::unique_lock<std::mutex>& lock) {
     background_.store(kAwake, std::memory_order_relaxed);
     takeProgress(lock);
     if (rv > 0) drainWake();
+    return;
+  }
+  if (announcing_) {
+    // It settles within the grace: look again at once, with the lock let go so that a caller that waits can
+    // run progress() itself (drive()), and the core yielded, as in the busy-poll window, to a thread of this
+    // rank that computes meanwhile (a backward pass submitting its gradients one by one).
+    lock.unlock();
+    ::sched_yield();
+    takeProgress(lock);
     return;
   }
   std::vector<pollfd>& fds = poll_fds_;
@@ -346,9 +373,11 @@ void Runtime::Impl::awaitActivity(std::unique_lock<std::mutex>& lock) {
       poll_errno = errno;
       if (rv == 0) ::sched_yield();
       takeProgress(lock);
-      if (loop_over_ || loop_error_ || drivers_.load(std::memory_order_relaxed) > 0) return;
+      // A caller that drove meanwhile may have left an announcement open: it settles only in progress().
+      if (loop_over_ || loop_error_ || announcing_ || drivers_.load(std::memory_order_relaxed) > 0) return;
     }
   }
+  if (announcing_) return;
   if (rv == 0) {
     int timeout_ms = -1;
     if (buffered) {
@@ -420,20 +449,22 @@ bool Runtime::Impl::execute(const ResponseList& list) {
 }
 
 Runtime::Impl::Entry* Runtime::Impl::find(int32_t set, const std::string& name) {
-  auto it = table_.find(Key{set, name});
+  auto it = table_.find(SetNameView(set, name));
   return it == table_.end() ? nullptr : &it->second;
 }
 
 void Runtime::Impl::complete(int32_t set, const std::string& name, std::exception_ptr error) {
-  auto it = table_.find(Key{set, name});
+  auto it = table_.find(SetNameView(set, name));
   if (it == table_.end()) return;
-  const Key key = it->first;  // name may live in the node erased below
   if (report_stats_ && !error) report_stats_->completed(it->second.request.type, it->second.request.bytes());
-  auto work = std::move(it->second.work);
-  table_.erase(it);
+  // Out of the table with its key (name may live in it): no copy of the name.
+  auto node = table_.extract(it);
+  auto work = std::move(node.mapped().work);
+  // Nothing of this rank's at the coordinator any more (agreement.cc); a shutdown asked for stays.
+  if (agreement_ && table_.empty() && !shutdown_sent_) showBusy(false);
   {
     std::lock_guard lock(mutex_);
-    names_in_flight_.erase(key);
+    names_in_flight_.erase(node.key());
   }
   work->finish(std::move(error));
 }

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
-#include <vector>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
 
 #include "hvd/hvd.h"
 #include "runtime/c_api.h"
@@ -61,7 +61,7 @@ struct Handle {
   std::shared_ptr<Work> work;
   bool keeps_result = false;
 };
-std::map<int, Handle> handles;
+std::unordered_map<int, Handle> handles;  // looked up, added and released once per operation
 int next_handle = 1;  // Horovod's handles start at 1 too
 
 std::shared_ptr<Runtime> current() {

@@ -43,7 +43,9 @@ void Runtime::Impl::execute(const Response& s) {
   if (s.type == OpType::kProcessSet) return executeProcessSet(s);
   auto comm = set_comms_.find(s.process_set);
   if (comm == set_comms_.end()) return;  // a set this rank is not a member of
-  if (!coordinator_) {
+  // Not for a response agreed without the coordinator (agreement.cc): this table mirrors what rank 0 keeps
+  // for this rank, which saw nothing of it.
+  if (!coordinator_ && !agreed_execution_) {
     for (size_t i = 0; i < s.cache_ids.size() && i < s.names.size(); ++i) {
       if (!s.cache_ids[i]) continue;
       if (Entry* e = find(s.process_set, s.names[i])) {
@@ -56,6 +58,7 @@ void Runtime::Impl::execute(const Response& s) {
       }
     }
   }
+  if (agreement_ && !agreed_execution_) rememberAlone(s);
   try {
     timelineStart(s);
     if (s.type == OpType::kAllreduce) {

@@ -49,29 +49,121 @@ void Coordinator::add(int rank, const Request& request, Clock::time_point now) {
       join_since_ = now;
       join_warned_ = false;
     }
+    // Names waiting only for this rank are ready now, with the joined ranks' zeros: the general path's work.
+    demoteHits(now, Clock::duration::zero());
     joined_.insert(rank);
     last_joined_ = rank;
-    // Names waiting only for this rank are ready now.
     for (auto& [key, p] : pending_) markReadyIfComplete(key, p);
     if (static_cast<int>(joined_.size()) == options_.size) {
       if (ready_.empty()) ready_since_ = now;
-      ready_.push_back({0, ""});  // "" = the join itself
+      ready_.push_back({0, {0, ""}});  // "" = the join itself
     }
     return;
   }
-  const Key key{request.process_set, request.name};
-  auto [it, inserted] = pending_.try_emplace(key);
+  uint32_t id = 0;
+  if (const auto c = cache_ids_.find(SetNameView(request.process_set, request.name)); c != cache_ids_.end()) {
+    id = c->second;
+    const auto& d = cache_[id - 1].descriptors;
+    const std::optional<Request>* cached = d.size() == 1 ? &d[0] : &d[static_cast<size_t>(rank)];
+    if (mayHit(id) && *cached && sameDescriptor(**cached, request)) return hit(rank, id, now);
+    // Submitted changed: the others' hits stand for their requests again, to be validated with this one.
+    if (cache_[id - 1].hits > 0) demote(id, now);
+  }
+  addPending(rank, {request.process_set, request.name}, id, request, now, now);
+}
+
+void Coordinator::addPending(int rank, Key key, uint32_t id, const Request& request, Clock::time_point now,
+                             Clock::time_point first_seen) {
+  last_add_ = now;
+  auto [it, inserted] = pending_.try_emplace(std::move(key));
   Pending& p = it->second;
   if (inserted) {
     p.by_rank.resize(options_.size);
-    p.first_seen = now;
+    p.first_seen = first_seen;
+    if (id) cache_[id - 1].in_pending = true;
   }
   HVD_INTERNAL_ASSERT(!p.by_rank[rank], "rank ", rank, " reported '", request.name, "' twice");
   p.by_rank[rank] = request;
   p.by_rank[rank]->input = nullptr;
   p.by_rank[rank]->output = nullptr;
   ++p.reported;
-  markReadyIfComplete(key, p);
+  markReadyIfComplete(it->first, p);
+}
+
+void Coordinator::addCached(int rank, uint32_t id, Clock::time_point now) {
+  const Request& request = cachedRequest(id, rank);  // checks id and rank
+  if (mayHit(id)) return hit(rank, id, now);
+  const Cached& c = cache_[id - 1];
+  if (c.hits > 0) demote(id, now);  // counted before its process set was removed
+  addPending(rank, c.key, id, request, now, now);
+}
+
+bool Coordinator::mayHit(uint32_t id) const {
+  const Cached& c = cache_[id - 1];
+  // An unknown (removed) set is answered by validate()'s error on the general path.
+  return options_.count_hits && c.may_hit && !c.in_pending && joined_.empty() &&
+         (c.key.first == 0 || sets_.count(c.key.first));
+}
+
+void Coordinator::hit(int rank, uint32_t id, Clock::time_point now) {
+  Cached& c = cache_[id - 1];
+  HVD_INTERNAL_ASSERT(!c.hit_by[static_cast<size_t>(rank)], "rank ", rank, " reported '", c.key.second,
+                      "' twice");
+  last_add_ = now;
+  if (c.hits == 0) {
+    c.first_hit = now;
+    c.hit_slot = hit_ids_.size();
+    hit_ids_.push_back(id);
+  }
+  c.hit_by[static_cast<size_t>(rank)] = 1;
+  if (++c.hits < static_cast<int>(members(c.key.first).size())) return;
+  forgetHits(id);
+  if (ready_.empty()) ready_since_ = now;
+  ready_.push_back({id, {}});
+}
+
+void Coordinator::demote(uint32_t id, Clock::time_point now) {
+  Cached& c = cache_[id - 1];
+  std::vector<int> ranks;
+  for (size_t r = 0; r < c.hit_by.size(); ++r) {
+    if (c.hit_by[r]) ranks.push_back(static_cast<int>(r));
+  }
+  forgetHits(id);
+  for (int r : ranks) addPending(r, c.key, id, cachedRequest(id, r), now, c.first_hit);
+}
+
+void Coordinator::forgetHits(uint32_t id) {
+  Cached& c = cache_[id - 1];
+  std::fill(c.hit_by.begin(), c.hit_by.end(), 0);
+  c.hits = 0;
+  // The last id takes this one's place: O(1), however many names are partly hit.
+  const uint32_t last = hit_ids_.back();
+  hit_ids_[c.hit_slot] = last;
+  cache_[last - 1].hit_slot = c.hit_slot;
+  hit_ids_.pop_back();
+}
+
+void Coordinator::demoteHits(Clock::time_point now, Clock::duration min_age) {
+  for (size_t i = 0; i < hit_ids_.size();) {
+    const uint32_t id = hit_ids_[i];
+    if (now - cache_[id - 1].first_hit >= min_age) {
+      demote(id, now);  // the last id takes slot i
+    } else {
+      ++i;
+    }
+  }
+}
+
+Coordinator::Clock::duration Coordinator::hitsAge() const {
+  Clock::duration age = kHitsAge;
+  if (options_.stall_check) age = std::min<Clock::duration>(age, options_.stall_warning_time);
+  return age;
+}
+
+void Coordinator::erasePending(std::map<Key, Pending>::iterator it) {
+  if (const auto c = cache_ids_.find(it->first); c != cache_ids_.end())
+    cache_[c->second - 1].in_pending = false;
+  pending_.erase(it);
 }
 
 const Request& Coordinator::cachedRequest(uint32_t id, int rank) const {
@@ -112,12 +204,12 @@ void Coordinator::markReadyIfComplete(const Key& key, Pending& p) {
     g.complete.push_back(key);
     if (static_cast<int32_t>(g.complete.size()) < g.size) return;
     if (ready_.empty()) ready_since_ = last_add_;
-    for (auto& k : g.complete) ready_.push_back(std::move(k));
+    for (auto& k : g.complete) ready_.push_back({0, std::move(k)});
     groups_.erase({key.first, first->group});
     return;
   }
   if (ready_.empty()) ready_since_ = last_add_;
-  ready_.push_back(key);
+  ready_.push_back({0, key});
 }
 
 std::optional<Coordinator::Clock::time_point> Coordinator::holdUntil(Clock::time_point now,
@@ -125,6 +217,7 @@ std::optional<Coordinator::Clock::time_point> Coordinator::holdUntil(Clock::time
   if (ready_.empty() || shutdown_reason_ || window.count() <= 0) return std::nullopt;
   const auto until = ready_since_ + window;
   if (now >= until) return std::nullopt;
+  if (!hit_ids_.empty()) return until;  // still arriving
   for (const auto& [key, p] : pending_) {
     if (!p.queued && !p.warned) return until;  // still arriving (a stalled name does not hold anything)
   }
@@ -426,7 +519,32 @@ ResponseList Coordinator::next() {
     size_t bytes;
   };
   std::vector<Group> open;
-  for (const auto& key : ready_) {
+  // Adds s to the list, or its one name to an open fused response it fits.
+  auto place = [&](auto&& s) {
+    if (s.type == OpType::kAllreduce && options_.fusion_threshold > 0) {
+      const size_t bytes = static_cast<size_t>(s.counts[0]) * gloo_backend::elementSize(s.dtype);
+      for (auto& g : open) {
+        auto& f = list.responses[g.index];
+        if (f.process_set == s.process_set && f.dtype == s.dtype && f.op == s.op &&
+            f.prescale == s.prescale && f.postscale == s.postscale &&
+            g.bytes + bytes <= options_.fusion_threshold) {
+          f.names.push_back(s.names[0]);
+          f.cache_ids.push_back(s.cache_ids[0]);
+          f.counts.push_back(s.counts[0]);
+          g.bytes += bytes;
+          return;
+        }
+      }
+      if (bytes < options_.fusion_threshold) open.push_back({list.responses.size(), bytes});
+    }
+    list.responses.push_back(std::forward<decltype(s)>(s));
+  };
+  for (const auto& [hit_id, key] : ready_) {
+    if (hit_id) {  // every member hit: the response built when the name was cached
+      place(cache_[hit_id - 1].response);
+      ++answered_by_hits_;
+      continue;
+    }
     const std::string& name = key.second;
     if (name.empty()) {  // every rank joined
       Response s;
@@ -449,7 +567,7 @@ ResponseList Coordinator::next() {
       s.error = *error;
       s.error_class = members(key.first).empty() ? Response::ErrorClass::kInvalid : Response::ErrorClass::kMismatch;
       list.responses.push_back(std::move(s));
-      pending_.erase(it);
+      erasePending(it);
       continue;
     }
     const Request* first_request = nullptr;
@@ -461,7 +579,7 @@ ResponseList Coordinator::next() {
     }
     if (first_request->type == OpType::kProcessSet) {
       list.responses.push_back(processSet(key, p));
-      pending_.erase(it);
+      erasePending(it);
       continue;
     }
     Response s = build(key, p);
@@ -472,7 +590,9 @@ ResponseList Coordinator::next() {
       if (auto c = cache_ids_.find(key); c != cache_ids_.end()) {
         cache_id = c->second;
       } else if (cache_.size() < options_.cache_capacity) {
-        cache_.emplace_back();
+        Cached& fresh = cache_.emplace_back();
+        fresh.key = key;
+        fresh.hit_by.assign(static_cast<size_t>(options_.size), 0);
         cache_id = static_cast<uint32_t>(cache_.size());
         cache_ids_[key] = cache_id;
       }
@@ -494,26 +614,14 @@ ResponseList Coordinator::next() {
       }
     }
     s.cache_ids = {cache_id};
-    pending_.erase(it);
-    if (s.type == OpType::kAllreduce && options_.fusion_threshold > 0) {
-      const size_t bytes = static_cast<size_t>(s.counts[0]) * gloo_backend::elementSize(s.dtype);
-      bool fused = false;
-      for (auto& g : open) {
-        auto& f = list.responses[g.index];
-        if (f.process_set == s.process_set && f.dtype == s.dtype && f.op == s.op && f.prescale == s.prescale &&
-            f.postscale == s.postscale && g.bytes + bytes <= options_.fusion_threshold) {
-          f.names.push_back(name);
-          f.cache_ids.push_back(s.cache_ids[0]);
-          f.counts.push_back(s.counts[0]);
-          g.bytes += bytes;
-          fused = true;
-          break;
-        }
-      }
-      if (fused) continue;
-      if (bytes < options_.fusion_threshold) open.push_back({list.responses.size(), bytes});
+    if (cache_id) {
+      // What hits of these descriptors run from now on; a group's member keeps waiting for its group.
+      Cached& c = cache_[cache_id - 1];
+      c.response = s;
+      c.may_hit = first_request->group.empty() || first_request->group_size <= 1;
     }
-    list.responses.push_back(std::move(s));
+    erasePending(it);
+    place(std::move(s));
   }
   ready_.clear();
 
@@ -543,6 +651,7 @@ ResponseList Coordinator::next() {
 }
 
 std::string Coordinator::checkStalls(Clock::time_point now) {
+  demoteHits(now, hitsAge());  // what waits that long is inspected on the general path
   if (!options_.stall_check || shutdown_reason_) return "";
   if (const auto cycle = deadlock()) {
     if (!deadlock_since_) deadlock_since_ = now;
@@ -630,6 +739,21 @@ std::vector<CollectiveWait> Coordinator::waits(Clock::time_point now, Clock::dur
     const Pending& p = entry.second;
     if (!p.queued && p.reported > 0 && now - p.first_seen >= min_age) old.emplace_back(p.first_seen, &entry);
   }
+  // Counted hits, as the requests they stand for would be in pending_.
+  std::vector<std::pair<const Key, Pending>> hits;
+  hits.reserve(hit_ids_.size());
+  for (uint32_t id : hit_ids_) {
+    const Cached& c = cache_[id - 1];
+    if (now - c.first_hit < min_age) continue;
+    Pending p;
+    p.by_rank.resize(c.hit_by.size());
+    for (size_t r = 0; r < c.hit_by.size(); ++r) {
+      if (c.hit_by[r]) p.by_rank[r] = cachedRequest(id, static_cast<int>(r));
+    }
+    p.first_seen = c.first_hit;
+    hits.emplace_back(c.key, std::move(p));
+  }
+  for (const auto& entry : hits) old.emplace_back(entry.second.first_seen, &entry);
   const size_t n = std::min(limit, old.size());
   std::partial_sort(old.begin(), old.begin() + static_cast<std::ptrdiff_t>(n), old.end(),
                     [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -663,8 +787,12 @@ std::vector<CollectiveWait> Coordinator::waits(Clock::time_point now, Clock::dur
 }
 
 std::optional<Coordinator::Clock::time_point> Coordinator::nextStallCheck() const {
-  if (!options_.stall_check) return std::nullopt;
   std::optional<Clock::time_point> next;
+  for (uint32_t id : hit_ids_) {  // hits go to the general path then
+    const auto t = cache_[id - 1].first_hit + hitsAge();
+    if (!next || t < *next) next = t;
+  }
+  if (!options_.stall_check) return next;
   if (deadlock_since_) next = *deadlock_since_ + options_.stall_warning_time;
   for (const auto& [key, p] : pending_) {
     if (p.queued) continue;

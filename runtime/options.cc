@@ -202,6 +202,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
     o.busy_poll = std::chrono::microseconds(us);
   }
   o.wait_drives = readBool(getenv, "HVD_WAIT_DRIVES", true);
+  o.shm_agreement = readBool(getenv, "HVD_FAST_PATH", true);
   {
     // Fractions allowed; a positive value rounds up to whole milliseconds, so it never turns reports off.
     const double seconds = readDouble(getenv, "HVD_REPORT_INTERVAL_SECONDS", 1.0, 0.0);

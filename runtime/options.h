@@ -93,13 +93,17 @@ struct RuntimeOptions : SlotInfo, NegotiationOptions {
   // for this long (yielding the core between polls), and a waiting caller polls its operation for up
   // to half of it, so back-to-back small operations skip the tens of microseconds a wake-up takes.
   // An idle job still sleeps. 0: always sleep. Unset (nullopt): kDefaultBusyPoll, or 0 when a host
-  // has more ranks than cores, where every poll would take a core from a rank that has work.
+  // has more ranks than cores (the union of its ranks' affinity masks, host_cores.h), where every poll
+  // would take a core from a rank that has work.
   std::optional<std::chrono::microseconds> busy_poll;
   static constexpr std::chrono::microseconds kDefaultBusyPoll{200};
   // HVD_WAIT_DRIVES: a caller that waits for a lone small operation runs the background thread's work itself
   // while it polls (the busy-poll half above), instead of only watching for the background thread to finish
   // it: a small operation then costs no hand-off between threads. 0: the caller only polls.
   bool wait_drives = true;
+  // HVD_FAST_PATH: in a job on one host, a lone response cache hit is agreed on in the shared-memory
+  // segment instead of being negotiated through rank 0 (runtime/agreement.cc). 0: always negotiate.
+  bool shm_agreement = true;
 
   // Elastic jobs (docs/elastic.md): the round this process runs in, and how long a re-initialization
   // waits for the driver to form the next one and for the round's other members to arrive.

@@ -13,6 +13,7 @@
 #include "rendezvous/round.h"
 #include "runtime/elastic.h"
 #include "runtime/gpu.h"
+#include "runtime/host_cores.h"
 
 namespace hvd::runtime {
 
@@ -90,8 +91,6 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
   options_.numberByHost(*store_);
   options_.validate();
   cycle_time_ = options_.cycle_time;
-  busy_poll_ = options_.busy_poll.value_or(options_.local_size > shm::onlineCores() ? std::chrono::microseconds(0)
-                                                                                    : RuntimeOptions::kDefaultBusyPoll);
   // An elastic process keeps the device of its slot when a round renumbers its host's ranks.
   const auto pin = pinGpu(options_.elastic ? options_.slot_local_rank : options_.local_rank, options_.gpu_pinning);
   device_ = pin.device;
@@ -121,6 +120,13 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
                  ? global_
                  : connect("local_" + options_.hostname, options_.local_rank, options_.local_size);
     phase("local rendezvous");
+    // Polling or not (host_cores.h). The ranks of a host decide alike: announcements need all of them
+    // polling.
+    host_cores_ = options_.local_size > 1 ? hostCores(*local_) : countCpus(ownCpus());
+    const bool oversubscribed = options_.local_size > host_cores_;
+    busy_poll_ = options_.busy_poll.value_or(oversubscribed ? std::chrono::microseconds(0)
+                                                            : RuntimeOptions::kDefaultBusyPoll);
+    phase("the host's cores");
     cross_ = options_.cross_size == options_.size
                  ? global_
                  : connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
@@ -134,6 +140,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       o.rendezvous_timeout = options_.rendezvousTimeout();
       o.job_rank = options_.rank;
       o.single_copy = options_.shm_single_copy;
+      o.oversubscribed = oversubscribed;
       log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
       shm_ = shm::Transport::connect(store_, o);
       log(LogLevel::kDebug, detail::concat(o.scope, ": ", shm_->singleCopyNote()));
@@ -188,10 +195,24 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     global.is_static = true;
     set_info_[0] = std::move(global);
     set_comms_[0] = globalTransport();
+    // Negotiation-free cached operations (agreement.cc): one host over shared memory, with a response cache
+    // and busy polling (an announcer polls for the others); not under autotune (its samples are the
+    // coordinator's lists) nor with a timeline (HOROVOD_TIMELINE, set for every rank: it shows each
+    // operation's negotiation).
+    agreement_ = options_.shm_agreement && shm_ && set_comms_[0] == shm_ && options_.cache_capacity > 0 &&
+                 !options_.autotune && !options_.timeline_path && busy_poll_.count() > 0;
+    // An announcer waits for an idle rank as long as a busy poll lasts, up to the default (HVD_BUSY_POLL_US
+    // may be up to a second; an announcer does nothing else meanwhile).
+    grace_ = std::min(busy_poll_, RuntimeOptions::kDefaultBusyPoll);
     log(options_.rank == 0 ? LogLevel::kInfo : LogLevel::kDebug,
         detail::concat("data path of the job: ", set_comms_[0]->path(), " (allreduce ",
-                       set_comms_[0]->pathOf("ALLREDUCE"), ", allgather ", set_comms_[0]->pathOf("ALLGATHER"), "; ",
-                       options_.size, " ranks, ", options_.local_size, " on this host)"));
+                       set_comms_[0]->pathOf("ALLREDUCE"), ", allgather ", set_comms_[0]->pathOf("ALLGATHER"),
+                       "; ", options_.size, " ranks, ", options_.local_size, " on this host, which has ",
+                       host_cores_, host_cores_ == 1 ? " core" : " cores", " for them",
+                       options_.local_size <= host_cores_ ? ""
+                       : busy_poll_.count() > 0           ? ": oversubscribed, yet HVD_BUSY_POLL_US polls"
+                                                          : ": oversubscribed, nothing polls",
+                       ")"));
   }
   if (options_.rank == 0) {
     CoordinatorOptions c;
@@ -323,10 +344,9 @@ void Runtime::Impl::check(Request& r) {
 }
 
 std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
-  HVD_CHECK(!names_in_flight_.count(keyOf(r)), UsageError, "Requested to ", runtime::name(r.type),
+  HVD_CHECK(names_in_flight_.insert(keyOf(r)).second, UsageError, "Requested to ", runtime::name(r.type),
             " a tensor with the same name as another tensor that is currently being processed: '", r.name,
             "'. If you want to request another tensor, use a different tensor name.");
-  names_in_flight_.insert(keyOf(r));
   // Only small operations are driven: there the hand-offs are most of the time, while a large one's copies
   // dwarf them, and the parked background thread's periodic look would interrupt them (1 MiB allreduce at
   // np=2: 137 us left to the background thread, 185 us driven).
@@ -505,6 +525,8 @@ RuntimeOptions Runtime::nextElasticRound(RuntimeOptions options, uint64_t after,
 
 const RuntimeOptions& Runtime::options() const { return impl_->options_; }
 int Runtime::device() const { return impl_->device_; }
+uint64_t Runtime::agreedOperations() const { return impl_->agreed_.load(std::memory_order_relaxed); }
+uint64_t Runtime::refusedAnnouncements() const { return impl_->refused_.load(std::memory_order_relaxed); }
 std::shared_ptr<Work> Runtime::enqueue(Request request) { return impl_->enqueue(std::move(request)); }
 std::vector<std::shared_ptr<Work>> Runtime::enqueueGroup(std::vector<Request> requests) {
   return impl_->enqueueGroup(std::move(requests));

@@ -6,7 +6,10 @@
 //
 // Invariant (what lets ranks submit in different orders): every rank executes collectives only from
 // the coordinator's ResponseLists, and every rank receives the same lists in the same order, so every
-// Gloo context sees the same sequence of operations on every rank.
+// Gloo context sees the same sequence of operations on every rank. The one exception keeps the sequence
+// the same: in a job on one host, a response cache hit that is the only pending operation of every rank
+// is agreed on in the shared-memory segment instead, which happens only while no list is in flight to
+// anyone (runtime/agreement.cc).
 //
 // Threading: enqueue()/shutdown() and the getters are safe from any thread. Works complete on the
 // background thread.
@@ -64,6 +67,11 @@ class Runtime {
   int crossSize() const { return options().cross_size; }
   // CUDA device pinned at init, -1: CPU.
   int device() const;
+  // Response cache hits this rank ran without asking the coordinator, agreed with the other ranks in the
+  // shared-memory segment (HVD_FAST_PATH; see the invariant above).
+  uint64_t agreedOperations() const;
+  // This rank's announcements that the other ranks did not all make (its operation then went to rank 0).
+  uint64_t refusedAnnouncements() const;
 
   // Queues a collective. Rejects bad arguments (including a process set that is unknown or does not
   // include this rank) and a name already in flight in its process set on this rank with UsageError,

@@ -11,6 +11,8 @@
 //                       operation), which a user thread that waits may run instead (drive())
 //   collectives.cc      executing one negotiated response on the data paths (Gloo, shared memory,
 //                       hierarchical), fusion, process-set registration, timeline and autotune
+//   agreement.cc        negotiation-free cached operations: the ranks of a one-host job agree on a lone
+//                       response cache hit in the shared-memory segment, without the coordinator
 // Internal to libhvd (not installed). Threading: members are the background thread's unless their comment
 // names mutex_ or sets_mutex_ (shared with user threads); "the background thread's" means whoever holds
 // progress_, which is the background thread or a user thread in drive().
@@ -34,6 +36,7 @@
 #include "gloo_backend/abort_signal.h"
 #include "gloo_backend/communicator.h"
 #include "rendezvous/http_store.h"
+#include "runtime/announcer.h"
 #include "runtime/autotune.h"
 #include "runtime/channel.h"
 #include "runtime/coordinator.h"
@@ -94,6 +97,8 @@ class Runtime::Impl {
 
   RuntimeOptions options_;
   int device_ = -1;
+  std::atomic<uint64_t> agreed_{0};   // operations agreed without the coordinator (agreement.cc)
+  std::atomic<uint64_t> refused_{0};  // this rank's announcements the others did not all make
 
  private:
   struct Entry {
@@ -105,6 +110,7 @@ class Runtime::Impl {
   // A name within its process set (names are scoped per set, as Horovod scopes them).
   using Key = std::pair<int32_t, std::string>;
   static Key keyOf(const Request& r) { return {r.process_set, r.name}; }
+  static SetNameView viewOf(const Request& r) { return {r.process_set, r.name}; }
 
   // Checks r against this rank's view of the job; names an unnamed r. Requires mutex_ and sets_mutex_.
   void check(Request& r);
@@ -156,6 +162,13 @@ class Runtime::Impl {
   void addRequest(int rank, const Request& request, Clock::time_point now) {
     if (request.type != OpType::kJoin) timeline_->negotiateRank(request.name, request.type, rank);
     coordinator_->add(rank, request, now);
+  }
+  void addCachedRequest(int rank, uint32_t id, Clock::time_point now) {
+    if (timeline_->enabled()) {
+      const Request& q = coordinator_->cachedRequest(id, rank);
+      timeline_->negotiateRank(q.name, q.type, rank);
+    }
+    coordinator_->addCached(rank, id, now);
   }
   // Timeline bracket of one response's execution on this rank (no-op unless rank 0 writes one).
   void timelineStart(const Response& s);
@@ -226,6 +239,7 @@ class Runtime::Impl {
   std::optional<std::vector<WaitRegistry::Key>> dueWaitReport();
   Clock::time_point busy_until_;  // the background thread polls without sleeping until then
   std::chrono::microseconds busy_poll_{0};  // RuntimeOptions::busy_poll, resolved
+  int host_cores_ = 1;                      // the CPUs this host's ranks may run on together (host_cores.h)
   std::unique_ptr<Channel> coordinator_channel_;           // workers
   std::vector<std::unique_ptr<Channel>> worker_channels_;  // coordinator, index = rank (0 empty)
   std::unique_ptr<Coordinator> coordinator_;               // rank 0 only
@@ -260,7 +274,7 @@ class Runtime::Impl {
   // Submission queue: user threads -> background thread.
   mutable std::mutex mutex_;
   std::vector<Entry> queue_;
-  std::unordered_set<Key, SetNameHash> names_in_flight_;
+  std::unordered_set<Key, SetNameHash, SetNameEqual> names_in_flight_;
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   std::string stop_reason_;
@@ -271,7 +285,7 @@ class Runtime::Impl {
   uint64_t set_changes_ = 0;  // names of process-set registrations, counted alike on every rank
 
   // Background thread only.
-  std::unordered_map<Key, Entry, SetNameHash> table_;
+  std::unordered_map<Key, Entry, SetNameHash, SetNameEqual> table_;
   std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
   // Results of allgather, alltoall and reducescatter; up to 256 MiB of released ones stay mapped.
   std::shared_ptr<BufferPool> result_pool_ = std::make_shared<BufferPool>(size_t{256} << 20);
@@ -279,7 +293,39 @@ class Runtime::Impl {
   bool shutdown_sent_ = false;
   std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
   // Workers: name -> (cache id, the descriptor this rank submitted when the id was given).
-  std::unordered_map<Key, std::pair<uint32_t, Request>, SetNameHash> response_cache_;
+  std::unordered_map<Key, std::pair<uint32_t, Request>, SetNameHash, SetNameEqual> response_cache_;
+
+  // Negotiation-free cached operations (agreement.cc). A rank whose only pending operation is a response
+  // cache hit announces its cache id in the shared-memory segment instead of asking the coordinator; when
+  // every rank announced the same id, all of them execute the response that rank 0 sent the last time that
+  // name ran alone. Any other outcome (another id, a rank busy at the coordinator or idle past the grace,
+  // answered for) sends the operation to the coordinator as before.
+  // This rank's open announcement (the round and the value are announcer_'s).
+  struct Announcement {
+    Key key;
+    Clock::time_point started;
+    unsigned looks = 0;  // settleAnnouncement's
+  };
+  // Whether this rank announces (decided at init from its options, which are normally every rank's; a rank
+  // that does not is answered for, after the grace, by those that do).
+  bool agreement_ = false;
+  bool agreed_execution_ = false;  // execute() runs an agreed response
+  Announcer announcer_;             // this rank's rounds of announcements (runtime/announcer.h)
+  std::optional<Announcement> announcing_;
+  bool busy_shown_ = false;             // what this rank's busy word says
+  std::chrono::microseconds grace_{0};  // how long an announcer waits for an idle rank
+  // The last response that ran a cached name alone, with this rank's descriptor then.
+  std::unordered_map<Key, std::pair<Response, Request>, SetNameHash, SetNameEqual> alone_;
+  // Called by progress(): settles this rank's open announcement. kRefused puts its operation first in fresh,
+  // for the coordinator.
+  enum class Settled { kOpen, kAgreed, kRefused };
+  Settled settleAnnouncement(std::vector<const Request*>& fresh);
+  // After takeQueue(): announces fresh's lone operation where it can and may (then clears fresh), answers for
+  // this rank when it has business at the coordinator, and keeps the busy word.
+  void announceOrAnswer(std::vector<const Request*>& fresh, bool shutdown_requested, bool may_announce);
+  void showBusy(bool busy);
+  bool onlyGlobalSet() const;             // no process set but the job's is registered
+  void rememberAlone(const Response& s);  // execute(): a response that ran one cached name
   bool abort_ = false;
   bool peer_lost_ = false;    // the job is torn down because a peer process was lost
   bool abort_sent_ = false;   // coordinator: the workers were told to abort

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -146,13 +147,26 @@ class ResultBuffer {
   size_t size_ = 0;
 };
 
-// Hash of a (process set, name) key: the runtime's tables by name are looked up several times per
-// operation, and ordered maps of such keys spent most of a small operation's bookkeeping comparing names
-// that share a prefix.
+// Hash and equality of a (process set, name) key: the runtime's tables by name are looked up several times
+// per operation, and ordered maps of such keys spent most of a small operation's bookkeeping comparing names
+// that share a prefix. Both take a SetNameView as well (transparent lookup), so that looking a request's or a
+// response's name up copies nothing.
+using SetNameView = std::pair<int32_t, std::string_view>;
 struct SetNameHash {
-  size_t operator()(const std::pair<int32_t, std::string>& key) const noexcept {
-    return std::hash<std::string>{}(key.second) ^
+  using is_transparent = void;
+  size_t operator()(const SetNameView& key) const noexcept {
+    return std::hash<std::string_view>{}(key.second) ^
            (static_cast<size_t>(static_cast<uint32_t>(key.first)) * 0x9e3779b97f4a7c15ull);
+  }
+  size_t operator()(const std::pair<int32_t, std::string>& key) const noexcept {
+    return (*this)(SetNameView(key.first, key.second));
+  }
+};
+struct SetNameEqual {
+  using is_transparent = void;
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const noexcept {
+    return a.first == b.first && std::string_view(a.second) == std::string_view(b.second);
   }
 };
 

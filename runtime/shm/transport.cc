@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
 #include "base/cpu_relax.h"
 #include "base/error.h"
+#include "runtime/host_cores.h"
 
 namespace hvd::runtime::shm {
 namespace {
@@ -87,24 +89,24 @@ int readProcess(pid_t pid, const std::byte* remote, std::byte* local, size_t byt
 
 }  // namespace
 
-int onlineCores() {
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
-}
-
 struct Transport::Layout {
   Layout(std::byte* base, int size) {
     control = reinterpret_cast<Control*>(base);
     counters = reinterpret_cast<Counter*>(base + sizeof(Control));
-    data = base + align(sizeof(Control) + sizeof(Counter) * static_cast<size_t>(size), 4096);
+    announcements = reinterpret_cast<AnnouncementWords*>(base + sizeof(Control) +
+                                                     sizeof(Counter) * static_cast<size_t>(size));
+    data = base + header(size);
+  }
+  static size_t header(int size) {
+    return align(sizeof(Control) + (sizeof(Counter) + sizeof(AnnouncementWords)) * static_cast<size_t>(size),
+                 4096);
   }
   static size_t bytes(int size, size_t chunk) {
-    return align(sizeof(Control) + sizeof(Counter) * static_cast<size_t>(size), 4096) +
-           (2 * static_cast<size_t>(size) + 2) * chunk;
+    return header(size) + (2 * static_cast<size_t>(size) + 2) * chunk;
   }
   Control* control;
   Counter* counters;
+  AnnouncementWords* announcements;  // one per member (announcements.h)
   std::byte* data;
 };
 
@@ -126,8 +128,10 @@ std::unique_ptr<Transport> Transport::connect(const std::shared_ptr<rendezvous::
 Transport::Transport(Options options, Segment segment)
     : options_(std::move(options)), segment_(std::move(segment)) {
   layout_ = std::make_unique<Layout>(segment_.data(), options_.size);
-  oversubscribed_ = options_.size > onlineCores();
-  if (options_.spin < 0) options_.spin = oversubscribed_ ? 16 : 20000;
+  oversubscribed_ = options_.oversubscribed.value_or(options_.size > countCpus(ownCpus()));
+  if (options_.spin < 0) options_.spin = oversubscribed_ ? 0 : 512;
+  if (options_.yielding.count() < 0)
+    options_.yielding = std::chrono::microseconds(oversubscribed_ ? 20 : 200);
   if (options_.rank == 0) {
     layout_->control->magic = kMagic;
   }
@@ -138,6 +142,8 @@ Transport::Transport(Options options, Segment segment)
   layout_->counters[options_.rank].probe_at.store(reinterpret_cast<uint64_t>(&probe_word_),
                                                   std::memory_order_relaxed);
   layout_->counters[options_.rank].probe_value.store(probe_word_, std::memory_order_relaxed);
+  announcements_ = Announcements(layout_->announcements, options_.size, options_.rank);
+  announcements_.reset();
   pidfds_.assign(options_.size, -1);
   pids_.assign(options_.size, 0);
   // Round 0 tells everyone every pid and job rank is written (and rank 0's magic).
@@ -270,12 +276,15 @@ void Transport::awaitPeer(int peer, uint32_t round) {
   const uint32_t target = round + 1;
   if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
   for (long i = 0; i < options_.spin; ++i) {
-    if (oversubscribed_) {
-      ::sched_yield();
-    } else {
-      cpuRelax();
-    }
+    cpuRelax();
     if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
+  }
+  if (options_.yielding.count() > 0) {
+    const auto until = Clock::now() + options_.yielding;
+    do {
+      ::sched_yield();
+      if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
+    } while (Clock::now() < until);
   }
   const auto deadline = Clock::now() + options_.timeout;
   theirs.waiters.fetch_add(1, std::memory_order_seq_cst);

@@ -14,10 +14,14 @@
 // published again; a writer of round k + 2 has seen those publishes (every round ends with a wait for all
 // the readers it has), so nothing is overwritten while someone reads it.
 //
-// Waiting: poll the peer's counter (a CPU pause between polls) for `spin` polls, then sleep on it with
-// FUTEX_WAIT in ticks of 10 ms. Where the host has fewer cores than ranks, the polls yield the core
-// (sched_yield) and stop after a few, so that an oversubscribed host does not starve the rank being
-// waited for. Each tick checks:
+// Waiting: poll the peer's counter with a CPU pause between polls for `spin` polls (a peer that is running
+// arrives within that: about 15-30 us), then with a sched_yield between polls for `yielding`, then sleep on
+// it with FUTEX_WAIT in ticks of 10 ms. The yielding polls give the core to any other thread that has work
+// on it, typically this rank's own training thread, whose backward pass the rounds run beside: a peer that
+// is late is usually one that is not running, and polling with pauses then only takes a core from the
+// computation that both ranks wait for (a 0.5 ms pause-poll per wait cost ResNet-18 training 10-17 % of its
+// step at np=2 on 2 cores). Where the host has fewer cores than ranks, no poll pauses and the yielding is
+// short, so that an oversubscribed host does not starve the rank being waited for. Each tick checks:
 //   - the peer's liveness (a pidfd, polled): a rank that died makes every other fail at its next tick,
 //     naming it, with PeerLostError; a stopped rank (SIGSTOP) is alive and is waited for;
 //   - the group's abort word, set by a rank that found a peer dead or gave up, so that ranks waiting on
@@ -39,6 +43,9 @@
 // kernel's copy (about 10 GB/s here, against 15 for memcpy) loses to the root and the readers copying
 // through the slots at the same time. Measured in docs/runtime.md.
 //
+// Announcements: a second sequence of rounds beside the data rounds, in which the members agree on the next
+// operation without a coordinator (announcements.h); their words sit beside the counters.
+//
 // Results are bit-identical on every rank: every element is reduced once, by one rank, in rank order
 // (allreduce of more than two ranks and reducescatter), or by every rank with the same operands in the
 // same order (allreduce of two ranks, or of any number up to kDirectBytes: fewer rounds).
@@ -53,6 +60,7 @@
 #include <vector>
 
 #include "rendezvous/store.h"
+#include "runtime/shm/announcements.h"
 #include "runtime/shm/segment.h"
 #include "runtime/transport.h"
 
@@ -72,16 +80,18 @@ struct Options {
   // Sharing the segment at connect() (elastic jobs: HOROVOD_ELASTIC_TIMEOUT); unset: timeout.
   std::optional<std::chrono::milliseconds> rendezvous_timeout;
   size_t chunk_bytes = 256 * 1024;  // a multiple of 64
-  long spin = -1;                    // polls before sleeping; -1: 20000, or 16 yields when oversubscribed
+  // More members than cores for them (runtime/host_cores.h); unset: more members than the CPUs the
+  // connecting thread may run on (ownCpus()).
+  std::optional<bool> oversubscribed;
+  long spin = -1;                   // polls with a CPU pause; -1: 512, or 0 when oversubscribed
+  // Then polls that yield the core, for this long, before sleeping; -1: 200 us, or 20 us when oversubscribed.
+  std::chrono::microseconds yielding{-1};
   bool single_copy = true;           // false: never read a peer's memory (HVD_SHM_SINGLE_COPY=0)
   size_t single_copy_bytes = kSingleCopyBytes;
 };
 
 // Allreduces up to this many bytes reduce everything on every rank (one round) at any group size.
 inline constexpr size_t kDirectBytes = 64 * 1024;
-
-// Cores this process may run on (its affinity mask): more ranks than that on a host is oversubscribed.
-int onlineCores();
 
 class Transport final : public runtime::Transport {
  public:
@@ -112,6 +122,8 @@ class Transport final : public runtime::Transport {
   bool failed() const override { return failed_; }
   // Whether the group reads its peers' buffers directly, and why not: one line for the logs.
   bool singleCopy() const { return single_copy_; }
+  // The group's announcement words (announcements.h).
+  Announcements& announcements() { return announcements_; }
   const std::string& singleCopyNote() const { return single_copy_note_; }
 
  private:
@@ -144,6 +156,7 @@ class Transport final : public runtime::Transport {
   Options options_;
   Segment segment_;
   std::unique_ptr<Layout> layout_;
+  Announcements announcements_{nullptr, 0, 0};  // over layout_'s words, once it is set
   std::vector<int> pidfds_;  // -1: no pidfd (this process, or pidfd_open unavailable)
   std::vector<pid_t> pids_;
   uint64_t probe_word_ = 0;  // what peers read at connect to learn whether they can read this process

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -459,16 +461,32 @@ TEST_CASE("mismatches fail the operation on every rank with the tensor, values a
 
 TEST_CASE("bad arguments are rejected at once with the offending value", "[inprocess]") {
   Cluster cluster(2);
+  std::atomic<int> checked{0};
   cluster.forEach([&](int r) {
-    std::vector<float> buf(4);
+    std::vector<float> buf(4), other(4);
+    // The same name twice in flight on one rank. Each rank's name is one the other rank submits only after
+    // this check: otherwise the first operation could complete before the second enqueue, and nothing would
+    // throw.
+    const std::string mine = "dup" + std::to_string(r), theirs = "dup" + std::to_string(1 - r);
     Request q;
-    q.name = "dup";
+    q.name = mine;
     q.rows = 4;
     q.input = q.output = buf.data();
-    // The same name twice in flight on one rank.
     auto first = cluster[r].enqueue(q);
-    REQUIRE_THROWS_WITH(cluster[r].enqueue(q), Catch::Contains("same name as another tensor") && Catch::Contains("'dup'"));
+    REQUIRE_THROWS_WITH(cluster[r].enqueue(q),
+                        Catch::Contains("same name as another tensor") && Catch::Contains("'" + mine + "'"));
+    ++checked;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (checked.load() < 2) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);  // the other rank's check failed
+      std::this_thread::yield();
+    }
+    Request o = q;
+    o.name = theirs;
+    o.input = o.output = other.data();
+    auto second = cluster[r].enqueue(o);
     first->wait();
+    second->wait();
 
     Request b;
     b.type = OpType::kBroadcast;

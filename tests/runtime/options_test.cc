@@ -51,6 +51,7 @@ TEST_CASE("every variable is read", "[options]") {
                         {"HVD_DISABLE_GPU_PINNING", "1"},
                         {"HVD_BUSY_POLL_US", "0"},
                         {"HVD_WAIT_DRIVES", "0"},
+                        {"HVD_FAST_PATH", "0"},
                         {"HVD_SHM_SINGLE_COPY", "no"},
                         {"HOROVOD_AUTOTUNE", "1"},
                         {"HOROVOD_AUTOTUNE_LOG", "/tmp/at.csv"},
@@ -80,8 +81,10 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK(!o.gpu_pinning);
   CHECK(o.busy_poll == std::chrono::microseconds(0));
   CHECK_FALSE(o.wait_drives);
+  CHECK_FALSE(o.shm_agreement);
   CHECK_FALSE(o.shm_single_copy);
   CHECK(parse({}).wait_drives);
+  CHECK(parse({}).shm_agreement);
   CHECK(parse({}).shm_single_copy);
   CHECK(!parse({}).busy_poll.has_value());  // unset: decided by the ranks per host against the cores
   // Unset: hierarchical where the job can run it; set: as set.

@@ -4,15 +4,20 @@
 // through the segment (HVD_SHM_SINGLE_COPY=0).
 #include <catch2/catch.hpp>
 
+#include <time.h>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "gloo_backend/types.h"
 #include "rendezvous/memory_store.h"
 #include "runtime/shm/transport.h"
+#include "tests/common/cpus.h"
 #include "tests/runtime/cluster.h"
 
 using namespace hvd::runtime;
@@ -267,4 +272,176 @@ TEST_CASE("rank 0 stops waiting for local peers once the segment's key is delete
   REQUIRE(what.find("shared memory of scope 'ended_round': its key 'shm' was deleted") != std::string::npos);
   REQUIRE(what.find("2 of 2 local peers had not fetched the segment") != std::string::npos);
   REQUIRE(took < std::chrono::seconds(5));  // a key check a second, not the 60 s timeout
+}
+
+namespace {
+
+// Two members of one segment (ranks as threads), connected concurrently as connect() requires.
+std::vector<std::unique_ptr<hvd::runtime::shm::Transport>> twoMembers(
+    const std::string& scope, const hvd::runtime::shm::Options& base = {}) {
+  auto store = std::make_shared<hvd::rendezvous::MemoryStore>();
+  std::vector<std::unique_ptr<hvd::runtime::shm::Transport>> t(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      hvd::runtime::shm::Options o = base;
+      o.scope = scope;
+      o.rank = r;
+      o.size = 2;
+      t[r] = hvd::runtime::shm::Transport::connect(store, o);
+    });
+  }
+  for (auto& th : threads) th.join();
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("announcements: one word per member and round, written once, and kept until every member read it",
+          "[shm]") {
+  auto t = twoMembers("announce_test");
+  // Round 1: both announce 7; nothing else lands in it.
+  CHECK(!t[1]->announcements().announced(0, 1));
+  CHECK(t[0]->announcements().announce(0, 1, 7));
+  CHECK(!t[0]->announcements().announce(0, 1, 8));  // once per round
+  CHECK(!t[0]->announcements().announcedAll(1));
+  CHECK(t[1]->announcements().announce(1, 1, 7));
+  CHECK(t[0]->announcements().announcedAll(1));
+  CHECK(t[1]->announcements().announced(0, 1) == 7u);
+  CHECK(!t[0]->announcements().announce(0, 3, 9));  // it would replace round 1, which no one has said it is done reading
+  // Round 2: rank 0 announces and answers for rank 1, which then cannot announce in it.
+  t[0]->announcements().read(1);
+  CHECK(t[0]->announcements().announce(0, 2, 5));
+  CHECK(t[0]->announcements().announce(1, 2, 0));
+  CHECK(!t[1]->announcements().announce(1, 2, 5));
+  CHECK(t[1]->announcements().announced(1, 2) == 0u);
+  CHECK(t[0]->announcements().announcedAll(2));
+  // Round 3 replaces round 1's words, which rank 1 has not said it is done reading.
+  t[0]->announcements().read(2);
+  CHECK(!t[0]->announcements().announce(0, 3, 9));
+  CHECK(t[1]->announcements().announced(0, 1) == 7u);
+  t[1]->announcements().read(2);
+  CHECK(t[0]->announcements().announce(0, 3, 9));
+  CHECK(!t[1]->announcements().announced(0, 1));
+  CHECK(t[1]->announcements().announced(0, 3) == 9u);
+  // The busy hint.
+  CHECK(!t[0]->announcements().busy(1));
+  t[1]->announcements().setBusy(true);
+  CHECK(t[0]->announcements().busy(1));
+}
+
+TEST_CASE(
+    "announcements: a member's own announcement and an answer given for it at the same moment, one lands",
+    "[shm]") {
+  auto t = twoMembers("announce_race_test");
+  std::vector<std::thread> threads;
+  // Each round, rank 0 announces 7 for itself while rank 1 answers 0 for it (and announces for itself): of
+  // the two writes to rank 0's word exactly one succeeds, and both see the value that did.
+  constexpr uint32_t kRounds = 20000;
+  std::atomic<uint32_t> go{0}, done{0};
+  std::atomic<uint32_t> own_wins{0}, answer_wins{0}, disagreements{0};
+  auto member = [&](int r) {
+    for (uint32_t n = 1; n <= kRounds; ++n) {
+      done.fetch_add(1);
+      while (done.load() < 2 * n) {
+      }
+      const bool landed = r == 0 ? t[0]->announcements().announce(0, n, 7) : t[1]->announcements().announce(0, n, 0);
+      if (r == 1 && !t[1]->announcements().announce(1, n, 7)) ++disagreements;  // nobody else writes rank 1's word
+      while (!t[r]->announcements().announcedAll(n)) {
+      }
+      const auto value = t[r]->announcements().announced(0, n);
+      if (landed) ++(r == 0 ? own_wins : answer_wins);
+      if (!value || (landed && *value != (r == 0 ? 7u : 0u))) ++disagreements;
+      t[r]->announcements().read(n);
+      go.fetch_add(1);
+      while (go.load() < 2 * n) {
+      }
+    }
+  };
+  threads.emplace_back(member, 0);
+  threads.emplace_back(member, 1);
+  for (auto& th : threads) th.join();
+  INFO(own_wins.load() << " own announcements and " << answer_wins.load() << " answers landed");
+  CHECK(own_wins.load() + answer_wins.load() == kRounds);
+  CHECK(disagreements.load() == 0);
+}
+
+namespace {
+
+double threadSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Catch's assertions are for the test's own thread: the threads below report pinning through a flag.
+using hvd::test::pinTo;
+
+// Member 0 waits in 200 barriers for member 1, which arrives 300 us late each time, while a thread with work
+// of its own shares member 0's core. Returns the CPU time member 0 used while waiting over the CPU time that
+// working thread got: a ratio that other load on the machine leaves alone, since it takes from both.
+double waitingOverWorking(const hvd::runtime::shm::Options& waiting, int cpu, int other_cpu) {
+  auto t = twoMembers("waiting_share_test", waiting);
+  constexpr int kRounds = 200;
+  std::atomic<bool> done{false}, unpinned{false};
+  double work_cpu = 0, wait_cpu = 0;
+  std::string failures[2];  // a barrier's error on member 0 / 1 (a timeout, a lost peer)
+  std::thread worker([&] {
+    if (!pinTo(cpu)) unpinned = true;
+    const double cpu0 = threadSeconds();
+    volatile uint64_t spins = 0;
+    while (!done.load(std::memory_order_relaxed)) spins = spins + 1;
+    work_cpu = threadSeconds() - cpu0;
+  });
+  std::thread late([&] {
+    if (!pinTo(other_cpu)) unpinned = true;
+    try {
+      for (int i = 0; i < kRounds; ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        t[1]->barrier();
+      }
+    } catch (const std::exception& e) {
+      failures[1] = e.what();
+    }
+  });
+  std::thread waiter([&] {
+    if (!pinTo(cpu)) unpinned = true;
+    const double cpu0 = threadSeconds();
+    try {
+      for (int i = 0; i < kRounds; ++i) t[0]->barrier();
+    } catch (const std::exception& e) {
+      failures[0] = e.what();
+    }
+    wait_cpu = threadSeconds() - cpu0;
+  });
+  waiter.join();
+  late.join();
+  done = true;
+  worker.join();
+  REQUIRE_FALSE(unpinned);
+  INFO("member 0: " << failures[0] << "; member 1: " << failures[1]);
+  REQUIRE((failures[0].empty() && failures[1].empty()));
+  return wait_cpu / work_cpu;
+}
+
+}  // namespace
+
+TEST_CASE("a member waiting for a late peer leaves its core to the work beside it", "[shm]") {
+  // A late peer is usually one that is not running (in training: its rounds share a core with the
+  // backward pass). Polling with CPU pauses throughout the wait takes half the core from the thread that
+  // shares it; the default waiting pauses briefly, then yields the core between polls, then sleeps.
+  const std::vector<int> cpus = hvd::test::allowedCpus();
+  if (cpus.size() < 2) {
+    WARN("one CPU in this process's affinity mask: the late member needs a core of its own");
+    return;
+  }
+  hvd::runtime::shm::Options pausing;  // the earlier waiting: 20,000 paused polls (about 0.5 ms), no yielding
+  pausing.spin = 20000;
+  pausing.yielding = std::chrono::microseconds(0);
+  const double with_pauses = waitingOverWorking(pausing, cpus[0], cpus[1]);
+  const double with_defaults = waitingOverWorking({}, cpus[0], cpus[1]);
+  INFO("CPU time of the waiting member over that of the work beside it: "
+       << with_pauses << " pausing throughout, " << with_defaults << " with the default waiting");
+  CHECK(with_pauses > 0.5);  // the measure sees a wait that takes the core
+  CHECK(with_defaults < 0.2);
 }

@@ -1,0 +1,29 @@
+// CPU affinity helpers shared by the C++ tests that bind threads to cores.
+#pragma once
+
+#include <sched.h>
+
+#include <vector>
+
+namespace hvd::test {
+
+// The CPUs the calling thread may run on, in order; empty when its mask cannot be read.
+inline std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Binds the calling thread to one CPU; false when the kernel refuses.
+inline bool pinTo(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return ::sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
+}  // namespace hvd::test
