@@ -1,6 +1,6 @@
 // What a worker's runtime reports about itself, and how sizes are shown: the status-report model shared by
 // the runtime (which fills RankReports, runtime/reporter.h), the rendezvous server (which keeps them,
-// rendezvous/monitor.h, and serves them on the status port) and hvdrun's end-of-job summary.
+// base/job_monitor.h, and serves them on the status port) and hvdrun's end-of-job summary.
 //
 // On the wire a report is JSON (PUT /_hvd/report/<rank> on the rendezvous port): toJson() and
 // reportFromJson() below; a field missing from the JSON takes its default, so older and newer workers

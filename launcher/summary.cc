@@ -12,9 +12,7 @@
 
 namespace hvd::launcher {
 
-using rendezvous::JobSnapshot;
-using Phase = rendezvous::WorkerState;
-using rendezvous::WorkerView;
+using Phase = hvd::WorkerState;  // the job monitor's, not the launcher's own
 
 std::string describeEnd(const WorkerView& w) {
   if (w.state != Phase::kExited) return "running";
@@ -99,7 +97,7 @@ nlohmann::json summaryJson(const JobSnapshot& job, double seconds, int exit_code
                      {"worker", w->id},
                      {"host", w->host},
                      {"pid", w->pid ? nlohmann::json(*w->pid) : nlohmann::json()},
-                     {"state", rendezvous::toString(w->state)},
+                     {"state", hvd::toString(w->state)},
                      {"exit_code", w->exit_code ? nlohmann::json(*w->exit_code) : nlohmann::json()},
                      {"signal", w->signal ? nlohmann::json(*w->signal) : nlohmann::json()},
                      {"end", describeEnd(*w)},
@@ -112,7 +110,7 @@ nlohmann::json summaryJson(const JobSnapshot& job, double seconds, int exit_code
   return {{"exit_code", exit_code}, {"seconds", seconds}, {"ranks", std::move(ranks)}};
 }
 
-void recordExit(rendezvous::Monitor& monitor, int id, const ExitStatus& status) {
+void recordExit(Monitor& monitor, int id, const ExitStatus& status) {
   std::optional<int> code, signal;
   if (status.kind == ExitStatus::Kind::kExited) code = status.code;
   if (status.kind == ExitStatus::Kind::kSignaled) signal = status.signal;

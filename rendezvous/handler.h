@@ -40,7 +40,7 @@
 //                                     after the last round this slot was started in or answered; the
 //                                     request waits (up to ServerOptions::max_wait, then 503) until the
 //                                     driver begins that round. 404 when the job is not elastic.
-//   PUT    /_hvd/report/<rank>        a worker's RankReport (JSON, monitor.h) for the status port; 200, or 400
+//   PUT    /_hvd/report/<rank>        a worker's RankReport (JSON, base/report.h) for the status port; 200, or 400
 //                                     naming what is wrong with it (extension; the token rules apply)
 //   GET    /round_news/<N>            elastic jobs: "round,changes", the latest round and the OR of the
 //                                     changes (1 removed, 2 added) of every round after N; "N,0" when

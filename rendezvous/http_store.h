@@ -62,7 +62,7 @@ class HttpStore final : public Store {
   // is not elastic (404) or the answer is malformed.
   RoundNews roundNews(uint64_t since);
 
-  // Sends this worker's report for the status port (PUT /_hvd/report/<rank>, monitor.h), giving up after
+  // Sends this worker's report for the status port (PUT /_hvd/report/<rank>, base/job_monitor.h), giving up after
   // `timeout`: a report is a sample, the next one replaces it, so a request that was sent is not sent again.
   // Returns false when the server answers 404 (it takes no reports); throws StoreError on other failures.
   bool sendReport(int rank, const std::string& json, std::chrono::milliseconds timeout);

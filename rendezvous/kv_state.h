@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rendezvous/monitor.h"
+#include "base/job_monitor.h"
 #include "rendezvous/round.h"
 #include "rendezvous/server.h"
 #include "rendezvous/store.h"
@@ -120,7 +120,7 @@ class KvState {
   using AllJoinedObserver = std::function<void(const std::string& scope)>;
   void onAllJoined(AllJoinedObserver observer);
 
-  // The job's live view (monitor.h): reports from workers, ranks joining, request counters.
+  // The job's live view (base/job_monitor.h): reports from workers, ranks joining, request counters.
   Monitor& monitor() { return monitor_; }
 
   // Connection and request counters, shown in status().

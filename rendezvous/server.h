@@ -24,7 +24,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
-#include "rendezvous/monitor.h"
+#include "base/job_monitor.h"
 #include "rendezvous/round.h"
 
 namespace hvd::rendezvous {

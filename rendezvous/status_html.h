@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "rendezvous/monitor.h"
+#include "base/job_monitor.h"
 
 namespace hvd::rendezvous {
 

@@ -42,8 +42,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/job_monitor.h"
 #include "rendezvous/handler.h"
-#include "rendezvous/monitor.h"
 #include "rendezvous/server.h"
 
 namespace hvd::rendezvous {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/monitor.h"
+#include "base/job_monitor.h"
 
 namespace hvd::rendezvous {
 

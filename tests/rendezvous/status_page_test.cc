@@ -13,6 +13,7 @@
 
 using namespace hvd::rendezvous;
 using namespace hvd::rendezvous::testing;
+using hvd::Monitor;
 using hvd::RankReport;
 namespace http = boost::beast::http;
 

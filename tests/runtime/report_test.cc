@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "rendezvous/monitor.h"
+#include "base/job_monitor.h"
 #include "rendezvous/server.h"
 #include "runtime/coordinator.h"
 #include "runtime/reporter.h"
@@ -22,7 +22,7 @@
 #include "tests/runtime/job.h"
 
 using namespace hvd::runtime::testing;
-using hvd::rendezvous::JobSnapshot;
+using hvd::JobSnapshot;
 using hvd::rendezvous::Server;
 using hvd::runtime::Coordinator;
 using hvd::runtime::CoordinatorOptions;

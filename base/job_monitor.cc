@@ -1,10 +1,10 @@
-#include "rendezvous/monitor.h"
+#include "base/job_monitor.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
-namespace hvd::rendezvous {
+namespace hvd {
 
 namespace {
 
@@ -248,4 +248,4 @@ JobSnapshot Monitor::snapshot() const {
   return s;
 }
 
-}  // namespace hvd::rendezvous
+}  // namespace hvd

@@ -1,4 +1,4 @@
-// The live view of a running job: what the status port serves (status_page.h) and what hvdrun's end-of-job
+// The live view of a running job: what the status port serves (rendezvous/status_page.h) and what hvdrun's end-of-job
 // summary is made from.
 //
 // Three sources feed it, each through its own calls:
@@ -44,7 +44,7 @@
 
 #include "base/report.h"
 
-namespace hvd::rendezvous {
+namespace hvd {
 
 enum class WorkerState { kStarting, kJoined, kRunning, kExited };
 const char* toString(WorkerState state);  // "starting", "joined", "running", "exited"
@@ -153,4 +153,4 @@ class Monitor {
   uint64_t stall_warnings_ = 0;
 };
 
-}  // namespace hvd::rendezvous
+}  // namespace hvd
