@@ -252,6 +252,14 @@ uint32_t Transport::publish() {
 
 // What a waiting rank checks every tick: the abort word, the peer's liveness, the timeout.
 void Transport::checkPeer(int peer, uint32_t round) {
+  throwIfAborted();
+  if (pidfds_[peer] >= 0) {
+    pollfd p{pidfds_[peer], POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) fail(peer, true, detail::concat(who(peer), " died or was killed (round ", round, ")"));
+  }
+}
+
+void Transport::throwIfAborted() {
   const int32_t abort = layout_->control->abort.load(std::memory_order_acquire);
   if (abort != 0) {
     failed_ = true;
@@ -264,10 +272,6 @@ void Transport::checkPeer(int peer, uint32_t round) {
                              : " gave up after a failure");
     if (kind == kAbortDied || kind == kAbortLeft) throw PeerLostError(message);
     throw BackendError(message);
-  }
-  if (pidfds_[peer] >= 0) {
-    pollfd p{pidfds_[peer], POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) fail(peer, true, detail::concat(who(peer), " died or was killed (round ", round, ")"));
   }
 }
 
@@ -359,6 +363,9 @@ void Transport::readPeer(int peer, uint64_t at, std::byte* to, size_t bytes) {
   }
   if (gone)
     fail(peer, true, detail::concat(who(peer), " died or was killed (while this rank read its memory)"));
+  // A peer that failed (it found a third rank dead, say) may have let go of the buffer this rank was reading:
+  // then the failure it recorded is the cause, and names the rank that was lost.
+  throwIfAborted();
   fail(options_.rank, false,
        detail::concat("reading ", bytes, " bytes at ", static_cast<const void*>(from), " of ", who(peer),
                       "'s memory failed: ", errnoText(err)));

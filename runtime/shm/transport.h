@@ -145,6 +145,8 @@ class Transport final : public runtime::Transport {
   // (PeerLostError here and on the others), or this rank gave up (`rank` is its own; BackendError).
   [[noreturn]] void fail(int rank, bool died, const std::string& why);
   void checkPeer(int peer, uint32_t round);
+  // Throws what a member that failed recorded in the abort word (naming the rank lost), if one did.
+  void throwIfAborted();
   std::string who(int rank) const;
   // Single copy (see the header comment).
   void probeSingleCopy();
