@@ -290,14 +290,21 @@ def test_ctrl_c_stops_every_trial_and_resume_continues(tmp_path):
     for line in driver_.stdout:
         if "started" in line:
             break
-    time.sleep(0.8)   # the first trial's ranks run
+    # Ctrl-C once the first trial's ranks run (each leaves its ran.* file after init; the trial then has 1.2 s of
+    # epochs left), not after a fixed sleep: on a loaded machine the ranks may not have started by then, nor on
+    # an idle one may the trial still be running.
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob("ran.*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(tmp_path.glob("ran.*")), "the first trial's ranks did not start within 30 s"
     driver_.send_signal(signal.SIGINT)
     rest = driver_.communicate(timeout=30)[0]
     assert driver_.returncode != 0 and "KeyboardInterrupt" in rest, rest
     assert not _workers_of(tmp_path)  # stopped before the driver exited
     study = optuna.load_study(study_name="resumable", storage=f"sqlite:///{results}/resumable/study.db")
     interrupted = [t for t in study.trials if t.user_attrs.get("interrupted")]
-    assert len(interrupted) == 1 and interrupted[0].state == optuna.trial.TrialState.FAIL
+    assert len(interrupted) == 1 and interrupted[0].state == optuna.trial.TrialState.FAIL, \
+        (rest, [(t.number, t.state, t.user_attrs) for t in study.trials])
     out = driver(tmp_path, resume=True, wait=True)
     assert out.returncode == 0 and "best 3.0 4" in out.stdout, out.stdout + out.stderr
 
