@@ -87,9 +87,9 @@ Runtime::Impl::Settled Runtime::Impl::settleAnnouncement(std::vector<const Reque
     // reference stays valid).
     const Response& s = alone_.at(key).first;
     if (options_.log_level <= LogLevel::kTrace) {
-      log(LogLevel::kTrace, detail::concat("'", key.second, "' (response cache id ", announcer_.value(),
-                                           ") agreed in round ", announcer_.completeRound(),
-                                           " without the coordinator"));
+      log(LogLevel::kTrace,
+          detail::concat("'", key.second, "' (response cache id ", announcer_.value(), ") agreed in round ",
+                         announcer_.completeRound(), " without the coordinator"));
     }
     agreed_.fetch_add(1, std::memory_order_relaxed);
     agreed_execution_ = true;

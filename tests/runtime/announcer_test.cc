@@ -17,9 +17,10 @@
 // atomic steps as the other members see them (announcements.h says why), so this interleaving is the
 // protocol's, run on the production code over words in ordinary memory. That atomicity itself (the
 // compare-and-swap of a member's own announcement against an answer for it) is what the shared-memory test
-// "a member's own announcement and an answer given for it at the same moment, one lands" races for real. The coordinator is the model's: it
-// answers an operation once every member submitted it (or joined), and every member runs its answers in
-// order; a member's busy word is shown before its operation can be answered, as the runtime shows it.
+// "a member's own announcement and an answer given for it at the same moment, one lands" races for real. The
+// coordinator is the model's: it answers an operation once every member submitted it (or joined), and every
+// member runs its answers in order; a member's busy word is shown before its operation can be answered, as
+// the runtime shows it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -33,8 +34,8 @@
 #include "runtime/shm/announcements.h"
 
 using hvd::runtime::Announcer;
-using hvd::runtime::shm::AnnouncementWords;
 using hvd::runtime::shm::Announcements;
+using hvd::runtime::shm::AnnouncementWords;
 
 namespace {
 
@@ -55,12 +56,12 @@ struct Member {
   Announcer announcer;
   Mode mode = Mode::kIdle;
   Op op = kNone;
-  uint8_t submitted = 0;     // operations submitted so far
-  bool busy_shown = false;   // what its busy word says
-  bool joined = false;       // its join is at the coordinator
-  bool dead = false;         // takes no more steps
-  std::deque<uint8_t> runs;  // names the coordinator answered, not run yet
-  std::string ran;           // names run, agreed or negotiated, in order
+  uint8_t submitted = 0;                           // operations submitted so far
+  bool busy_shown = false;                         // what its busy word says
+  bool joined = false;                             // its join is at the coordinator
+  bool dead = false;                               // takes no more steps
+  std::deque<uint8_t> runs;                        // names the coordinator answered, not run yet
+  std::string ran;                                 // names run, agreed or negotiated, in order
   std::vector<std::pair<uint32_t, bool>> settled;  // the rounds it settled, and whether agreed
 };
 
@@ -80,8 +81,13 @@ struct World {
         k.append(reinterpret_cast<const char*>(&round), sizeof round);
         k += static_cast<char>(agreed);
       }
-      k += {static_cast<char>(m.mode), static_cast<char>(m.op), static_cast<char>(m.submitted),
-            static_cast<char>(m.busy_shown), static_cast<char>(m.joined), static_cast<char>(m.dead), '|'};
+      k += {static_cast<char>(m.mode),
+            static_cast<char>(m.op),
+            static_cast<char>(m.submitted),
+            static_cast<char>(m.busy_shown),
+            static_cast<char>(m.joined),
+            static_cast<char>(m.dead),
+            '|'};
       k.append(m.runs.begin(), m.runs.end());
       k += '|';
       k += m.ran;
@@ -93,9 +99,9 @@ struct World {
 
 struct Config {
   int size = 2;
-  int max_ops = 3;     // operations each member submits at most
-  int max_deaths = 1;  // members that may die
-  uint32_t start = 0;  // the round complete when the group starts
+  int max_ops = 3;                                // operations each member submits at most
+  int max_deaths = 1;                             // members that may die
+  uint32_t start = 0;                             // the round complete when the group starts
   std::vector<Op> ops{kA, kB, kAChanged, kJoin};  // what members submit
 };
 
@@ -225,7 +231,8 @@ class Explorer {
       any = true;
     }
     for (Member& m : w.members) {
-      std::erase_if(m.settled, [&](const auto& e) { return !any || static_cast<int32_t>(e.first - first) < 0; });
+      std::erase_if(m.settled,
+                    [&](const auto& e) { return !any || static_cast<int32_t>(e.first - first) < 0; });
     }
     if (seen_.insert(w.key()).second) stack.push_back(std::move(w));
   }
@@ -313,8 +320,8 @@ class Explorer {
   void settle(const World& w, int i, std::vector<World>& stack) {
     World next = w;
     Member& m = next.members[i];
-    const auto s =
-        onBoard(next, i, [&](Announcements& b) { return m.announcer.settleStep(b, [](int) { return true; }); });
+    const auto s = onBoard(
+        next, i, [&](Announcements& b) { return m.announcer.settleStep(b, [](int) { return true; }); });
     REQUIRE(s != Announcer::Settle::kWaiting);
     if (s == Announcer::Settle::kAgreed || s == Announcer::Settle::kRefused) {
       // Every member settling the round concludes alike: an agreed round is run by all members together.
@@ -323,8 +330,8 @@ class Explorer {
       for (int r = 0; r < c_.size; ++r) {
         const Member& o = next.members[r];
         if (r == i) continue;
-        const auto other = std::find_if(o.settled.begin(), o.settled.end(),
-                                        [&](const auto& e) { return e.first == round; });
+        const auto other =
+            std::find_if(o.settled.begin(), o.settled.end(), [&](const auto& e) { return e.first == round; });
         INFO("member " << i << " settled round " << round << (agreed ? " as agreed" : " as refused")
                        << "; member " << r);
         if (other != o.settled.end()) {
@@ -342,8 +349,8 @@ class Explorer {
       const uint32_t round = m.announcer.completeRound();
       for (int r = 0; r < c_.size; ++r) {
         const auto value = onBoard(next, i, [&](Announcements& b) { return b.announced(r, round); });
-        INFO("member " << i << " agreed on " << m.announcer.value() << " in round " << round << "; member " << r
-                       << "'s word");
+        INFO("member " << i << " agreed on " << m.announcer.value() << " in round " << round << "; member "
+                       << r << "'s word");
         REQUIRE(value == m.announcer.value());
       }
       ++counts_.agreed;
