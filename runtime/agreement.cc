@@ -53,11 +53,14 @@ void Runtime::Impl::rememberAlone(const Response& s) {
   }
   const Entry* e = find(0, s.names[0]);
   if (!e) return;
-  auto [it, added] = alone_.try_emplace(keyOf(e->request));
+  // Looked up by a view first: every response of a cached name comes here, and in the steady state the
+  // record is already the same (a key built for each would copy the name every time).
+  auto it = alone_.find(viewOf(e->request));
+  if (it == alone_.end()) it = alone_.try_emplace(keyOf(e->request)).first;
   auto& [response, descriptor] = it->second;
   // Another rank's part may have changed (an allgather's rows) while this rank's did not: the response is
   // compared, not only this rank's descriptor.
-  if (!added && sameExecution(response, s) && sameDescriptor(descriptor, e->request)) return;
+  if (!response.names.empty() && sameExecution(response, s) && sameDescriptor(descriptor, e->request)) return;
   response = s;
   descriptor = e->request;
   descriptor.input = nullptr;
@@ -114,7 +117,11 @@ void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool sh
   while (announcer_.catchUpStep(board)) {
   }
   announcer_.publishRead(board);
-  const bool lone = may_announce && fresh.size() == 1 && table_.size() == 1 && !shutdown_requested &&
+  // After a batch, an operation that is alone when it is taken is usually the first of the next batch: agreed,
+  // it would run alone, and the rest in a second data round instead of one fused response (a fused batch of
+  // 100 x 4 KiB at np=2: 184-191 against 166-170 us, the faster mode of 6 interleaved jobs each).
+  in_flight_peak_ = std::max(in_flight_peak_, table_.size());
+  const bool lone = may_announce && !batched_ && fresh.size() == 1 && table_.size() == 1 && !shutdown_requested &&
                     !shutdown_sent_ && fresh[0]->process_set == 0 && onlyGlobalSet();
   if (lone) {
     const Request& q = *fresh[0];

@@ -461,7 +461,11 @@ void Runtime::Impl::complete(int32_t set, const std::string& name, std::exceptio
   auto node = table_.extract(it);
   auto work = std::move(node.mapped().work);
   // Nothing of this rank's at the coordinator any more (agreement.cc); a shutdown asked for stays.
-  if (agreement_ && table_.empty() && !shutdown_sent_) showBusy(false);
+  if (agreement_ && table_.empty()) {
+    if (!shutdown_sent_) showBusy(false);
+    batched_ = in_flight_peak_ > 1;
+    in_flight_peak_ = 0;
+  }
   {
     std::lock_guard lock(mutex_);
     names_in_flight_.erase(node.key());

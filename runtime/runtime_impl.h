@@ -310,6 +310,11 @@ class Runtime::Impl {
   // that does not is answered for, after the grace, by those that do).
   bool agreement_ = false;
   bool agreed_execution_ = false;  // execute() runs an agreed response
+  // Operations come in batches: several were in flight at once between the last two moments this rank had
+  // none. The first of the next batch is then sent to the coordinator, where the rest join it in one fused
+  // response, rather than announced and run alone.
+  bool batched_ = false;
+  size_t in_flight_peak_ = 0;  // the most operations in flight since this rank last had none
   Announcer announcer_;             // this rank's rounds of announcements (runtime/announcer.h)
   std::optional<Announcement> announcing_;
   bool busy_shown_ = false;             // what this rank's busy word says
