@@ -117,12 +117,11 @@ void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool sh
   while (announcer_.catchUpStep(board)) {
   }
   announcer_.publishRead(board);
-  // After a batch, an operation that is alone when it is taken is usually the first of the next batch: agreed,
-  // it would run alone, and the rest in a second data round instead of one fused response (a fused batch of
-  // 100 x 4 KiB at np=2: 184-191 against 166-170 us, the faster mode of 6 interleaved jobs each).
+  // After a batch, an operation that is alone when it is taken is usually the first of the next batch:
+  // agreed, it would run alone and the rest in a second data round, instead of one fused response.
   in_flight_peak_ = std::max(in_flight_peak_, table_.size());
-  const bool lone = may_announce && !batched_ && fresh.size() == 1 && table_.size() == 1 && !shutdown_requested &&
-                    !shutdown_sent_ && fresh[0]->process_set == 0 && onlyGlobalSet();
+  const bool lone = may_announce && !batched_ && fresh.size() == 1 && table_.size() == 1 &&
+                    !shutdown_requested && !shutdown_sent_ && fresh[0]->process_set == 0 && onlyGlobalSet();
   if (lone) {
     const Request& q = *fresh[0];
     const auto it = alone_.find(viewOf(q));
