@@ -245,3 +245,29 @@ def test_the_work_folder_of_a_killed_driver_is_removed_by_the_next_run(run_dir):
     other.mkdir()
     assert hvd.run(lambda: 7, num_proc=1) == [7]
     assert sorted(p.name for p in run_dir.iterdir()) == ["hvd-run-alive000", "hvd-run-nodriver"]
+
+
+def test_import_hvd_reaches_every_public_subpackage_on_first_use_and_imports_nothing_heavy():
+    """`import hvd` then hvd.train / hvd.tune / ... works as in Horovod and Ray, without import hvd itself
+    paying for torch, numpy, pandas, optuna or distributed (a fresh interpreter, as a user's script starts)."""
+    import subprocess
+    import sys
+
+    from conftest import PACKAGE_DIR
+
+    script = (
+        "import sys, hvd\n"
+        "heavy = [m for m in ('torch', 'numpy', 'pandas', 'optuna', 'distributed') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert hvd.train.Trainer and hvd.tune.run and hvd.Executor and hvd.numpy.allreduce\n"
+        "assert {'train', 'tune', 'torch', 'numpy', 'executor', 'compat'} <= set(dir(hvd))\n"
+        "try:\n"
+        "    hvd.no_such_thing\n"
+        "except AttributeError as e:\n"
+        "    assert \"'no_such_thing'\" in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+        "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
