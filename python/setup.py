@@ -11,7 +11,8 @@ benchmarks), builds it in <repository>/build-pip-<python version>, installs it i
 packs: the `hvd` package (with `_core` and the `horovod` compatibility package) into site-packages, hvdrun,
 hvd-proxy and hvd-rendezvous into <env>/bin, libhvd into <env>/lib (where `_core` and C/C++ programs find it).
 HVD_PIP_BUILD_DIR names an existing, built build tree of this repository instead (configured for the same Python
-version): it is installed as it is, without a rebuild. Errors (cmake missing, a failed build): the build's
+version; a relative path is taken from the folder pip is started in): it is installed as it is, without a
+rebuild; a folder that holds no build is refused with one line naming it. Errors (cmake missing, a failed build): the build's
 own output, then pip's error.
 """
 
@@ -26,7 +27,7 @@ from setuptools.command.build import build
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VERSION_TAG = f"{sys.version_info[0]}.{sys.version_info[1]}"
-BUILD = os.environ.get("HVD_PIP_BUILD_DIR") or os.path.join(ROOT, f"build-pip-{VERSION_TAG}")
+DEFAULT_BUILD = os.path.join(ROOT, f"build-pip-{VERSION_TAG}")
 STAGE = os.path.join(HERE, "build", "hvd-stage")
 PYTHONDIR = f"lib/python{VERSION_TAG}/site-packages"  # the layout inside the stage (and the env)
 BINARIES = ("hvdrun", "hvd-proxy", "hvd-rendezvous")
@@ -45,18 +46,38 @@ def _run(cmd):
     subprocess.run(cmd, check=True)
 
 
+def given_build_dir(value: str, started_in: str) -> str:
+    """HVD_PIP_BUILD_DIR as a folder: a relative path is taken from the folder pip was started in (started_in), not
+    from python/, where pip runs this file. SystemExit with one line naming the value when it holds no build of
+    this repository (no CMakeCache.txt or cmake_install.cmake), before anything runs."""
+    folder = os.path.normpath(os.path.join(started_in, os.path.expanduser(value)))
+    if not all(os.path.isfile(os.path.join(folder, f)) for f in ("CMakeCache.txt", "cmake_install.cmake")):
+        raise SystemExit(f"hvd: HVD_PIP_BUILD_DIR={value!r} ({folder}) holds no build of this repository: build "
+                         f"it first (packaging/build.sh), or unset HVD_PIP_BUILD_DIR to build here")
+    return folder
+
+
+def _started_in() -> str:
+    """The folder pip was started in. pip runs the build in python/ (the working directory) but passes the
+    environment on unchanged, so PWD is still what the shell that started pip set."""
+    return os.environ.get("PWD") or os.getcwd()
+
+
 def _build_and_stage():
     """The project built (unless HVD_PIP_BUILD_DIR) and installed into STAGE."""
-    if not os.environ.get("HVD_PIP_BUILD_DIR"):
+    build_dir = DEFAULT_BUILD
+    if os.environ.get("HVD_PIP_BUILD_DIR"):
+        build_dir = given_build_dir(os.environ["HVD_PIP_BUILD_DIR"], _started_in())
+    else:
         if not shutil.which("cmake"):
             raise RuntimeError("hvd: cmake is not installed (packaging/install-deps.sh installs what the build needs)")
-        _run(["cmake", "-S", ROOT, "-B", BUILD, "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_TESTING=OFF",
+        _run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_TESTING=OFF",
               "-DHVD_BUILD_EXAMPLES=OFF", "-DHVD_BUILD_BENCH=OFF", f"-DHVD_PYTHON={sys.executable}",
               f"-DPYTHON_EXECUTABLE={sys.executable}", "-DCMAKE_INSTALL_LIBDIR=lib",
               f"-DHVD_INSTALL_PYTHONDIR={PYTHONDIR}"])
-        _run(["cmake", "--build", BUILD, "--parallel", str(os.cpu_count() or 2)])
+        _run(["cmake", "--build", build_dir, "--parallel", str(os.cpu_count() or 2)])
     shutil.rmtree(STAGE, ignore_errors=True)
-    _run(["cmake", "--install", BUILD, "--prefix", STAGE])
+    _run(["cmake", "--install", build_dir, "--prefix", STAGE])
 
 
 def _staged_package_dir() -> str:

@@ -3,8 +3,8 @@
 # packages (Debian's torch and numpy), `pip install --no-build-isolation ./python` offline, then hvdrun from the
 # venv running examples/python/train.py at np 2 with the venv's interpreter (the loss falls, the ranks agree),
 # a Horovod script through --horovod-compat, and `pip uninstall` removing everything it installed.
-# The suite's build tree is installed as it is (HVD_PIP_BUILD_DIR): no rebuild. Exit 77 (skipped) without
-# python3's venv module.
+# The suite's build tree is installed as it is (HVD_PIP_BUILD_DIR, given relative to the folder pip starts in):
+# no rebuild; a folder without a build is refused first. Exit 77 (skipped) without python3's venv module.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 source=$(cd "$2" && pwd)
@@ -18,8 +18,19 @@ fail() { echo "pip_venv_test: $*" >&2; exit 1; }
 venv="$work/venv"
 before=$(cd "$venv" && find . -type f | sort)
 
-HVD_PIP_BUILD_DIR="$build" "$venv/bin/pip" install --no-build-isolation --no-index "$source/python" \
-  >"$work/pip.log" 2>&1 || { tail -20 "$work/pip.log"; fail "pip install failed"; }
+# A folder that holds no build is refused, naming it, before anything is built or installed.
+mkdir "$work/nobuild"
+if (cd "$work" && HVD_PIP_BUILD_DIR=nobuild "$venv/bin/pip" install --no-build-isolation --no-index \
+      "$source/python") >"$work/refused.log" 2>&1; then
+  fail "pip install took HVD_PIP_BUILD_DIR=nobuild, a folder without a build"
+fi
+grep -q "hvd: HVD_PIP_BUILD_DIR='nobuild' ($work/nobuild) holds no build of this repository" "$work/refused.log" ||
+  { tail -20 "$work/refused.log"; fail "the refusal did not name the folder"; }
+[[ "$(cd "$venv" && find . -type f | sort)" == "$before" ]] || fail "a refused pip install changed the venv"
+
+# A relative HVD_PIP_BUILD_DIR is taken from where pip is started (pip itself runs setup.py in python/).
+(cd "$(dirname "$build")" && HVD_PIP_BUILD_DIR="$(basename "$build")" "$venv/bin/pip" install --no-build-isolation \
+   --no-index "$source/python") >"$work/pip.log" 2>&1 || { tail -20 "$work/pip.log"; fail "pip install failed"; }
 for f in bin/hvdrun bin/hvd-proxy bin/hvd-rendezvous lib/libhvd.so.0; do
   [[ -x "$venv/$f" || -f "$venv/$f" ]] || fail "pip install left no $f in the venv"
 done
