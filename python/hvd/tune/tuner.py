@@ -478,8 +478,9 @@ def _interrupt(search: _Search) -> None:
         try:
             ot.set_user_attr("interrupted", True)
             search.study.tell(ot, state=optuna.trial.TrialState.FAIL)
-        except Exception:
-            pass
+        except Exception as e:  # the interrupt goes on for the other trials; a resume cannot rerun this one
+            print(f"hvd.tune: trial {runner.trial.trial_id} could not be marked interrupted in the study: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
     search.runners.clear()
 
 
