@@ -81,14 +81,15 @@ Runtime::Impl::Settled Runtime::Impl::settleAnnouncement(std::vector<const Reque
   while ((settle = announcer_.settleStep(board, may_answer)) == Announcer::Settle::kOpen) {
   }
   if (settle == Announcer::Settle::kWaiting) return Settled::kOpen;
-  const Key key = a.key;
+  const AloneRecord& alone = *a.alone;
+  const Key& key = alone.first;
   announcing_.reset();
   Entry* e = find(key.first, key.second);
   if (!e) return Settled::kAgreed;  // failed meanwhile (the job stopped); nothing to run
   if (settle == Announcer::Settle::kAgreed) {
     // Every rank runs the same remembered response (execute() does not remember an agreed one anew, so the
     // reference stays valid).
-    const Response& s = alone_.at(key).first;
+    const Response& s = alone.second.first;
     if (options_.log_level <= LogLevel::kTrace) {
       log(LogLevel::kTrace,
           detail::concat("'", key.second, "' (response cache id ", announcer_.value(), ") agreed in round ",
@@ -129,7 +130,7 @@ void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool sh
     for (int r = 0; r < options_.size && !peer_busy; ++r) peer_busy = r != options_.rank && board.busy(r);
     if (it != alone_.end() && !peer_busy && sameDescriptor(it->second.second, q)) {
       if (announcer_.announce(board, it->second.first.cache_ids[0])) {
-        announcing_ = Announcement{keyOf(q), Clock::now(), 0};
+        announcing_ = Announcement{&*it, Clock::now(), 0};
         fresh.clear();
         settleAnnouncement(fresh);  // the others may have announced already
         return;

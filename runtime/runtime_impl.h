@@ -301,8 +301,11 @@ class Runtime::Impl {
   // name ran alone. Any other outcome (another id, a rank busy at the coordinator or idle past the grace,
   // answered for) sends the operation to the coordinator as before.
   // This rank's open announcement (the round and the value are announcer_'s).
+  // The record of the name's last lone run (alone_'s element: its address outlives rehashing, and no record
+  // is ever erased), with the name as its key.
+  using AloneRecord = std::pair<const Key, std::pair<Response, Request>>;
   struct Announcement {
-    Key key;
+    const AloneRecord* alone;
     Clock::time_point started;
     unsigned looks = 0;  // settleAnnouncement's
   };
