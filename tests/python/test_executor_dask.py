@@ -210,6 +210,10 @@ def test_bad_inputs_are_refused_before_anything_starts(cluster, client):
         Executor(num_workers=1, client=client, use_gpu=True, gpus_per_worker=1)
     with pytest.raises(ValueError, match=r"num_workers=0"):
         DaskEngine(client, num_workers=0)
+    with pytest.raises(ValueError, match=r"output='/nonexistent/dir/x.log': the folder /nonexistent/dir does not "):
+        Executor(num_workers=1, client=client, output="/nonexistent/dir/x.log")
+    with pytest.raises(ValueError, match=r"launcher='ssh' with client=: Dask places the ranks itself"):
+        Executor(num_workers=1, client=client, launcher="ssh")
     closed = distributed.Client(cluster.scheduler_address, timeout=20, set_as_default=False)
     closed.close()
     with pytest.raises(ValueError, match=r"client=<Client: No scheduler connected>: the Dask client is closed"):

@@ -33,6 +33,10 @@ def where_am_i(config):
     import hvd.numpy as hn
 
     hn.init()
+    print(f"x={config['x']} on rank {hn.rank()}", flush=True)
+    sys.stdout.write("a line in ")
+    sys.stdout.write("two writes\n")
+    print(f"warning from rank {hn.rank()}", file=sys.stderr)
     loss = float(hn.allreduce(np.array([(config["x"] - 2.0) ** 2]), op=hn.Average)[0])
     time.sleep(0.5)
     tune.report(loss=loss, host=os.environ["HOROVOD_HOSTNAME"], pid=os.getpid(), size=hn.size(),
@@ -60,6 +64,12 @@ def test_a_search_on_a_dask_cluster_runs_two_trials_at_once_on_its_four_worker_p
         now += step
         most = max(most, now)
     assert most == 2, most   # 4 worker processes, 2-rank trials
+    # What the ranks printed is in their trial's output.log, tagged by rank, as on every other pool.
+    for t in trials:
+        lines = set(open(os.path.join(t.directory, "output.log")).read().splitlines())
+        for rank in (0, 1):
+            assert {f"[{rank}]<stdout>:x={t.config['x']} on rank {rank}", f"[{rank}]<stdout>:a line in two writes",
+                    f"[{rank}]<stderr>:warning from rank {rank}"} <= lines, (t.trial_id, lines)
 
 
 SHARED = """

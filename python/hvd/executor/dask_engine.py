@@ -58,6 +58,7 @@ import uuid
 import warnings
 
 from hvd.common import death_signal
+from hvd.executor.engine import _LockedFile, check_output
 from hvd.executor.engine import Engine
 from hvd.executor.errors import ExecutorError
 from hvd.runner import _PACKAGE_PARENT, _find_hvdrun, _uses_compat
@@ -161,7 +162,7 @@ class _Rank:
     def _serve(self, rank, previous, added_path, driver_host, driver_port, token):
         try:
             from hvd.executor.worker import serve
-            serve(driver_host, driver_port, token, exit_on_driver_loss=True)
+            serve(driver_host, driver_port, token, exit_on_driver_loss=True, forward_output=True)
         except BaseException as e:
             sys.stderr.write(f"hvd.executor.dask_engine: rank {rank} ended with {type(e).__name__}: {e}\n")
         finally:
@@ -324,8 +325,12 @@ class DaskEngine(Engine):
     "GPU") a worker must declare to host a rank."""
 
     def __init__(self, client, *, num_workers: int | None = None, cpus_per_worker: float = 1,
-                 gpus_per_worker: float = 0) -> None:
+                 gpus_per_worker: float = 0, output=None) -> None:
         _check_client(client)
+        # Where the ranks' printed lines go (the session writes them, tagged by rank); None: this process's
+        # stdout and stderr.
+        path = check_output(output)
+        self.output_file = _LockedFile(path) if path is not None else None
         self._client = client
         self._cpus = _number(cpus_per_worker, "cpus_per_worker", 1)
         self._gpus = _number(gpus_per_worker or 0, "gpus_per_worker", 0)
@@ -340,6 +345,12 @@ class DaskEngine(Engine):
         self._started = False
         if num_workers is not None:
             self._plan(_positive(num_workers, "num_workers"), None)
+
+    def redirect_output(self, path) -> None:
+        """From now on the ranks' output goes to path (an engine made with output= only)."""
+        if self.output_file is None:
+            raise ValueError("redirect_output: this engine was not made with output=")
+        self.output_file.redirect(os.fspath(path))
 
     @property
     def placement(self) -> list[str]:

@@ -128,6 +128,22 @@ def parse_hostfile(hostfile) -> "list[tuple[str, int]]":
 _LAUNCHERS = ("auto", "local", "ssh", "slurm")
 
 
+def check_output(output) -> "str | None":
+    """output= of an engine as a path (None stays None); TypeError or ValueError naming it when it cannot be a
+    file the job's output is appended to."""
+    if output is None:
+        return None
+    if not isinstance(output, (str, os.PathLike)):
+        raise TypeError(f"output must be a file path, got {type(output).__name__}")
+    path = os.fspath(output)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"output={path!r}: {path} is a directory")
+    if not os.path.isdir(folder):
+        raise ValueError(f"output={path!r}: the folder {folder} does not exist")
+    return path
+
+
 class _LockedFile:
     """A text file that two forwarding threads append whole lines to; redirect() switches files between lines."""
 
@@ -223,15 +239,7 @@ class HvdrunEngine(Engine):
         if launcher is not None and launcher not in _LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose from {', '.join(map(repr, _LAUNCHERS))}")
         self._launcher = launcher
-        if output is not None and not isinstance(output, (str, os.PathLike)):
-            raise TypeError(f"output must be a file path, got {type(output).__name__}")
-        self._output = os.fspath(output) if output is not None else None
-        if self._output is not None:
-            folder = os.path.dirname(os.path.abspath(self._output))
-            if os.path.isdir(self._output):
-                raise ValueError(f"output={self._output!r}: {self._output} is a directory")
-            if not os.path.isdir(folder):
-                raise ValueError(f"output={self._output!r}: the folder {folder} does not exist")
+        self._output = check_output(output)
         if executable is not None and not isinstance(executable, (str, os.PathLike)):
             raise TypeError(f"executable must be the path of a Python interpreter, got {type(executable).__name__}")
         self._python = os.fspath(executable) if executable else sys.executable

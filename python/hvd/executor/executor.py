@@ -107,8 +107,10 @@ class Executor:
     env: the workers' base environment (default os.environ); executable: their Python (default sys.executable).
     client: a distributed.Client, to host the ranks in that Dask cluster's worker processes (hvd.executor's Dask
     engine); engine: any Engine. settings: ExecutorSettings (Executor.create_settings). output: a file the job's
-    output (tagged by rank) goes to instead of this process's stdout and stderr; launcher: hvdrun's --launcher
-    (auto, local, ssh, slurm); neither applies with client= or engine=.
+    output (tagged by rank) goes to instead of this process's stdout and stderr (with client=: what the ranks'
+    threads print from Python, which otherwise also comes here, tagged, instead of into the Dask workers' logs;
+    not with an elastic client= executor); launcher: hvdrun's --launcher (auto, local, ssh, slurm), not with
+    client=; neither applies with engine=.
 
     min_workers (instead of num_workers), max_workers, reset_limit, cooldown_range (min_s, max_s),
     elastic_timeout: an elastic executor. Its workers are not persistent: each run(fn) is an elastic hvdrun job
@@ -186,10 +188,14 @@ class Executor:
             raise ValueError(f"hosts={hosts!r} / hostfile={hostfile!r}: the hosts come from the {where}, not "
                              "from hosts= or hostfile=")
         check_env(env)
-        if (client is not None or engine is not None) and (output is not None or launcher is not None):
-            where = "client" if client is not None else "engine"
-            raise ValueError(f"output={output!r} / launcher={launcher!r} with {where}=: they apply to the hvdrun jobs "
-                             "of hosts, hostfiles and Slurm allocations")
+        if engine is not None and (output is not None or launcher is not None):
+            raise ValueError(f"output={output!r} / launcher={launcher!r} with engine=: they apply to the hvdrun jobs "
+                             "of hosts, hostfiles and Slurm allocations, and output= to Dask clusters")
+        if client is not None and launcher is not None:
+            raise ValueError(f"launcher={launcher!r} with client=: Dask places the ranks itself")
+        if client is not None and output is not None and min_workers is not None:
+            raise ValueError(f"output={output!r} with client= and min_workers=: an elastic Dask executor's ranks "
+                             "write to the Dask workers' logs")
         if engine is not None and not all(callable(getattr(engine, m, None))
                                           for m in ("start", "exit_status", "stop")):
             raise TypeError(f"engine must be an hvd.executor.Engine (start, exit_status, stop), got {engine!r}")
@@ -231,7 +237,7 @@ class Executor:
             if num_workers is None:
                 raise ValueError("num_workers=None: pass num_workers (or num_hosts) with client=")
             options = dict(num_workers=num_workers, cpus_per_worker=cpus_per_worker,
-                           gpus_per_worker=(gpus_per_worker or 0) if use_gpu else 0)
+                           gpus_per_worker=(gpus_per_worker or 0) if use_gpu else 0, output=output)
             engines = [dask_engine_cls(client, **options)]  # checks the cluster now
             self._make_engine = lambda: engines.pop() if engines else dask_engine_cls(client, **options)
         elif engine is not None:

@@ -21,6 +21,9 @@ length followed by that many bytes of pickle.dumps(message), message a tuple who
                                                                  message, traceback, time, pickled exception)
                        ("send", call_id, payload)               a value the running call passed to
                                                                  hvd.executor.send (cloudpickle bytes)
+                       ("output", stream, text)                 whole lines ("stdout" or "stderr") a rank that
+                                                                 runs as a thread of a host process printed
+                                                                 (hvd.executor.thread_output)
 
 Errors. A frame longer than MAX_FRAME_BYTES, a truncated frame or one that does not unpickle to a tuple raises
 ProtocolError; a clean end of stream between frames returns None. The hello arrives before the peer is
@@ -171,3 +174,7 @@ def result(call_id: int, ok: bool, value) -> tuple:
 
 def sent(call_id: int, payload: bytes) -> tuple:
     return ("send", call_id, payload)
+
+
+def output(stream: str, text: str) -> tuple:
+    return ("output", stream, text)

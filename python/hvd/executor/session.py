@@ -291,6 +291,8 @@ class Session:
                     break
                 if message[0] == "result" and len(message) == 4:
                     self._on_result(conn.rank, *message[1:])
+                elif message[0] == "output" and len(message) == 3 and message[1] in ("stdout", "stderr"):
+                    self._output(conn.rank, message[1], str(message[2]))
                 elif message[0] == "send" and len(message) == 3:
                     if conn.rank == 0:
                         with self.lock:
@@ -302,6 +304,14 @@ class Session:
         except (OSError, protocol.ProtocolError) as e:
             why = f"broke its connection ({e})"
         self._on_lost(conn, why)
+
+    def _output(self, rank: int, stream: str, text: str) -> None:
+        """A thread-hosted rank's printed lines, tagged as hvdrun tags a rank's output, into the engine's output
+        file when it has one, else this process's stream of the same name."""
+        tagged = "".join(f"[{rank}]<{stream}>:{line}\n" for line in text.splitlines())
+        target = getattr(self.engine, "output_file", None) or (sys.stdout if stream == "stdout" else sys.stderr)
+        target.write(tagged)
+        target.flush()
 
     def _on_result(self, rank: int, call_id: int, ok: bool, value) -> None:
         result = error = None

@@ -31,7 +31,7 @@ import socket
 import sys
 import threading
 
-from hvd.executor import protocol
+from hvd.executor import protocol, thread_output
 from hvd.run_task import _failure, _pickler
 
 GRACE_S = 1.0
@@ -216,7 +216,8 @@ def _leave_hvd(exit_on_driver_loss: bool, rank: int) -> None:
             watchdog.cancel()
 
 
-def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True, one_shot: bool = False) -> int:
+def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True, one_shot: bool = False,
+          forward_output: bool = False) -> int:
     """Connects to the driver at host:port, says hello with token and the rank's identity (from the HOROVOD_*
     variables in os.environ), and runs the driver's calls in the calling thread until ("stop",) or the end of the
     connection. Returns 0 then, 1 when the driver cannot be reached, 130 after KeyboardInterrupt.
@@ -224,7 +225,8 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
     exit_on_driver_loss: when ("stop",) comes while a call runs, end the process at once with os._exit(0), and when
     the connection ends while a call runs, with os._exit(1) after GRACE_S (True); or let the call finish and
     return (False). one_shot: return after the first call, 0 when it succeeded and 1 when it failed (a worker of an
-    elastic job, whose exit status hvdrun acts on). Raises ValueError when a HOROVOD_* variable of the rank is
+    elastic job, whose exit status hvdrun acts on). forward_output: what the calling thread prints goes to the
+    driver as ("output", ...) messages (a rank hosted as a thread; hvd.executor.thread_output). Raises ValueError when a HOROVOD_* variable of the rank is
     missing or not an int."""
     global _current
     identity = _identity()
@@ -247,6 +249,8 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
     instance = None
     try:
         link.send(protocol.hello(token, identity))
+        if forward_output:
+            thread_output.capture(lambda stream, text: link.send(protocol.output(stream, text)))
         reader = threading.Thread(target=_read, args=(sock, inbox, idle, gone, stopping, exit_on_driver_loss, rank),
                                   name="hvd-executor-reader", daemon=True)
         reader.start()
@@ -283,6 +287,8 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
         pass  # the driver is gone: leave as after ("stop",)
     finally:
         instance = None
+        if forward_output:
+            thread_output.release()
         _leave_hvd(exit_on_driver_loss, rank)
         try:
             sock.shutdown(socket.SHUT_RDWR)

@@ -7,14 +7,16 @@ puts events on the tuner's queue, in order: ("report", trial, row) per report (r
 training_iteration, timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, as hvd.train records them),
 ("retry", trial, error) per failed attempt that is retried, then exactly one ("end", trial, error) (error None
 when train_fn returned on every rank). stop() ends the trial's job at once (its executor's shutdown: every rank
-ends within a second, its slots are free once "end" arrived) and marks the end as a stop, not a failure. The
+ends within a second, its slots are free once "end" arrived) and marks the end as a stop, not a failure.
+restart(payload, checkpoint) ends the current job and starts the trial again on its slots with a new training
+function and config, from that checkpoint (population-based training's exploit; not a failure, no retry). The
 executor comes from Workers, which hands a finished trial's healthy executor to the next trial of the same
 placement (Tune's reuse_actors).
 
-The trial's directory holds output.log (the job's output, tagged by rank; not for Dask-hosted ranks, whose output
-is the Dask workers'), progress.jsonl (one line per report), params.json (the config), error.txt (the last failure
+The trial's directory holds output.log (the job's output, tagged by rank; for ranks hosted in Dask worker
+processes, what they print from Python), progress.jsonl (one line per report), params.json (the config), error.txt (the last failure
 with its traceback) and checkpoint_NNNNNN/ directories (hvd.train's format and retention).
-Threading: the runner thread owns the executor; stop() may be called from the tuner's thread.
+Threading: the runner thread owns the executor; stop() and restart() may be called from the tuner's thread.
 """
 
 from __future__ import annotations
@@ -109,10 +111,7 @@ class Workers:
             other.shutdown()
         if executor is not None:
             on_made(executor)
-            try:
-                executor.redirect_output(os.path.join(trial.directory, "output.log"))
-            except ValueError:
-                pass  # Dask-hosted ranks: their output is the Dask workers'
+            executor.redirect_output(os.path.join(trial.directory, "output.log"))
             return executor
         executor = self._make(trial)
         on_made(executor)
@@ -159,6 +158,7 @@ class TrialRunner:
         self._lock = threading.Lock()
         self._executor = None
         self._stopping = False
+        self._restart: Optional[tuple] = None
         os.makedirs(trial.directory, exist_ok=True)
         with open(os.path.join(trial.directory, "params.json"), "w", encoding="utf-8") as f:
             json.dump(json_keys(trial.config), f, default=to_json, indent=1)
@@ -179,6 +179,19 @@ class TrialRunner:
         if executor is not None:
             executor.shutdown()
 
+    def restart(self, payload: bytes, checkpoint: bytes) -> bool:
+        """Ends the trial's current job and runs it again, on the same slots, with payload (the pickled training
+        function and its new config) from checkpoint (pack_directory's bytes), as population-based training's
+        exploit does. False when the trial is stopping or already restarting: nothing changes."""
+        with self._lock:
+            if self._stopping or self._restart is not None:
+                return False
+            self._restart = (payload, checkpoint)
+            executor = self._executor
+        if executor is not None:
+            executor.shutdown()
+        return True
+
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
@@ -191,49 +204,67 @@ class TrialRunner:
     def _made(self, executor) -> None:
         with self._lock:
             self._executor = executor
-            stopping = self._stopping
-        if stopping:
+            # A restart asked for between two jobs ends the new one too: it ran the old config.
+            ending = self._stopping or self._restart is not None
+        if ending:
             executor.shutdown()
 
     def _run(self) -> None:
         error: Optional[BaseException] = None
         resume = None
-        for attempt in range(1, self._settings.max_failures + 2):
-            self.trial.attempts = attempt
+        failures = run = 0
+        while True:
+            run += 1
+            self.trial.attempts = failures + 1
             error = None
             executor = None
             try:
                 if self._stopping:
                     break
-                self._recorder.begin(attempt)
+                self._recorder.begin(run)
                 executor = self._settings.workers.acquire(self.trial, self._made)
                 executor.run(run_training,
                              args=(self._payload, list(sys.path), {}, resume, self._settings.experiment, None),
-                             callbacks=[lambda value, a=attempt: self._on_report(a, value)])
+                             callbacks=[lambda value, r=run: self._on_report(r, value)])
             except Exception as e:  # a rank's failure, a lost job, or an executor that could not start: the trial's
                 error = e
             finally:
                 self._recorder.close()
                 with self._lock:
                     self._executor = None
+                    restart, self._restart = self._restart, None
                 if executor is not None:
-                    self._settings.workers.release(self.trial, executor, healthy=error is None and not self._stopping)
+                    healthy = error is None and not self._stopping and restart is None
+                    self._settings.workers.release(self.trial, executor, healthy=healthy)
             if self._recorder.error is not None and error is None:
                 error = self._recorder.error
-            if error is None or self._stopping:
+            if self._stopping:
                 break
+            if restart is not None and self._recorder.error is None:
+                # An exploit: the job was ended on purpose, not a failure (a job that ended well before it was
+                # ended starts again too: the exploit was decided on one of its reports).
+                self._payload, resume = restart
+                continue
+            if error is None:
+                break
+            failures += 1
             with open(os.path.join(self.trial.directory, "error.txt"), "w", encoding="utf-8") as f:
-                f.write(f"attempt {attempt}: {error}\n")
+                f.write(f"attempt {failures}: {error}\n")
                 # A rank's own failure (an ExecutorError that ended the job carries it as its cause).
                 traceback = getattr(error, "traceback", "") or getattr(error.__cause__, "traceback", "")
                 if traceback:
                     f.write(traceback)
-            if attempt <= self._settings.max_failures:
-                self._settings.events.put(("retry", self.trial, error, attempt))
-                latest = self.trial.manager.latest
-                resume = pack_directory(latest.path) if latest is not None else resume
+            if failures > self._settings.max_failures:
+                break
+            self._settings.events.put(("retry", self.trial, error, failures))
+            latest = self.trial.manager.latest
+            resume = pack_directory(latest.path) if latest is not None else resume
         # The tuner's thread builds trial.history from the "report" events, which come before this one.
         self._settings.events.put(("end", self.trial, None if self._stopping else error))
+
+    @property
+    def restarting(self) -> bool:
+        return self._restart is not None
 
     @property
     def stopping(self) -> bool:

@@ -11,6 +11,8 @@ index (search_alg "random", the default; "grid" is the same with nothing left to
 max_concurrent_trials run, a trial is started (trial.TrialRunner: an hvd.Executor of workers_per_trial ranks on
 the slots pool.Pool gave it); its reports are recorded, passed to the pruner (scheduler "asha": Optuna's
 successive halving; "median"; or any optuna.pruners.BasePruner), and a pruned trial's job is stopped at once.
+With scheduler "pbt" (hvd.tune.pbt) a report may instead restart its trial from a better trial's checkpoint with
+that trial's config, mutated.
 A trial's result is its last value of `metric`; the study is told COMPLETE (that value), PRUNED or FAIL.
 
 Resume. With resume=True the experiment's study is loaded: trials that completed, were pruned or failed for good
@@ -41,13 +43,14 @@ from typing import Any, Callable, Dict, List, Optional
 from hvd.tune import pool as pools
 from hvd.tune import space
 from hvd.tune.analysis import Analysis
+from hvd.tune.pbt import PopulationBasedTraining, changes
 from hvd.tune.progress import Progress, describe, plot
 from hvd.tune.trainable import DistributedTrainable
 from hvd.tune.trial import ERROR, PRUNED, TERMINATED, RunnerSettings, Trial, TrialRunner, Workers
 
 DEFAULT_STORAGE_PATH = "~/hvd_results"
 _SEARCH_ALGS = ("random", "grid", "optuna")
-_SCHEDULERS = ("asha", "median")
+_SCHEDULERS = ("asha", "median", "pbt")
 _POLL_S = 0.2
 # What hvd.train adds to every report.
 _RECORDED = {"training_iteration", "timestamp", "time_this_iter_s", "time_total_s", "checkpoint_dir_name"}
@@ -81,23 +84,29 @@ def _sampler(search_alg, seed: int, metric: Optional[str]):
                     f"{type(search_alg).__name__}")
 
 
-def _pruner(scheduler, metric: Optional[str]):
+def _scheduler(scheduler, metric: Optional[str]) -> "tuple[Any, Optional[PopulationBasedTraining]]":
+    """(Optuna pruner, population-based training or None) for run()'s scheduler argument."""
     import optuna
 
     if scheduler is None:
-        return optuna.pruners.NopPruner()
+        return optuna.pruners.NopPruner(), None
     if metric is None:
         raise ValueError(f"scheduler={scheduler!r} needs metric= (the value it compares)")
     if isinstance(scheduler, str):
         if scheduler == "asha":
-            return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=4)
+            return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=4), None
         if scheduler == "median":
-            return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
-        raise ValueError(f"scheduler={scheduler!r}: choose from {', '.join(map(repr, _SCHEDULERS))} or pass an optuna "
-                         "pruner")
+            return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1), None
+        if scheduler == "pbt":
+            return optuna.pruners.NopPruner(), PopulationBasedTraining()
+        raise ValueError(f"scheduler={scheduler!r}: choose from {', '.join(map(repr, _SCHEDULERS))}, pass an optuna "
+                         "pruner or a PopulationBasedTraining")
+    if isinstance(scheduler, PopulationBasedTraining):
+        return optuna.pruners.NopPruner(), scheduler
     if isinstance(scheduler, optuna.pruners.BasePruner):
-        return scheduler
-    raise TypeError(f"scheduler must be 'asha', 'median' or an optuna pruner, got {type(scheduler).__name__}")
+        return scheduler, None
+    raise TypeError(f"scheduler must be 'asha', 'median', 'pbt', an optuna pruner or a PopulationBasedTraining, got "
+                    f"{type(scheduler).__name__}")
 
 
 def _make_pool(hosts, hostfile, client, cpus_per_worker, gpus):
@@ -125,8 +134,10 @@ def _make_pool(hosts, hostfile, client, cpus_per_worker, gpus):
 class _Search:
     """The driver's view of one experiment: its study, the trials it knows, the runners it owns."""
 
-    def __init__(self, study, specs, mode_kind, seed, experiment_dir):
+    def __init__(self, study, specs, mode_kind, seed, experiment_dir, population=None, train_fn=None):
         self.study = study
+        self.population = population  # pbt.Population when the scheduler is population-based training
+        self.train_fn = train_fn
         self.specs = specs
         self.kind = mode_kind
         self.seed = seed
@@ -194,7 +205,9 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     config: the search space (hvd.tune.space). num_samples: how often the grid is repeated (each repetition
     draws the other domains anew). metric/mode ("min" or "max", default "min"): what the search optimises and
     prunes on. search_alg: "random" (default), "grid", "optuna" (TPE) or an optuna sampler. scheduler: "asha",
-    "median" or an optuna pruner (early stopping on the reports). workers_per_trial: ranks per trial;
+    "median" or an optuna pruner (early stopping on the reports), or "pbt" or a PopulationBasedTraining
+    (population-based training: see hvd.tune.pbt; its metric and mode may stand in for metric= and mode=).
+    workers_per_trial: ranks per trial;
     nodes_per_trial: spread them over that many whole nodes (DeepHyper's nodes per evaluation);
     cpus_per_worker: slots a rank takes; use_gpu / gpus_per_worker as for hvd.Executor;
     max_concurrent_trials: at most that many trials at once (default: as many as the slots allow).
@@ -231,6 +244,13 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     config = {} if config is None else config
     space.check(config)
     _check_int(num_samples, "num_samples", 1)
+    if isinstance(scheduler, PopulationBasedTraining):
+        # Ray Tune's form: the scheduler may carry the metric and mode.
+        for what, ours, its in (("metric", metric, scheduler.metric), ("mode", mode, scheduler.mode)):
+            if ours is not None and its is not None and ours != its:
+                raise ValueError(f"{what}={ours!r} and the scheduler's {what}={its!r} differ: pass one of them")
+        metric = metric if metric is not None else scheduler.metric
+        mode = mode if mode is not None else scheduler.mode
     mode = "min" if mode is None else mode
     if mode not in ("min", "max"):
         raise ValueError(f"mode={mode!r}: choose 'min' or 'max'")
@@ -249,7 +269,9 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         raise ValueError(f"cpus_per_worker={cpus_per_worker!r}: expected a number >= 1")
     seed = random.SystemRandom().randrange(2 ** 31) if seed is None else _check_int(seed, "seed", 0)
     kind, sampler = _sampler(search_alg, seed, metric)
-    pruner = _pruner(scheduler, metric)
+    pruner, pbt = _scheduler(scheduler, metric)
+    if pbt is not None:
+        config = pbt.complete(config)
     if gpus_per_worker is not None and not use_gpu:
         raise ValueError(f"gpus_per_worker={gpus_per_worker!r} without use_gpu=True")
     check_env(env)
@@ -316,7 +338,9 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         seed = study.user_attrs["seed"]
         if resume:
             _requeue_unfinished(study)
-    search = _Search(study, specs, kind, seed, experiment_dir)
+    population = pbt.population(specs[0], metric, mode, seed, os.path.join(experiment_dir, "pbt_global.txt")) \
+        if pbt is not None else None
+    search = _Search(study, specs, kind, seed, experiment_dir, population, train_fn)
     _load_finished(search)
 
     events: "queue.SimpleQueue" = queue.SimpleQueue()
@@ -329,7 +353,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
         kwargs = dict(num_workers=workers_per_trial, cpus_per_worker=cpus_per_worker, use_gpu=use_gpu,
                       gpus_per_worker=gpus_per_worker, settings=trial_settings, env=base_env)
         if pool.kind == "dask":
-            return Executor(client=client, **kwargs)
+            return Executor(client=client, output=os.path.join(trial.directory, "output.log"), **kwargs)
         hosts_arg = ",".join(f"{h}:{n}" for h, n in trial.placement)
         return Executor(hosts=hosts_arg, output=os.path.join(trial.directory, "output.log"),
                         launcher="slurm" if pool.kind == "slurm" else None, **kwargs)
@@ -421,6 +445,8 @@ def _handle(event, search: _Search, pool, per_rank, nodes, metric, progress) -> 
         row = event[2]
         trial.history.append(row)
         value = row.get(metric) if metric else None
+        if search.population is not None and runner is not None and not runner.stopping and not runner.restarting:
+            _perturb(search, runner, row, progress)
         if runner is not None and not runner.stopping and isinstance(value, (int, float)):
             ot = trial.optuna_trial
             ot.report(float(value), step=row["training_iteration"])
@@ -438,6 +464,8 @@ def _handle(event, search: _Search, pool, per_rank, nodes, metric, progress) -> 
     # "end"
     error = event[2]
     search.runners.pop(trial.number, None)
+    if search.population is not None:
+        search.population.forget(trial)
     pool.give(trial.placement, per_rank, nodes)
     trial.ended = time.time()
     ot = trial.optuna_trial
@@ -463,6 +491,36 @@ def _handle(event, search: _Search, pool, per_rank, nodes, metric, progress) -> 
         search.study.tell(ot, state=optuna.trial.TrialState.FAIL)
     progress.event(f"trial {trial.trial_id} done" + (f": {metric}={value:.4g}" if isinstance(value, (int, float))
                                                      else ""), _ordered(search))
+
+
+def _perturb(search: _Search, runner, row, progress) -> None:
+    """Population-based training at one report: a trial in the worst quantile at its perturbation point takes the
+    latest checkpoint of one in the best and that trial's config, explored (see hvd.tune.pbt)."""
+    from hvd.run_task import _pickler
+    from hvd.train.checkpoint import json_keys, pack_directory, to_json
+
+    trial = runner.trial
+    population = [r.trial for r in search.runners.values() if not r.stopping]
+    decision = search.population.on_report(trial, row, population)
+    if decision is None:
+        return
+    donor, config = decision
+    checkpoint = donor.manager.latest
+    try:
+        packed = pack_directory(checkpoint.path)
+    except (OSError, ValueError):
+        return  # the donor's checkpoint was replaced by a newer one while it was read: the next point decides
+    if not runner.restart(_pickler.dumps((search.train_fn, config)), packed):
+        return
+    old, trial.config = trial.config, config
+    with open(os.path.join(trial.directory, "params.json"), "w", encoding="utf-8") as f:
+        json.dump(json_keys(config), f, default=to_json, indent=1)
+    trial.optuna_trial.set_user_attr("config", json.dumps(config, default=repr))
+    now = row.get(search.population.pbt.time_attr)
+    name = os.path.basename(checkpoint.path)
+    search.population.log(trial, donor, now, name, old, config)
+    progress.event(f"trial {trial.trial_id} exploits trial {donor.trial_id} ({name}) at "
+                   f"{search.population.pbt.time_attr} {now}: {changes(old, config)}", _ordered(search))
 
 
 def _interrupt(search: _Search) -> None:
