@@ -59,7 +59,7 @@ class _Router:
     def write(self, text: str) -> int:
         sink = _sinks.get(threading.get_ident())
         if sink is None:
-            return self.replaced.write(text)
+            return self.replaced.write(text) if self.replaced is not None else len(text)
         sink.write(self._name, str(text))
         return len(text)
 
