@@ -516,6 +516,28 @@ def test_environment_and_settings_reach_the_workers():
     assert got == [("x y", "8", omp, False, "0"), ("x y", "8", omp, False, "1")]
 
 
+def _leave_traces(folder):
+    """Registers an atexit function that writes a file, and prints a line with no end and no flush."""
+    import atexit
+    import sys
+
+    rank = os.environ["HOROVOD_RANK"]
+    atexit.register(lambda: open(os.path.join(folder, f"atexit.{rank}"), "w").close())
+    sys.stdout.write(f"unflushed from rank {rank}")
+
+
+def test_a_worker_leaving_after_shutdown_runs_atexit_and_flushes_its_output(tmp_path):
+    """The workers end without the interpreter's module teardown (torch's costs 0.3 s), but what a rank left
+    behind is done as at a normal exit: its atexit functions run and its buffered output is written."""
+    log = tmp_path / "out.log"
+    with Executor(num_workers=2, output=str(log)) as ex:
+        ex.start()
+        ex.run(_leave_traces, args=(str(tmp_path),))
+    assert sorted(p.name for p in tmp_path.glob("atexit.*")) == ["atexit.0", "atexit.1"]
+    text = log.read_text()
+    assert "unflushed from rank 0" in text and "unflushed from rank 1" in text, text
+
+
 # ---- bad call arguments ---------------------------------------------------------------------------------------
 def test_bad_call_arguments_fail_before_sending(ex3):
     import threading

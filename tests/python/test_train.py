@@ -586,3 +586,33 @@ def test_scaling_config_client_runs_the_workers_in_dask(tmp_path):
     seen = [json.loads((tmp_path / f"rank_{r}").read_text()) for r in range(2)]
     assert [s["xs"] for s in seen] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
     assert {s["pid"] for s in seen} == dask_pids  # the ranks ran inside the Dask worker processes
+
+
+PANDAS_MEANWHILE = """
+import os, sys
+import hvd.train as train
+
+def loop():
+    train.report({"x": 1})
+
+result = train.Trainer(loop, scaling_config=train.ScalingConfig(num_workers=1),
+                       run_config=train.RunConfig(storage_path=sys.argv[1], name="p")).fit()
+print("pandas while fitting:", "pandas" in sys.modules)
+print("rows:", len(result.metrics_dataframe))
+"""
+
+
+def test_pandas_is_imported_while_the_workers_train_only_with_a_cpu_to_spare(tmp_path):
+    """fit() starts importing pandas (for metrics_dataframe) in the background when this host has a CPU beside
+    the workers', and not otherwise (the import would slow the training as much as it saves)."""
+    script = tmp_path / "fit.py"
+    script.write_text(PANDAS_MEANWHILE)
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR))
+    cpus = len(os.sched_getaffinity(0))
+    for allowed, expected in ((cpus, cpus > 1), (1, False)):
+        completed = subprocess.run(["taskset", "-c", ",".join(map(str, sorted(os.sched_getaffinity(0))[:allowed])),
+                                    PYTHON, str(script), str(tmp_path / f"r{allowed}")],
+                                   env=env, capture_output=True, text=True, timeout=120)
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        assert f"pandas while fitting: {expected}" in completed.stdout, (allowed, completed.stdout)
+        assert "rows: 1" in completed.stdout
