@@ -226,8 +226,8 @@ def serve(host: str, port: int, token: str, *, exit_on_driver_loss: bool = True,
     the connection ends while a call runs, with os._exit(1) after GRACE_S (True); or let the call finish and
     return (False). one_shot: return after the first call, 0 when it succeeded and 1 when it failed (a worker of an
     elastic job, whose exit status hvdrun acts on). forward_output: what the calling thread prints goes to the
-    driver as ("output", ...) messages (a rank hosted as a thread; hvd.executor.thread_output). Raises ValueError when a HOROVOD_* variable of the rank is
-    missing or not an int."""
+    driver as ("output", ...) messages (a rank hosted as a thread; hvd.executor.thread_output). Raises
+    ValueError when a HOROVOD_* variable of the rank is missing or not an int."""
     global _current
     identity = _identity()
     rank = identity["rank"]

@@ -93,8 +93,9 @@ def _import_pandas_meanwhile(num_workers: int) -> None:
     CPU to spare beside the workers (on this host): otherwise the import would slow the training as much."""
     import importlib.util
 
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if cpus <= num_workers or "pandas" in sys.modules or importlib.util.find_spec("pandas") is None:
+    from hvd.common.cpus import usable_cpus
+
+    if usable_cpus() <= num_workers or "pandas" in sys.modules or importlib.util.find_spec("pandas") is None:
         return
 
     def load() -> None:

@@ -14,8 +14,8 @@ executor comes from Workers, which hands a finished trial's healthy executor to 
 placement (Tune's reuse_actors).
 
 The trial's directory holds output.log (the job's output, tagged by rank; for ranks hosted in Dask worker
-processes, what they print from Python), progress.jsonl (one line per report), params.json (the config), error.txt (the last failure
-with its traceback) and checkpoint_NNNNNN/ directories (hvd.train's format and retention).
+processes, what they print from Python), progress.jsonl (one line per report), params.json (the config),
+error.txt (the last failure with its traceback) and checkpoint_NNNNNN/ directories (hvd.train's format and retention).
 Threading: the runner thread owns the executor; stop() and restart() may be called from the tuner's thread.
 """
 

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from hvd.common.cpus import usable_cpus
 from hvd.tune import pool as pools
 from hvd.tune import space
 from hvd.tune.analysis import Analysis
@@ -127,7 +128,7 @@ def _make_pool(hosts, hostfile, client, cpus_per_worker, gpus):
         return pools.Pool(parse_hostfile(hostfile), "hosts", f"hostfile={os.fspath(hostfile)!r}")
     if os.environ.get("SLURM_JOB_ID"):
         return pools.slurm_pool(os.environ)
-    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    count = usable_cpus()
     return pools.Pool([("localhost", count)], "hosts", f"localhost ({count} CPUs)")
 
 
