@@ -599,6 +599,16 @@ def ceilings_md(data):
         ("the same, 16 MiB", "ceiling.shm_allreduce_16m", "us"),
         ("the same, 64 MiB", "ceiling.shm_allreduce_64m", "us"),
         ("the same at 4 KiB, futex only (no polling)", "ceiling.shm_allreduce_4k_sleep", "us"),
+        ("shared-memory broadcast np=2, 4 KiB (bench/ceilings/shm_broadcast.cc), per operation in a loop: "
+         "MPICH's way, a ring of cells the root fills and returns", "ceiling.shm_broadcast_4k_cells", "us"),
+        ("the same, libhvd's data round alone (root and reader wait for each other)",
+         "ceiling.shm_broadcast_4k_round", "us"),
+        ("the same, an announcement round, then the data round (libhvd's agreed operation)",
+         "ceiling.shm_broadcast_4k_agreed_round", "us"),
+        ("the same, an announcement round, then a root that returns without waiting for the reader",
+         "ceiling.shm_broadcast_4k_agreed_eager", "us"),
+        ("the same, the root's data written before it announces: one two-way exchange per operation",
+         "ceiling.shm_broadcast_4k_agreed_prewritten", "us"),
     ]
     L = ["## Physical ceilings (same run)", "",
          table(["measure", "value", "unit"], [[a, cell(get(data, k)), u] for a, k, u in rows]), "",
@@ -610,7 +620,10 @@ def ceilings_md(data):
          "measured in the shared-memory section below): two "
          "processes on one memfd, each copying its input into the segment chunk by chunk and adding both "
          "chunks into its output, waiting for the other by polling 2000 times and then on a futex; "
-         "the last row waits on the futex only.", ""]
+         "the last allreduce row waits on the futex only. The broadcast rows are the floor that each way of "
+         "synchronising a 4 KiB broadcast puts under it, with none of a runtime's submission and completion: "
+         "any protocol in which both ranks agree on every operation pays at least one two-way exchange of cache "
+         "lines per operation (the last row), where MPICH's cells pay none while the ring has room.", ""]
     return L
 
 
