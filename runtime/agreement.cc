@@ -85,6 +85,7 @@ Runtime::Impl::Settled Runtime::Impl::settleAnnouncement(std::vector<const Reque
   const Key& key = alone.first;
   announcing_.reset();
   Entry* e = find(key.first, key.second);
+  if (!e || settle != Announcer::Settle::kAgreed) shm_->unstage();
   if (!e) return Settled::kAgreed;  // failed meanwhile (the job stopped); nothing to run
   if (settle == Announcer::Settle::kAgreed) {
     // Every rank runs the same remembered response (execute() does not remember an agreed one anew, so the
@@ -97,18 +98,33 @@ Runtime::Impl::Settled Runtime::Impl::settleAnnouncement(std::vector<const Reque
     }
     agreed_.fetch_add(1, std::memory_order_relaxed);
     agreed_execution_ = true;
+    // A broadcast this round agreed on may find its message staged (runtime/shm/transport.h).
+    shm_->expectAgreed(announcer_.completeRound());
     try {
       execute(s);
     } catch (...) {
       agreed_execution_ = false;
+      shm_->expectAgreed(std::nullopt);
       throw;
     }
     agreed_execution_ = false;
+    shm_->expectAgreed(std::nullopt);
+    staged_reads_.store(shm_->stagedReads(), std::memory_order_relaxed);
     return Settled::kAgreed;
   }
   refused_.fetch_add(1, std::memory_order_relaxed);
   fresh.insert(fresh.begin(), &e->request);
   return Settled::kRefused;
+}
+
+void Runtime::Impl::stageBroadcast(const Response& s, const Request& q) {
+  // Only the root's message, and only on a transport that stages (HVD_SHM_EAGER_BROADCAST): the readers learn
+  // whether it is there from the transport's word, not from the announcement, so a message not staged costs
+  // nothing but the data round it would have had anyway.
+  if (s.type != OpType::kBroadcast || s.root != options_.rank || s.counts.size() != 1) return;
+  const void* message = q.input ? q.input : q.output;
+  const size_t bytes = static_cast<size_t>(s.counts[0]) * gloo_backend::elementSize(s.dtype);
+  if (message) shm_->stageBroadcast(message, bytes, announcer_.nextRound());
 }
 
 void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool shutdown_requested,
@@ -129,6 +145,7 @@ void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool sh
     bool peer_busy = false;
     for (int r = 0; r < options_.size && !peer_busy; ++r) peer_busy = r != options_.rank && board.busy(r);
     if (it != alone_.end() && !peer_busy && sameDescriptor(it->second.second, q)) {
+      stageBroadcast(it->second.first, q);
       if (announcer_.announce(board, it->second.first.cache_ids[0])) {
         announcing_ = Announcement{&*it, Clock::now(), 0};
         fresh.clear();
@@ -136,6 +153,7 @@ void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool sh
         return;
       }
       // Answered for already in this round: it goes to the coordinator.
+      shm_->unstage();
     }
   }
   if (!busy_shown_) return;

@@ -42,7 +42,10 @@ void Runtime::Impl::run() {
   endProgress();
   if (agreement_) {
     log(LogLevel::kDebug, detail::concat("response cache hits agreed without the coordinator: ",
-                                         agreed_.load(), " (", refused_.load(), " announcements refused)"));
+                                         agreed_.load(), " (", refused_.load(), " announcements refused)",
+                                         options_.shm_eager_broadcast
+                                             ? detail::concat("; broadcasts read as staged: ", staged_reads_.load())
+                                             : std::string()));
   }
   if (coordinator_ && options_.size > 1) {
     log(LogLevel::kDebug, detail::concat("coordinator: ", coordinator_->answeredByHits(),

@@ -175,6 +175,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
   o.gpu_pinning = !readBool(getenv, "HVD_DISABLE_GPU_PINNING", false);
   o.shared_memory = readBool(getenv, "HVD_SHARED_MEMORY", true);
   o.shm_single_copy = readBool(getenv, "HVD_SHM_SINGLE_COPY", true);
+  o.shm_eager_broadcast = readBool(getenv, "HVD_SHM_EAGER_BROADCAST", false);
   if (auto h = read(getenv, "HOROVOD_HIERARCHICAL_ALLREDUCE"); h && !h->empty()) {
     o.hierarchical_allreduce = readBool(getenv, "HOROVOD_HIERARCHICAL_ALLREDUCE", false);
   }

@@ -28,6 +28,8 @@
 //                                         messages over the socket, instead of shared memory (default 1)
 //   HVD_SHM_SINGLE_COPY                   0: large shared-memory messages copy through the segment even where
 //                                         the ranks could read each other's memory (default 1)
+//   HVD_SHM_EAGER_BROADCAST               1: a shared-memory broadcast root returns without waiting for its
+//                                         readers, and stages an agreed one before announcing it (default 0)
 //   HOROVOD_ELASTIC                       1: an elastic job (hvdrun sets it): the rendezvous scopes carry the
 //                                         round (HVD_ELASTIC_ROUND, set by hvdrun at start), and an init
 //                                         after a shutdown asks the server for this slot's place in the next
@@ -80,6 +82,7 @@ struct RuntimeOptions : SlotInfo, NegotiationOptions {
   bool gpu_pinning = true;
   bool shared_memory = true;
   bool shm_single_copy = true;  // HVD_SHM_SINGLE_COPY
+  bool shm_eager_broadcast = false;  // HVD_SHM_EAGER_BROADCAST (runtime/shm/transport.h: Eager broadcast)
   // HOROVOD_HIERARCHICAL_ALLREDUCE. Unset: hierarchical wherever the job can run it (several hosts with
   // the same number of ranks, shared memory on), because it measured as fast or faster there; Horovod's
   // default is flat. 1: asked for (a warning where it cannot run); 0: flat.

@@ -140,6 +140,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       o.rendezvous_timeout = options_.rendezvousTimeout();
       o.job_rank = options_.rank;
       o.single_copy = options_.shm_single_copy;
+      o.eager_broadcast = options_.shm_eager_broadcast;
       o.oversubscribed = oversubscribed;
       log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
       shm_ = shm::Transport::connect(store_, o);
@@ -527,6 +528,7 @@ const RuntimeOptions& Runtime::options() const { return impl_->options_; }
 int Runtime::device() const { return impl_->device_; }
 uint64_t Runtime::agreedOperations() const { return impl_->agreed_.load(std::memory_order_relaxed); }
 uint64_t Runtime::refusedAnnouncements() const { return impl_->refused_.load(std::memory_order_relaxed); }
+uint64_t Runtime::stagedBroadcastReads() const { return impl_->staged_reads_.load(std::memory_order_relaxed); }
 std::shared_ptr<Work> Runtime::enqueue(Request request) { return impl_->enqueue(std::move(request)); }
 std::vector<std::shared_ptr<Work>> Runtime::enqueueGroup(std::vector<Request> requests) {
   return impl_->enqueueGroup(std::move(requests));

@@ -72,6 +72,9 @@ class Runtime {
   uint64_t agreedOperations() const;
   // This rank's announcements that the other ranks did not all make (its operation then went to rank 0).
   uint64_t refusedAnnouncements() const;
+  // Agreed broadcasts this rank read from the message its root staged in the shared-memory segment before the
+  // operation was agreed (HVD_SHM_EAGER_BROADCAST; runtime/shm/transport.h).
+  uint64_t stagedBroadcastReads() const;
 
   // Queues a collective. Rejects bad arguments (including a process set that is unknown or does not
   // include this rank) and a name already in flight in its process set on this rank with UsageError,

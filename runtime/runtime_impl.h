@@ -99,6 +99,7 @@ class Runtime::Impl {
   int device_ = -1;
   std::atomic<uint64_t> agreed_{0};   // operations agreed without the coordinator (agreement.cc)
   std::atomic<uint64_t> refused_{0};  // this rank's announcements the others did not all make
+  std::atomic<uint64_t> staged_reads_{0};  // agreed broadcasts read as staged (shm_->stagedReads())
 
  private:
   struct Entry {
@@ -331,6 +332,8 @@ class Runtime::Impl {
   // After takeQueue(): announces fresh's lone operation where it can and may (then clears fresh), answers for
   // this rank when it has business at the coordinator, and keeps the busy word.
   void announceOrAnswer(std::vector<const Request*>& fresh, bool shutdown_requested, bool may_announce);
+  // Before announcing q, whose last lone run was s: the root of a broadcast stages its message in the segment.
+  void stageBroadcast(const Response& s, const Request& q);
   void showBusy(bool busy);
   bool onlyGlobalSet() const;             // no process set but the job's is registered
   void rememberAlone(const Response& s);  // execute(): a response that ran one cached name

@@ -49,7 +49,11 @@ struct alignas(kLine) Counter {
   std::atomic<uint64_t> probe_at;
   std::atomic<uint64_t> probe_value;
   std::atomic<int32_t> single_copy;
+  // Eager broadcast: the (announcement round << 32 | data round) whose message this member staged in its slot.
+  std::atomic<uint64_t> staged;
 };
+
+uint64_t stagedWord(uint32_t tag, uint32_t round) { return static_cast<uint64_t>(tag) << 32 | round; }
 
 size_t align(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -313,6 +317,13 @@ void Transport::awaitAll(uint32_t round) {
   for (int r = 0; r < options_.size; ++r) {
     if (r != options_.rank) awaitPeer(r, round);
   }
+  settled_ = round;
+}
+
+uint32_t Transport::writable() {
+  // Every member published round_ - 1, so it read the slots of round_ - 2, the ones this write reuses.
+  if (round_ != settled_ + 1) awaitAll(round_ - 1);
+  return round_;
 }
 
 std::byte* Transport::slot(uint32_t round, int rank) const {
@@ -335,7 +346,7 @@ void Transport::reduceSlots(uint32_t round, size_t offset, void* out, size_t cou
 bool Transport::singleCopy(size_t bytes) const { return single_copy_ && bytes >= options_.single_copy_bytes; }
 
 uint32_t Transport::exchange(const std::vector<uint64_t>& words) {
-  const uint32_t round = round_;
+  const uint32_t round = writable();
   std::memcpy(slot(round, options_.rank), words.data(), words.size() * sizeof(uint64_t));
   publish();
   awaitAll(round);
@@ -382,7 +393,7 @@ void Transport::allreduce(void* data, size_t count, DataType type, ReduceOp op) 
     for (size_t at = 0; at < count; at += per) {
       const size_t m = std::min(per, count - at);
       std::byte* mine = bytes + at * es;
-      const uint32_t round = round_;
+      const uint32_t round = writable();
       std::memcpy(slot(round, me), mine, m * es);
       publish();
       awaitAll(round);
@@ -421,7 +432,7 @@ bool Transport::allreduceParts(const std::vector<Part>& parts, DataType type, Re
     size_t part = 0, within = 0;  // where the next chunk starts
     for (size_t at = 0; at < total; at += per) {
       const size_t m = std::min(per, total - at);
-      const uint32_t round = round_;
+      const uint32_t round = writable();
       // Fill this rank's slot from the parts (a chunk may span several, and a part several chunks).
       size_t p = part, w = within;
       for (size_t filled = 0; filled < m;) {
@@ -453,15 +464,58 @@ void Transport::broadcast(void* data, size_t bytes, int root) {
             options_.scope, "' of size ", options_.size);
   guarded("broadcast", [&] {
     auto* p = static_cast<std::byte*>(data);
+    const bool eager = options_.eager_broadcast;
+    // The agreed operation of a staged announcement round, if this is it (one chunk, staged in this round).
+    const bool agreed = eager && expected_tag_ && bytes <= options_.chunk_bytes;
     for (size_t at = 0; at < bytes; at += options_.chunk_bytes) {
       const size_t m = std::min(options_.chunk_bytes, bytes - at);
-      const uint32_t round = round_;
-      // Everyone waits for everyone, not only for the root: every round must end so (transport.h).
-      if (options_.rank == root) std::memcpy(slot(round, root), p + at, m);
-      awaitAll(publish());
-      if (options_.rank != root) std::memcpy(p + at, slot(round, root), m);
+      if (!eager) {
+        const uint32_t round = writable();
+        // Everyone waits for everyone, not only for the root: every round must end so (transport.h).
+        if (options_.rank == root) std::memcpy(slot(round, root), p + at, m);
+        awaitAll(publish());
+        if (options_.rank != root) std::memcpy(p + at, slot(round, root), m);
+        continue;
+      }
+      if (options_.rank == root) {
+        if (!(agreed && staged_ == std::make_pair(*expected_tag_, round_))) {
+          std::memcpy(slot(writable(), root), p + at, m);
+        }
+        publish();
+        continue;
+      }
+      const uint32_t round = publish();
+      if (agreed && layout_->counters[root].staged.load(std::memory_order_acquire) ==
+                        stagedWord(*expected_tag_, round)) {
+        staged_reads_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        awaitPeer(root, round);
+      }
+      std::memcpy(p + at, slot(round, root), m);
     }
+    staged_.reset();
   });
+}
+
+bool Transport::stageBroadcast(const void* data, size_t bytes, uint32_t tag) {
+  if (!options_.eager_broadcast || failed_ || closed_ || bytes > options_.chunk_bytes) return false;
+  const uint32_t round = round_;
+  for (int r = 0; r < options_.size; ++r) {
+    if (r != options_.rank && !reached(layout_->counters[r].seq.load(std::memory_order_acquire), round)) return false;
+  }
+  settled_ = round - 1;
+  if (bytes) std::memcpy(slot(round, options_.rank), data, bytes);
+  staged_ = std::make_pair(tag, round);
+  layout_->counters[options_.rank].staged.store(stagedWord(tag, round), std::memory_order_release);
+  return true;
+}
+
+void Transport::unstage() noexcept {
+  if (!staged_) return;
+  staged_.reset();
+  // A refused announcement round is never run as agreed; the word is cleared so that no later round whose
+  // numbers wrap around to the same pair could match it either.
+  layout_->counters[options_.rank].staged.store(0, std::memory_order_relaxed);
 }
 
 void Transport::allgatherv(const void* in, void* out, const std::vector<size_t>& bytesPerRank) {
@@ -486,7 +540,7 @@ void Transport::allgatherv(const void* in, void* out, const std::vector<size_t>&
       return;
     }
     for (size_t at = 0; at < longest; at += options_.chunk_bytes) {
-      const uint32_t round = round_;
+      const uint32_t round = writable();
       auto piece = [&](int r) { return at < bytesPerRank[r] ? std::min(options_.chunk_bytes, bytesPerRank[r] - at) : 0; };
       if (const size_t m = piece(me)) std::memcpy(slot(round, me), static_cast<const std::byte*>(in) + at, m);
       publish();
@@ -523,7 +577,7 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     const size_t own_longest = *std::max_element(sendBytes.begin(), sendBytes.end());
     const size_t header = align((n + 3) * sizeof(uint64_t), kLine);
     const bool room = header <= options_.chunk_bytes;
-    const uint32_t first_round = round_;
+    const uint32_t first_round = writable();
     std::byte* mine = slot(first_round, me);
     const uint64_t head[2] = {own_longest, reinterpret_cast<uint64_t>(in)};
     std::memcpy(mine, head, sizeof(uint64_t) * (room ? 2 : 1));
@@ -567,7 +621,7 @@ void Transport::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
       }
     }
     for (size_t at = first; at < longest; at += sub) {
-      const uint32_t round = round_;
+      const uint32_t round = writable();
       for (int p = 0; p < n; ++p) {
         if (const size_t m = p == me ? 0 : pieceOf(sendBytes[p], at, sub)) {
           std::memcpy(slot(round, me) + p * sub, src + send_at[p] + at, m);
@@ -638,7 +692,7 @@ bool Transport::reduceScatterInto(const void* in, void* out, const std::vector<s
     // block me of in), each piece of block me is in the slot before it is overwritten.
     const size_t sub = options_.chunk_bytes / static_cast<size_t>(n) / kLine * kLine / es;
     for (size_t at = 0; at < longest; at += sub) {
-      const uint32_t round = round_;
+      const uint32_t round = writable();
       for (int p = 0; p < n; ++p) {
         if (at < counts[p]) {
           std::memcpy(slot(round, me) + p * sub * es, src + (first[p] + at) * es,

@@ -43,6 +43,19 @@
 // kernel's copy (about 10 GB/s here, against 15 for memcpy) loses to the root and the readers copying
 // through the slots at the same time. Measured in docs/runtime.md.
 //
+// Eager broadcast (Options::eager_broadcast, HVD_SHM_EAGER_BROADCAST=1; off by default). The root copies its
+// chunk into its slot, publishes and goes on without waiting for its readers, which publish, wait for the root
+// and copy. Its round ends without the wait for everyone that makes reuse safe, so every write into a slot
+// first checks that every member has published the round before it (writable(): every member has then read
+// the slots of two rounds back); after a round that ended with that wait, as every round but an eager
+// broadcast's does, the check is one comparison. A root may also stage a broadcast of one chunk before the
+// operation is agreed (stageBroadcast): it copies the message into the next round's slot, when that slot is
+// free, and names the (announcement round, data round) in a word beside its counter before it announces. A
+// reader running that agreed operation in that data round finds the word (expectAgreed) and copies without
+// waiting for the root's data round: the root's release of the word orders its copy before the reader's
+// read. Anything else (a refused announcement, another operation in that round) leaves the word unmatched
+// and the broadcast runs as above. Measured floors: bench/ceilings/shm_broadcast.cc.
+//
 // Announcements: a second sequence of rounds beside the data rounds, in which the members agree on the next
 // operation without a coordinator (announcements.h); their words sit beside the counters.
 //
@@ -53,10 +66,13 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/store.h"
@@ -88,6 +104,7 @@ struct Options {
   std::chrono::microseconds yielding{-1};
   bool single_copy = true;           // false: never read a peer's memory (HVD_SHM_SINGLE_COPY=0)
   size_t single_copy_bytes = kSingleCopyBytes;
+  bool eager_broadcast = false;      // a broadcast root returns without waiting for its readers (see above)
 };
 
 // Allreduces up to this many bytes reduce everything on every rank (one round) at any group size.
@@ -115,6 +132,16 @@ class Transport final : public runtime::Transport {
   bool reduceScatterInto(const void* in, void* out, const std::vector<size_t>& counts, DataType type,
                          ReduceOp op) override;
   void barrier() override;
+  // Eager broadcast only (see above): this member, the root of the broadcast that announcement round `tag`
+  // will agree on, copies its message into the next data round's slot. False, and nothing staged, where it
+  // cannot at once: eager broadcast off, more than a chunk, a member still reading that slot.
+  bool stageBroadcast(const void* data, size_t bytes, uint32_t tag);
+  // The staged message will not be broadcast (its announcement was refused).
+  void unstage() noexcept;
+  // The operations run until the next call are the one agreed in announcement round `tag` (nullopt: none).
+  void expectAgreed(std::optional<uint32_t> tag) { expected_tag_ = tag; }
+  // Broadcasts whose reader found its message staged (counted on the readers), for the logs and tests.
+  uint64_t stagedReads() const { return staged_reads_.load(std::memory_order_relaxed); }
   void close(bool orderly) noexcept override;
   // Before an abortive close: this rank leaves because the job lost a peer (another member, or a rank
   // elsewhere), so the members still waiting on it fail with PeerLostError rather than BackendError.
@@ -136,6 +163,8 @@ class Transport final : public runtime::Transport {
   uint32_t publish();                         // ends this rank's writes of the current round; returns it
   void awaitPeer(int peer, uint32_t round);   // until peer published `round`
   void awaitAll(uint32_t round);
+  // The round this member writes next, once every member has published the round before it.
+  uint32_t writable();
   std::byte* slot(uint32_t round, int rank) const;
   std::byte* result(uint32_t round) const;
   // out = the count elements at byte `offset` of every rank's slot of `round`, reduced in rank order (slot 0
@@ -166,6 +195,10 @@ class Transport final : public runtime::Transport {
   std::string single_copy_note_;
   std::vector<std::byte> staging_;  // reduceScatter's single-copy operands
   uint32_t round_ = 0;       // the next round this rank publishes
+  uint32_t settled_ = UINT32_MAX;  // the last round this rank saw every member publish (awaitAll)
+  std::optional<std::pair<uint32_t, uint32_t>> staged_;  // this root's staged (tag, round)
+  std::optional<uint32_t> expected_tag_;
+  std::atomic<uint64_t> staged_reads_{0};
   const char* op_ = "";      // the operation in progress, for messages
   bool oversubscribed_ = false;
   bool failed_ = false;

@@ -53,6 +53,7 @@ TEST_CASE("every variable is read", "[options]") {
                         {"HVD_WAIT_DRIVES", "0"},
                         {"HVD_FAST_PATH", "0"},
                         {"HVD_SHM_SINGLE_COPY", "no"},
+                        {"HVD_SHM_EAGER_BROADCAST", "1"},
                         {"HOROVOD_AUTOTUNE", "1"},
                         {"HOROVOD_AUTOTUNE_LOG", "/tmp/at.csv"},
                         {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "0"},
@@ -83,6 +84,8 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK_FALSE(o.wait_drives);
   CHECK_FALSE(o.shm_agreement);
   CHECK_FALSE(o.shm_single_copy);
+  CHECK(o.shm_eager_broadcast);
+  CHECK_FALSE(parse({}).shm_eager_broadcast);
   CHECK(parse({}).wait_drives);
   CHECK(parse({}).shm_agreement);
   CHECK(parse({}).shm_single_copy);
@@ -147,6 +150,7 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
       {{{"HVD_BUSY_POLL_US", "-5"}}, "HVD_BUSY_POLL_US=-5 is out of range [0, 1000000]"},
       {{{"HVD_WAIT_DRIVES", "sometimes"}}, "HVD_WAIT_DRIVES='sometimes' is not a boolean"},
       {{{"HVD_SHM_SINGLE_COPY", "off!"}}, "HVD_SHM_SINGLE_COPY='off!' is not a boolean"},
+      {{{"HVD_SHM_EAGER_BROADCAST", "eager"}}, "HVD_SHM_EAGER_BROADCAST='eager' is not a boolean"},
       {{{"HOROVOD_AUTOTUNE", "maybe"}}, "HOROVOD_AUTOTUNE='maybe' is not a boolean"},
       {{{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=0 is out of range"},
       {{{"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "x"}}, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES='x' is not an integer"},
