@@ -97,18 +97,22 @@ Runtime::Impl::Settled Runtime::Impl::settleAnnouncement(std::vector<const Reque
                          announcer_.completeRound(), " without the coordinator"));
     }
     agreed_.fetch_add(1, std::memory_order_relaxed);
-    agreed_execution_ = true;
-    // A broadcast this round agreed on may find its message staged (runtime/shm/transport.h).
-    shm_->expectAgreed(announcer_.completeRound());
-    try {
+    {
+      // For the execution only, however it ends. A broadcast this round agreed on may find its message staged
+      // (runtime/shm/transport.h).
+      struct Agreed {
+        Impl& impl;
+        Agreed(Impl& i, uint32_t round) : impl(i) {
+          impl.agreed_execution_ = true;
+          impl.shm_->expectAgreed(round);
+        }
+        ~Agreed() {
+          impl.agreed_execution_ = false;
+          impl.shm_->expectAgreed(std::nullopt);
+        }
+      } agreed{*this, announcer_.completeRound()};
       execute(s);
-    } catch (...) {
-      agreed_execution_ = false;
-      shm_->expectAgreed(std::nullopt);
-      throw;
     }
-    agreed_execution_ = false;
-    shm_->expectAgreed(std::nullopt);
     staged_reads_.store(shm_->stagedReads(), std::memory_order_relaxed);
     return Settled::kAgreed;
   }

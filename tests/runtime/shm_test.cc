@@ -19,11 +19,13 @@
 #include "runtime/shm/transport.h"
 #include "tests/common/cpus.h"
 #include "tests/runtime/cluster.h"
+#include "tests/runtime/shm_members.h"
 
 using namespace hvd::runtime;
 using hvd::gloo_backend::elementSize;
 using hvd::runtime::testing::Cluster;
 using hvd::runtime::testing::request;
+using hvd::runtime::testing::shmMembers;
 
 namespace {
 
@@ -274,32 +276,9 @@ TEST_CASE("rank 0 stops waiting for local peers once the segment's key is delete
   REQUIRE(took < std::chrono::seconds(5));  // a key check a second, not the 60 s timeout
 }
 
-namespace {
-
-// Two members of one segment (ranks as threads), connected concurrently as connect() requires.
-std::vector<std::unique_ptr<hvd::runtime::shm::Transport>> twoMembers(
-    const std::string& scope, const hvd::runtime::shm::Options& base = {}) {
-  auto store = std::make_shared<hvd::rendezvous::MemoryStore>();
-  std::vector<std::unique_ptr<hvd::runtime::shm::Transport>> t(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      hvd::runtime::shm::Options o = base;
-      o.scope = scope;
-      o.rank = r;
-      o.size = 2;
-      t[r] = hvd::runtime::shm::Transport::connect(store, o);
-    });
-  }
-  for (auto& th : threads) th.join();
-  return t;
-}
-
-}  // namespace
-
 TEST_CASE("announcements: one word per member and round, written once, and kept until every member read it",
           "[shm]") {
-  auto t = twoMembers("announce_test");
+  auto t = shmMembers(2, "announce_test");
   // Round 1: both announce 7; nothing else lands in it.
   CHECK(!t[1]->announcements().announced(0, 1));
   CHECK(t[0]->announcements().announce(0, 1, 7));
@@ -333,7 +312,7 @@ TEST_CASE("announcements: one word per member and round, written once, and kept 
 TEST_CASE(
     "announcements: a member's own announcement and an answer given for it at the same moment, one lands",
     "[shm]") {
-  auto t = twoMembers("announce_race_test");
+  auto t = shmMembers(2, "announce_race_test");
   std::vector<std::thread> threads;
   // Each round, rank 0 announces 7 for itself while rank 1 answers 0 for it (and announces for itself): of
   // the two writes to rank 0's word exactly one succeeds, and both see the value that did.
@@ -381,7 +360,7 @@ using hvd::test::pinTo;
 // of its own shares member 0's core. Returns the CPU time member 0 used while waiting over the CPU time that
 // working thread got: a ratio that other load on the machine leaves alone, since it takes from both.
 double waitingOverWorking(const hvd::runtime::shm::Options& waiting, int cpu, int other_cpu) {
-  auto t = twoMembers("waiting_share_test", waiting);
+  auto t = shmMembers(2, "waiting_share_test", waiting);
   constexpr int kRounds = 200;
   std::atomic<bool> done{false}, unpinned{false};
   double work_cpu = 0, wait_cpu = 0;
