@@ -18,6 +18,8 @@
 // counts it as its own "no".
 #include "runtime/runtime_impl.h"
 
+#include <sched.h>
+
 namespace hvd::runtime {
 namespace {
 
@@ -146,9 +148,22 @@ void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool sh
   if (lone) {
     const Request& q = *fresh[0];
     const auto it = alone_.find(viewOf(q));
-    bool peer_busy = false;
-    for (int r = 0; r < options_.size && !peer_busy; ++r) peer_busy = r != options_.rank && board.busy(r);
-    if (it != alone_.end() && !peer_busy && sameDescriptor(it->second.second, q)) {
+    const auto peerBusy = [&] {
+      for (int r = 0; r < options_.size; ++r) {
+        if (r != options_.rank && board.busy(r)) return true;
+      }
+      return false;
+    };
+    bool announceable = it != alone_.end() && sameDescriptor(it->second.second, q);
+    if (announceable && peerBusy()) {
+      // Usually a peer finishing the operation that this rank just finished too, at the coordinator: it clears
+      // its word a moment after its data round, which ended with this rank's. A peer that shares this core
+      // clears it only once this thread lets it run, and without the yield every rank would find the other
+      // busy after each operation that went to the coordinator, and send the next one there too.
+      ::sched_yield();
+      announceable = !peerBusy();
+    }
+    if (announceable) {
       stageBroadcast(it->second.first, q);
       if (announcer_.announce(board, it->second.first.cache_ids[0])) {
         announcing_ = Announcement{&*it, Clock::now(), 0};

@@ -5,6 +5,7 @@
 // rank) leaves the operation to the coordinator. Over TCP (test_runtime_inprocess_tcp) nothing is agreed.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -215,7 +216,12 @@ TEST_CASE("a name that ran fused in between: its agreed runs leave rank 0's reco
   // the workers' copy of it now hold 8), then alone with 4 again, agreed from the remembered response, then
   // alone with 4 through the coordinator (rank 1 late). The agreed run must not make rank 1 believe that rank
   // 0 holds 4 for x: it would send the cache id, and rank 0 would read it as 8 elements (a false mismatch).
+  // Between the fused run and the agreed one, z runs alone through the coordinator: the first operation after
+  // a batch is never announced (it usually begins the next batch), and x must be the second so that its run
+  // right after the fused one can agree. Without z no run of a cycle could, and the case rested on the five
+  // runs before the cycles agreeing at least once.
   Cluster cluster(2, busyPolling);
+  std::array<int, 2> agreed_after_fused{};  // x's agreed runs right after a fused one, each rank's count
   cluster.forEach([&](int r) {
     Runtime& rt = cluster[r];
     for (int k = 0; k < 5; ++k) REQUIRE(allreduce(rt, "x", 4, 1.0f) == std::vector<float>(4, 2.0f));
@@ -227,13 +233,17 @@ TEST_CASE("a name that ran fused in between: its agreed runs leave rank 0's reco
       qy.output = y8.data();
       for (auto& w : rt.enqueueGroup({qx, qy})) w->wait();
       REQUIRE(x8 == std::vector<float>(8, 2.0f));
+      REQUIRE(allreduce(rt, "z", 1, 1.0f) == std::vector<float>(1, 2.0f));
+      const uint64_t agreed = rt.agreedOperations();
       REQUIRE(allreduce(rt, "x", 4, 1.0f) == std::vector<float>(4, 2.0f));
+      if (rt.agreedOperations() > agreed) ++agreed_after_fused[static_cast<size_t>(r)];
       if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
       REQUIRE(allreduce(rt, "x", 4, 1.0f) == std::vector<float>(4, 2.0f));
     }
   });
   CHECK(cluster[1].agreedOperations() == cluster[0].agreedOperations());
-  if (sharedMemory()) CHECK(cluster[0].agreedOperations() > 0);
+  CHECK(agreed_after_fused[0] == agreed_after_fused[1]);
+  if (sharedMemory()) CHECK(agreed_after_fused[0] > 0);
 }
 
 TEST_CASE(
