@@ -37,8 +37,8 @@ bool sameExecution(const Response& a, const Response& b) {
 
 bool Runtime::Impl::onlyGlobalSet() const {
   // Every registered set, members or not: the members of a set never announce, so a non-member's
-  // announcements could only be refused.
-  std::lock_guard lock(sets_mutex_);
+  // announcements could only be refused. Only the background thread changes set_info_ (sets_mutex_ is for the
+  // user threads that read it), so its own read needs no lock.
   return set_info_.size() == 1;
 }
 
@@ -76,7 +76,11 @@ Runtime::Impl::Settled Runtime::Impl::settleAnnouncement(std::vector<const Reque
   const auto may_answer = [&](int member) {
     // A look is a fraction of a microsecond, a clock read a good part of one: every 16th look reads it.
     if (++a.looks % 16 != 0) return false;
-    if (!waited) waited = Clock::now() - a.started;
+    if (!waited) {
+      const auto now = Clock::now();
+      if (!a.started) a.started = now;
+      waited = now - *a.started;
+    }
     return *waited >= (board.busy(member) ? kBusyGrace : grace_);
   };
   Announcer::Settle settle;
@@ -166,7 +170,7 @@ void Runtime::Impl::announceOrAnswer(std::vector<const Request*>& fresh, bool sh
     if (announceable) {
       stageBroadcast(it->second.first, q);
       if (announcer_.announce(board, it->second.first.cache_ids[0])) {
-        announcing_ = Announcement{&*it, Clock::now(), 0};
+        announcing_ = Announcement{&*it, std::nullopt, 0};
         fresh.clear();
         settleAnnouncement(fresh);  // the others may have announced already
         return;

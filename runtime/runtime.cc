@@ -236,7 +236,8 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
   }
   timeline_ = std::make_unique<Timeline>(options_.rank == 0 ? options_.timeline_path : std::nullopt,
                                          options_.timeline_mark_cycles);
-  if (options_.rank == 0 && options_.timeline_path && !timeline_->enabled()) {
+  timeline_on_ = timeline_->enabled();
+  if (options_.rank == 0 && options_.timeline_path && !timeline_on_) {
     log(LogLevel::kError, detail::concat("Error opening the timeline file ", *options_.timeline_path, ": ",
                                          errnoText(errno), "; no timeline will be written"));
   }
@@ -353,7 +354,9 @@ std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
   // np=2: 137 us left to the background thread, 185 us driven).
   auto work = std::make_shared<Work>(r.name, busy_poll_ / 2, r.bytes() <= kDrivenBytes ? driver_ : nullptr);
   work->watch(waits_, r.process_set);
-  queue_.push_back({std::move(r), work, Clock::now(), static_set});
+  in_flight_.store(names_in_flight_.size(), std::memory_order_release);
+  // The time is the timeline's only (a clock read is a good part of a small operation's own time).
+  queue_.push_back({std::move(r), work, timeline_on_ ? Clock::now() : Clock::time_point{}, static_set});
   queued_.store(true, std::memory_order_seq_cst);
   return work;
 }

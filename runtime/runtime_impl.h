@@ -145,7 +145,7 @@ class Runtime::Impl {
   void awaitActivity(std::unique_lock<std::mutex>& lock);  // the background thread between progress() calls
   bool progress();
   // False (and nothing done) where the caller should only poll: other operations are in flight.
-  bool drive(const std::atomic<bool>& finished, Clock::time_point until);
+  bool drive(const std::atomic<bool>& finished, std::chrono::microseconds spin);
   void endProgress();
   // Moves the submissions into table_; fresh points at their requests there (valid until they complete).
   void takeQueue(std::vector<const Request*>& fresh, bool& shutdown_requested);
@@ -276,6 +276,7 @@ class Runtime::Impl {
   mutable std::mutex mutex_;
   std::vector<Entry> queue_;
   std::unordered_set<Key, SetNameHash, SetNameEqual> names_in_flight_;
+  std::atomic<size_t> in_flight_{0};  // names_in_flight_.size() (written under mutex_), read without the lock
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   std::string stop_reason_;
@@ -291,6 +292,7 @@ class Runtime::Impl {
   // Results of allgather, alltoall and reducescatter; up to 256 MiB of released ones stay mapped.
   std::shared_ptr<BufferPool> result_pool_ = std::make_shared<BufferPool>(size_t{256} << 20);
   std::unique_ptr<Timeline> timeline_;  // writes only on rank 0 with HOROVOD_TIMELINE
+  bool timeline_on_ = false;            // timeline_->enabled(), fixed at init: user threads read it too
   bool shutdown_sent_ = false;
   std::optional<Clock::time_point> hold_;  // coordinator: fusion window (Coordinator::holdUntil)
   // Workers: name -> (cache id, the descriptor this rank submitted when the id was given).
@@ -307,7 +309,9 @@ class Runtime::Impl {
   using AloneRecord = std::pair<const Key, std::pair<Response, Request>>;
   struct Announcement {
     const AloneRecord* alone;
-    Clock::time_point started;
+    // At the first clock read, the 16th look (settleAnnouncement): the grace counts from a fraction of a
+    // microsecond after the announcement, and an announcement that settles before then reads no clock.
+    std::optional<Clock::time_point> started;
     unsigned looks = 0;  // settleAnnouncement's
   };
   // Whether this rank announces (decided at init from its options, which are normally every rank's; a rank
@@ -356,7 +360,7 @@ class Runtime::Impl {
 class Runtime::Impl::WaitDriver final : public Driver {
  public:
   explicit WaitDriver(Runtime::Impl* impl) : impl_(impl) {}
-  bool drive(const std::atomic<bool>& finished, Clock::time_point until) override;
+  bool drive(const std::atomic<bool>& finished, std::chrono::microseconds spin) override;
   void detach() {
     std::lock_guard lock(mutex_);
     impl_ = nullptr;

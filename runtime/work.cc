@@ -92,8 +92,8 @@ bool Work::poll() const {
 bool Work::spinUntilFinished() const {
   if (finished_.load(std::memory_order_acquire)) return true;
   if (spin_.count() <= 0) return false;
+  if (driver_ && driver_->drive(finished_, spin_)) return finished_.load(std::memory_order_acquire);
   const auto until = std::chrono::steady_clock::now() + spin_;
-  if (driver_ && driver_->drive(finished_, until)) return finished_.load(std::memory_order_acquire);
   while (std::chrono::steady_clock::now() < until) {
     ::sched_yield();
     if (finished_.load(std::memory_order_acquire)) return true;
@@ -102,7 +102,12 @@ bool Work::spinUntilFinished() const {
 }
 
 void Work::wait() const {
-  spinUntilFinished();
+  // Finished: error_ was set before finished_ (under the lock) and never changes after, so it is read without
+  // the lock.
+  if (spinUntilFinished()) {
+    if (error_) std::rethrow_exception(error_);
+    return;
+  }
   std::unique_lock lock(mutex_);
   // Blocked: the coordinator learns what this rank waits for (a deadlock is every rank blocked so).
   const bool blocks = !done_ && registry_;

@@ -204,9 +204,9 @@ class WaitRegistry {
 class Driver {
  public:
   virtual ~Driver() = default;
-  // Makes progress until `finished` or `until`, yielding the core whenever another thread makes it; false
-  // (nothing done) where the waiting thread should only poll.
-  virtual bool drive(const std::atomic<bool>& finished, std::chrono::steady_clock::time_point until) = 0;
+  // Makes progress until `finished` or for about `spin`, yielding the core whenever another thread makes it;
+  // false (nothing done) where the waiting thread should only poll.
+  virtual bool drive(const std::atomic<bool>& finished, std::chrono::microseconds spin) = 0;
 };
 
 class Work {
