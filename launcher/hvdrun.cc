@@ -14,6 +14,7 @@
 #include "launcher/slurm/launcher.h"
 #include "launcher/usage.h"
 #include "base/error.h"
+#include "base/parent_death.h"
 
 namespace hvd::launcher {
 
@@ -77,6 +78,7 @@ std::string describeHosts(const HvdrunOptions& o, const std::vector<HostSpec>& h
 
 int hvdrunMain(int argc, char** argv) {
   try {
+    applyParentDeathSignal();  // first: before the environment is read, and before anything could be left running
     const Environment env = currentEnvironment();
     CliResult cli = parseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env);
     if (cli.action == CliResult::Action::kPrintAndExit) {

@@ -17,6 +17,7 @@
 #include <boost/program_options.hpp>
 
 #include "base/error.h"
+#include "base/parent_death.h"
 #include "rendezvous/server.h"
 #include "rendezvous/token.h"
 
@@ -46,8 +47,11 @@ shell lines for eval:  export HVD_RENDEZVOUS='HOST:PORT'  export HVD_RENDEZVOUS_
 export HVD_RENDEZVOUS_PID=N  (without a token option it makes up a token). HOST is the bind address, or
 this machine's host name when bound to every interface (0.0.0.0, ::).
 
+HVD_PARENT_DEATH_SIGNAL=SIG:PID in its own environment (set by hvd's Python drivers): it ends with the
+thread that started it (SIG then), or at once when its parent is no longer PID; removed before anything runs.
+
 Exit codes: 0 stopped by SIGINT/SIGTERM (--detach: the server listens); 1 cannot listen on ADDR:PORT,
-            cannot write the address file, or another failure; 2 bad command line.
+            cannot write the address file, or another failure; 2 bad command line or HVD_PARENT_DEATH_SIGNAL.
 
 Examples:
   eval "$(hvd-rendezvous --detach --bind 0.0.0.0)"; srun ./train; kill $HVD_RENDEZVOUS_PID
@@ -262,10 +266,14 @@ int waitForDetached(pid_t child, int ready_fd) {
 int daemonMain(int argc, char** argv) {
   std::optional<DaemonOptions> options;
   try {
+    applyParentDeathSignal();
     options = parse(argc, argv);
   } catch (const UsageError& e) {
     std::cerr << "hvd-rendezvous: " << e.what() << " (see --help)\n";
     return kDaemonExitUsage;
+  } catch (const Error& e) {
+    std::cerr << "hvd-rendezvous: " << e.what() << "\n";
+    return kDaemonExitFailure;
   }
   if (!options) return kDaemonExitOk;
   int ready_fd = -1;  // --detach: where the server process says that it listens

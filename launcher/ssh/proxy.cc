@@ -26,6 +26,7 @@
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
 #include "base/error.h"
+#include "base/parent_death.h"
 
 extern char** environ;
 
@@ -601,6 +602,11 @@ std::string proxyNodeName() {
 }
 
 int runProxy(int argc, char** argv) {
+  try {
+    applyParentDeathSignal();
+  } catch (const Error& e) {
+    return fail(e.what(), 2);
+  }
   if (argc > 1) {
     const std::string arg = argv[1];
     if (arg == "--version") {

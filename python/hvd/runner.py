@@ -300,8 +300,8 @@ def _run_job(cmd, env):
     """Runs hvdrun to completion, forwarding its output; returns its exit status. On KeyboardInterrupt (or
     any exception while waiting) hvdrun gets SIGTERM, which it passes on to every rank, then SIGKILL; so it does
     when this process dies (a parent-death signal: this thread waits for hvdrun, so it outlives it)."""
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=death_signal.preexec_fn())
+    proc = subprocess.Popen(cmd, env={**env, **death_signal.child_environment()}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     threads = [threading.Thread(target=_forward, args=(proc.stdout, "stdout"), daemon=True),
                threading.Thread(target=_forward, args=(proc.stderr, "stderr"), daemon=True)]
     for t in threads:

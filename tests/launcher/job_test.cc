@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -350,6 +351,34 @@ TEST_CASE("kill -9 of hvdrun: every worker process goes too", "[job][signals]") 
   ::kill(started.pid, SIGKILL);
   CHECK(waitProcess(started.pid, 10s) == 128 + SIGKILL);
   CHECK(waitUntilGone(marker, 10s).empty());
+}
+
+TEST_CASE("HVD_PARENT_DEATH_SIGNAL: hvdrun sets it on itself and passes nothing on; a bad value is one line",
+          "[job][signals][env]") {
+  const auto tmp = tempDir();
+  const std::string marker = tmp.path() + "/started";
+  const std::string variable = "HVD_PARENT_DEATH_SIGNAL=";
+  // Asked for by its real parent (this test): the job runs, and no worker sees the variable.
+  const auto ok = hvdrun({"-np", "2", "sh", "-c", "echo \"[${HVD_PARENT_DEATH_SIGNAL-unset}]\""},
+                         {variable + "15:" + std::to_string(::getpid())});
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  auto out = lines(ok.out);  // the two ranks' lines in either order
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:[unset]", "[1]<stdout>:[unset]"});
+  // The parent named is not hvdrun's (it ended before hvdrun could set the signal): the signal at once, no job.
+  const auto orphan = hvdrun({"-np", "1", "touch", marker}, {variable + "15:1"});
+  CHECK(orphan.exit_code == 128 + SIGTERM);
+  for (const std::string value : {"abc", "15", "0:5", "65:5", "15:", "15:x", ":5", "15:-3", "15:5:5"}) {
+    const auto r = hvdrun({"-np", "1", "touch", marker}, {variable + value});
+    INFO(value << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(lines(r.err) == std::vector<std::string>{
+                              "hvdrun: error: HVD_PARENT_DEATH_SIGNAL=\"" + value +
+                                  "\": expected <signal number 1-64>:<parent pid>",
+                              "Try 'hvdrun --help' for the flags and examples."});
+  }
+  CHECK(::access(marker.c_str(), F_OK) != 0);  // no worker ran
 }
 
 TEST_CASE("after a successful job no background child of a worker remains", "[job]") {

@@ -212,6 +212,15 @@ TEST_CASE("daemon: bad command lines exit 2 with one line naming the value", "[d
     CHECK_THAT(err, Catch::Contains(c.text));
     CHECK(std::count(err.begin(), err.end(), '\n') == 1);
   }
+  // The parent-death signal asked for in the environment: checked before the command line.
+  ::setenv("HVD_PARENT_DEATH_SIGNAL", "15:none", 1);
+  Child daemon({"--no-token"});
+  ::unsetenv("HVD_PARENT_DEATH_SIGNAL");
+  const int code = daemon.wait();
+  const std::string err = daemon.readAllStderr();
+  CHECK(code == 2);
+  CHECK(err == "hvd-rendezvous: HVD_PARENT_DEATH_SIGNAL=\"15:none\": expected <signal number 1-64>:<parent pid> "
+               "(see --help)\n");
 }
 
 TEST_CASE("daemon: --help documents the environment and exit codes", "[daemon]") {

@@ -69,9 +69,9 @@ def _serve_proxy(argv: list, variables: dict, executor: str, name: str) -> int:
         env = dict(os.environ)
         env.update(variables)
         # This thread waits for the proxy as long as it runs, so the parent-death signal (which fires when the
-        # thread that forked it ends) fires only when this process ends: then the proxy stops its rank.
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, preexec_fn=death_signal.preexec_fn(),
-                                start_new_session=True)
+        # thread that started it ends) fires only when this process ends: then the proxy stops its rank.
+        env.update(death_signal.child_environment())
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         return proc.wait()
     finally:
         _release(executor, name)

@@ -491,7 +491,7 @@ class DaskEngine(Engine):
             first_line = []
             started = threading.Event()
             # The daemon is started by a thread that lives as long as it runs: its parent-death signal fires when
-            # the thread that forked it ends, so only when this process ends (or once the daemon has exited).
+            # the thread that started it ends, so only when this process ends (or once the daemon has exited).
             thread = threading.Thread(target=self._supervise_daemon, args=(cmd, first_line, started),
                                       name="hvd-dask-rendezvous", daemon=True)
             thread.start()
@@ -507,8 +507,8 @@ class DaskEngine(Engine):
 
     def _supervise_daemon(self, cmd, first_line, started):
         try:
-            self._daemon = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT, preexec_fn=death_signal.preexec_fn())
+            self._daemon = subprocess.Popen(cmd, env={**os.environ, **death_signal.child_environment()},
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         except OSError as e:
             first_line.append(f"{type(e).__name__}: {e}")
             started.set()

@@ -18,7 +18,7 @@ hvdrun's own start timeout (every rank joins the rendezvous within S seconds of 
 that call hvd.init() whenever the user's first function does, so it is set beyond reach; the driver has its own
 deadline for the ranks to connect back (ExecutorSettings.start_timeout_s).
 
-Threading: a supervisor thread starts hvdrun (so that PR_SET_PDEATHSIG, which fires when the thread that forked
+Threading: a supervisor thread starts hvdrun (so that PR_SET_PDEATHSIG, which fires when the thread that started
 the child ends, fires only when the driver process ends) and waits for it; two threads copy its stdout and
 stderr to this process's, line by line, keeping hvdrun's own stderr lines to explain how the job ended.
 
@@ -337,8 +337,8 @@ class HvdrunEngine(Engine):
                 out = err = self._output_file = _LockedFile(self._output)
             # SIGTERM to hvdrun when this supervisor thread, which lives as long as the driver, ends: hvdrun then
             # stops its ranks.
-            self._proc = subprocess.Popen(cmd, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, preexec_fn=death_signal.preexec_fn())
+            self._proc = subprocess.Popen(cmd, env={**worker_env, **death_signal.child_environment()},
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except Exception as e:  # start() waits for _started: whatever went wrong is its error, at once
             where = f"output={self._output!r}: " if self._output is not None and self._output_file is None else ""
             self._spawn_error = f"{where}{type(e).__name__}: {e}"
