@@ -10,8 +10,10 @@
 //   - the variable is removed from this process's environment, so nothing it starts inherits it;
 //   - the signal is set with prctl(PR_SET_PDEATHSIG); it comes when the thread that started this process ends
 //     (for a Python driver, the thread that called Popen);
-//   - when this process's parent is no longer <pid> (the starter ended before the prctl), the signal is raised
-//     at once, as a preexec function would have seen it.
+//   - when this process's parent is no longer <pid> and <pid> has ended (the starter ended before the prctl),
+//     the signal is raised at once, as a preexec function would have seen it. A parent other than <pid> while
+//     <pid> lives is a program in between (a wrapper script that runs hvdrun without exec): the signal then
+//     comes when that program ends.
 // Absent or empty: nothing happens. A value that is not <signal 1-64>:<pid> throws UsageError naming it.
 #pragma once
 

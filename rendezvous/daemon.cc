@@ -48,7 +48,7 @@ export HVD_RENDEZVOUS_PID=N  (without a token option it makes up a token). HOST 
 this machine's host name when bound to every interface (0.0.0.0, ::).
 
 HVD_PARENT_DEATH_SIGNAL=SIG:PID in its own environment (set by hvd's Python drivers): it ends with the
-thread that started it (SIG then), or at once when its parent is no longer PID; removed before anything runs.
+thread that started it (SIG then), or at once when PID ended before it could set that; removed at start.
 
 Exit codes: 0 stopped by SIGINT/SIGTERM (--detach: the server listens); 1 cannot listen on ADDR:PORT,
             cannot write the address file, or another failure; 2 bad command line or HVD_PARENT_DEATH_SIGNAL.

@@ -2,6 +2,7 @@
 // failure propagation, signals, start timeout, and the process tree after hvdrun exits by any path.
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -366,9 +367,17 @@ TEST_CASE("HVD_PARENT_DEATH_SIGNAL: hvdrun sets it on itself and passes nothing 
   auto out = lines(ok.out);  // the two ranks' lines in either order
   std::sort(out.begin(), out.end());
   CHECK(out == std::vector<std::string>{"[0]<stdout>:[unset]", "[1]<stdout>:[unset]"});
-  // The parent named is not hvdrun's (it ended before hvdrun could set the signal): the signal at once, no job.
-  const auto orphan = hvdrun({"-np", "1", "touch", marker}, {variable + "15:1"});
+  // The parent named ended before hvdrun could set the signal: the signal at once, no job.
+  const pid_t gone = ::fork();
+  REQUIRE(gone >= 0);
+  if (gone == 0) ::_exit(0);
+  REQUIRE(::waitpid(gone, nullptr, 0) == gone);
+  const auto orphan = hvdrun({"-np", "1", "touch", marker}, {variable + "15:" + std::to_string(gone)});
   CHECK(orphan.exit_code == 128 + SIGTERM);
+  // A program between the starter (alive) and hvdrun, as a wrapper script that does not exec: the job runs.
+  const auto wrapped = runProcess({"sh", "-c", hvdrunPath() + " -np 1 echo ran; echo \"hvdrun exit $?\""},
+                                  {variable + "15:" + std::to_string(::getpid())}, "", 60000ms);
+  CHECK_THAT(wrapped.out, Catch::Contains("ran\n") && Catch::EndsWith("hvdrun exit 0\n"));
   for (const std::string value : {"abc", "15", "0:5", "65:5", "15:", "15:x", ":5", "15:-3", "15:5:5"}) {
     const auto r = hvdrun({"-np", "1", "touch", marker}, {variable + value});
     INFO(value << ": " << r.err);
