@@ -38,6 +38,7 @@ struct HvdrunOptions {
   SshOptions ssh;
   LauncherKind launcher = LauncherKind::kAuto;  // --launcher; resolved in hvdrunMain (resolveLauncher)
   std::string launcher_agent;                   // --launcher-agent "PROGRAM ARGS" (implies --launcher agent)
+  bool bind_to_core = false;                    // --bind-to core: each worker bound to a core (cpu_binding.h)
 
   // --start-timeout / HOROVOD_START_TIMEOUT. When given explicitly, every rank must have joined the
   // rendezvous by then; with the default, only jobs in which some rank joined are held to it (a command

@@ -99,7 +99,11 @@ po::options_description makeDescription() {
        "(--launcher-agent)")
       ("launcher-agent", value()->value_name("\"PROGRAM ARGS\""),
        "start each rank by running 'PROGRAM ARGS HOST hvd-proxy --connect ADDRESS:PORT' here; the program makes that "
-       "hvd-proxy run on HOST (implies --launcher agent; see docs/launcher.md)");
+       "hvd-proxy run on HOST (implies --launcher agent; see docs/launcher.md)")
+      ("bind-to", value()->value_name("UNIT"),
+       "none (default, as horovodrun: the kernel places the workers' threads) or core: each worker bound to a "
+       "core of its own (all of its hardware threads), the host's i-th worker to the i-th core that hvdrun, or "
+       "hvd-proxy on a remote host, may use; a worker beyond the host's cores fails to start");
 
   po::options_description tuning("Tuning and diagnostics (become worker environment variables)");
   addTuningOptions(tuning);

@@ -296,6 +296,15 @@ void validateFlags(const po::options_description& desc, ParsedFlags& flags,
                "' (choose from 'auto', 'never')");
     o.ssh.proxy = mode == "auto";
   }
+  if (given("bind-to")) {
+    const std::string& unit = last["bind-to"];
+    usageCheck(unit == "none" || unit == "core", "argument --bind-to: invalid choice: '", unit,
+               "' (choose from 'none', 'core')");
+    o.bind_to_core = unit == "core";
+    // Remote ranks are bound by hvd-proxy; started by ssh alone they could not be.
+    usageCheck(!o.bind_to_core || o.ssh.proxy.value_or(true), "argument --bind-to core: not allowed with --ssh-proxy never "
+               "(hvd-proxy binds the ranks of a remote host)");
+  }
 
   // Timeouts: flag > HOROVOD_START_TIMEOUT > default.
   if (given("start-timeout")) {

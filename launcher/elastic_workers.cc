@@ -83,6 +83,7 @@ void ElasticDriver::startWorker(const Placement& p, const std::string& slot, int
   spec.env = workerEnvironment(env_place, options_, inherited_, launcher, endpoint_, job);
   spec.cwd = cwd_;
   spec.forward_stdin = first && p.rank == 0;
+  spec.bind_index = options_.bind_to_core ? index : -1;
   if (options_.verbose) {
     message(Stream::kStdout,
             detail::concat("hvdrun: starting ", member ? "rank " + std::to_string(p.rank) : std::string("a standby process"),

@@ -386,6 +386,7 @@ class StaticSupervisor : public Supervisor {
       spec.env = workerEnvironment(p, options_, inherited_, &launcher, endpoint_);
       spec.cwd = dir;
       spec.forward_stdin = p.rank == 0;
+      spec.bind_index = options_.bind_to_core ? p.local_rank : -1;
       if (options_.verbose) {
         output_->message(Stream::kStdout,
                          detail::concat("hvdrun: starting rank ", p.rank, " on ", displayName(p.host), " (",

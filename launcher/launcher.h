@@ -57,6 +57,8 @@ struct LaunchSpec {
   std::vector<std::pair<std::string, std::string>> env;  // NAME, VALUE; no duplicates
   std::string cwd;                                       // working directory on that host
   bool forward_stdin = false;                            // true for rank 0 only: it reads hvdrun's stdin
+  int bind_index = -1;  // --bind-to core: the worker's index among its host's workers, whose core it is bound
+                        // to (cpu_binding.h); -1: not bound
 };
 
 // ---------------------------------------------------------------------------------------------------------

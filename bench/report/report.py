@@ -35,7 +35,7 @@ NAMES = {
     "torchrun": "torchrun (default)", "torchrun_mi01": "torchrun --monitor_interval 0.1",
     "torch_tcpstore": "torch TCPStore",
     "ddp": "torch DDP (gloo)", "ddp_malloc": "torch DDP, hvdrun's malloc settings", "horovod": "Horovod",
-    "hvd_tcp": "hvd over TCP (--no-shared-memory)", "openmpi_yield": "Open MPI, mpi_yield_when_idle 1",
+    "hvd_tcp": "hvd over TCP (--no-shared-memory)", "hvd_bound": "hvd, --bind-to core", "openmpi_yield": "Open MPI, mpi_yield_when_idle 1",
     "hvd_hier": "hvd hierarchical", "hvd_flat": "hvd flat Gloo", "hvd_autotune": "hvd (ours), --autotune",
     "hvd_run": "hvd.run (ours, an hvdrun job per call)", "hvd_tune": "hvd.tune.run (ours)",
     "optuna_hvd_run": "Optuna n_jobs=2 + hvd.run per trial", "executor_dask": "hvd.Executor on Dask (ours)",
@@ -51,7 +51,7 @@ TRAIN_FIGURES = [("samples_per_s", "samples/s, global (higher is better)", True)
                  ("step_ms", "step, ms", False),
                  ("comm_wait_ms", "waiting on communication per step, ms", False),
                  ("local_step_ms", "the same step on one rank without communication, ms", False)]
-SHM_SUBJECTS = ["hvd", "hvd_tcp", "openmpi", "mpich"]            # np=2 allreduce and fusion
+SHM_SUBJECTS = ["hvd", "hvd_bound", "hvd_tcp", "openmpi", "mpich"]  # np=2 allreduce and fusion
 SHM_COLLECTIVE_SUBJECTS = ["hvd", "openmpi", "mpich"]           # np=2 allgather, broadcast, ...
 SHM_NP4_SUBJECTS = ["hvd", "hvd_tcp", "openmpi_yield"]          # np=4 allreduce, oversubscribed
 SHM_COLLECTIVES = ["allgather", "broadcast", "alltoall", "reducescatter"]
@@ -205,6 +205,8 @@ def shm_targets(data):
     ts.append(absolute_target(data, "shm-fusion-100x4k", None, "np=2 on one host, 100 x 4 KiB allreduces submitted "
                               "asynchronously then waited (shared memory): <= 0.2 ms", "shm.np2.fusion.fused.hvd",
                               200.0, False, "us", ["shm:hvd", "hvdrun"]))
+    if get(data, "shm.np2.fusion.fused.hvd_bound"):  # the same batch with each rank on a core of its own
+        ts[-1]["cross_check"] = f"{name('hvd_bound')}: {cell(get(data, 'shm.np2.fusion.fused.hvd_bound'))} us"
     for op in SHM_COLLECTIVES:
         for n, label in ((4 << 10, "4k"), (16 << 20, "16m")):
             ts.append(faster_peer_target(data, f"shm-{op}-{label}", f"np=2 on one host, {op} of {size_label(n)} per "
@@ -725,8 +727,8 @@ def shm_md(data):
     np4 = data["params"].get("shm_np4", 4)
     # Runs before the np=2 shm figures had counts of their own took the allreduce section's.
     it = data["params"].get("shm_np2_iters", data["params"]["allreduce_iters"])
-    owners = {"hvd": ["shm:hvd", "hvdrun"], "hvd_tcp": ["shm:hvd_tcp", "hvdrun"], "openmpi": ["openmpi"],
-              "mpich": ["mpich"]}
+    owners = {"hvd": ["shm:hvd", "hvdrun"], "hvd_bound": ["shm:hvd_bound", "hvdrun"],
+              "hvd_tcp": ["shm:hvd_tcp", "hvdrun"], "openmpi": ["openmpi"], "mpich": ["mpich"]}
 
     def row(label, prefix, what, keys, subjects, owners, ours="hvd"):
         """keys: subject -> metric key; figures, then ratios ours ÷ each other subject."""
@@ -743,7 +745,8 @@ def shm_md(data):
           "its iterations (10 % warm-up, at least 3), the result checked before timing. Latency in µs; a ratio "
           "below 1 means hvd is faster.", "",
           "### np=2: allreduce, float32 sum", ""]
-    subs = SHM_SUBJECTS
+    # Runs before --bind-to core had no hvd_bound jobs.
+    subs = [s for s in SHM_SUBJECTS if s != "hvd_bound" or "shm:hvd_bound" in data["status"]]
     rows = [row(size_label(n), "shm.np2", "allreduce", {s: f"shm.np2.allreduce.{n}.{s}" for s in subs}, subs, owners)
             for n in sorted({int(k.split(".")[3]) for k in data["summary"] if k.startswith("shm.np2.allreduce.")})]
     fused = {s: f"shm.np2.fusion.{'fused' if s.startswith('hvd') else 'async'}.{s}" for s in subs}

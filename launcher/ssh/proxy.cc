@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -18,10 +19,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "launcher/cpu_binding.h"
 #include "launcher/launcher.h"
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
@@ -379,6 +382,19 @@ class Proxy {
       return;
     }
     // Everything the child needs, built before fork(): the child only makes system calls.
+    std::optional<cpu_set_t> core;
+    std::string bind_failed;
+    if (req.bind_index >= 0) {
+      const CoreBinding binding = bindToCore(req.bind_index, req.host);
+      if (!binding.mask) {
+        rankMessage(req.rank, "hvdrun: rank " + std::to_string(req.rank) + ": " + binding.error + "\n");
+        sendExit(req.rank, 0, 127);
+        return;
+      }
+      core = binding.mask;
+      bind_failed = "hvdrun: rank " + std::to_string(req.rank) + ": --bind-to core: cannot bind it to CPUs " +
+                    binding.cpus + " of " + req.host + "\n";
+    }
     std::set<std::string> overridden;
     for (const auto& [name, value] : req.env) overridden.insert(name);
     std::vector<std::string> env_strings;
@@ -413,6 +429,11 @@ class Proxy {
       const int stdin_fd = req.forward_stdin ? in[0] : ::open("/dev/null", O_RDONLY);
       if (stdin_fd < 0 || ::dup2(stdin_fd, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0)
         ::_exit(127);
+      // Before exec, so that every thread the rank starts inherits it.
+      if (core && ::sched_setaffinity(0, sizeof(cpu_set_t), &*core) != 0) {
+        [[maybe_unused]] const ssize_t n = ::write(2, bind_failed.data(), bind_failed.size());
+        ::_exit(127);
+      }
       ::close_range(3, ~0U, 0);
       resetSignalsForExec();
       if (::chdir(req.cwd.c_str()) != 0) {

@@ -244,7 +244,7 @@ void ProxyWorker::signal(int signo) {
 }
 
 void ProxyWorker::spawn(ProxyHost& host) {
-  SpawnRequest r{spec_.rank, spec_.host.name, spec_.cwd, spec_.argv, spec_.env, spec_.forward_stdin};
+  SpawnRequest r{spec_.rank, spec_.host.name, spec_.cwd, spec_.argv, spec_.env, spec_.forward_stdin, spec_.bind_index};
   host.send(encodeSpawn(r));
   spawned_ = true;
   state_ = WorkerState::kRunning;
@@ -254,6 +254,11 @@ void ProxyWorker::spawn(ProxyHost& host) {
 }
 
 void ProxyWorker::useFallback() {
+  if (spec_.bind_index >= 0) {  // a rank that ssh starts alone cannot be bound between fork and exec
+    lost(detail::concat("--bind-to core: rank ", spec_.rank, " on ", spec_.host.name,
+                        " needs hvd-proxy there to bind it to a core"));
+    return;
+  }
   fallback_ = transport_.startWithoutProxy(spec_, events_);
   for (int s : pending_signals_) fallback_->signal(s);
   pending_signals_.clear();

@@ -135,7 +135,7 @@ std::string encodeSpawn(const SpawnRequest& r) {
   for (const auto& a : r.argv) w.bytes(a);
   w.u32(static_cast<uint32_t>(r.env.size()));
   for (const auto& [name, value] : r.env) w.bytes(name).bytes(value);
-  w.u8(r.forward_stdin ? 1 : 0);
+  w.u8(r.forward_stdin ? 1 : 0).i32(r.bind_index);
   return w.frame(FrameType::kSpawn);
 }
 
@@ -152,6 +152,7 @@ SpawnRequest decodeSpawn(const Frame& frame) {
     r.env.emplace_back(std::move(name), in.bytes());
   }
   r.forward_stdin = in.u8() != 0;
+  r.bind_index = in.i32();
   in.end();
   if (r.argv.empty())
     throw LaunchError(detail::concat("proxy spawn frame for rank ", r.rank, " has an empty command"));

@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "launcher/cpu_binding.h"
 #include "tests/launcher/process.h"
 
 using namespace hvd::launcher::test;
@@ -71,6 +72,16 @@ s=$(req DELETE /global/$HOROVOD_RANK ''); [ "$s" = 200 ] || { echo "DELETE answe
 [ -n "${HVD_RENDEZVOUS_TOKEN:-}" ] && token=set || token=unset
 echo "rendezvous without a token: done (token $token)"
 )SH";
+
+// "0,1,4": CPUs as Python's ','.join prints them.
+std::string commaList(const std::vector<int>& cpus) {
+  std::string text;
+  for (int cpu : cpus) {
+    if (!text.empty()) text.push_back(',');
+    text.append(std::to_string(cpu));
+  }
+  return text;
+}
 
 // Waits until `count` processes carry `marker`.
 bool waitForProcesses(const std::string& marker, size_t count, std::chrono::milliseconds timeout) {
@@ -388,6 +399,39 @@ TEST_CASE("HVD_PARENT_DEATH_SIGNAL: hvdrun sets it on itself and passes nothing 
                               "Try 'hvdrun --help' for the flags and examples."});
   }
   CHECK(::access(marker.c_str(), F_OK) != 0);  // no worker ran
+}
+
+TEST_CASE("--bind-to core: each worker's threads on a core of their own; a worker beyond the cores fails, "
+          "naming them", "[job][bind]") {
+  const auto cpus = hvd::launcher::allowedCpus();
+  const auto cores = hvd::launcher::coresOf(cpus);  // what hvdrun, started by this process, may use
+  REQUIRE(!cores.empty());
+  const int np = static_cast<int>(std::min<size_t>(2, cores.size()));
+  // A thread the worker starts after exec reports its own mask: it inherited the binding.
+  const std::string report = "/usr/bin/python3 -c \"import os, threading; t = threading.Thread(target=lambda: "
+                             "print(','.join(map(str, sorted(os.sched_getaffinity(0)))))); t.start(); t.join()\"";
+  const auto bound = hvdrun({"--bind-to", "core", "-np", std::to_string(np), "sh", "-c", report});
+  INFO(bound.err);
+  REQUIRE(bound.exit_code == 0);
+  auto out = lines(bound.out);
+  std::sort(out.begin(), out.end());
+  std::vector<std::string> want;
+  for (int i = 0; i < np; ++i) {
+    want.push_back("[" + std::to_string(i) + "]<stdout>:" + commaList(cores[static_cast<size_t>(i)]));
+  }
+  CHECK(out == want);
+  // Without it (and with --bind-to none), a worker keeps every CPU hvdrun has.
+  const auto unbound = hvdrun({"--bind-to", "none", "-np", "1", "sh", "-c", report});
+  CHECK(unbound.out == "[0]<stdout>:" + commaList(cpus) + "\n");
+  // One more worker than the host has cores: that rank fails to start (127), the message naming the cores.
+  const int over = static_cast<int>(cores.size());
+  const auto beyond = hvdrun({"--bind-to", "core", "-np", std::to_string(over + 1), "true"});
+  CHECK(beyond.exit_code == 127);
+  CHECK_THAT(beyond.err, Catch::Contains("[" + std::to_string(over) + "]<stderr>:hvdrun: rank " +
+                                         std::to_string(over) + ": --bind-to core: localhost has " +
+                                         std::to_string(cores.size()) + (cores.size() == 1 ? " core" : " cores") +
+                                         " for the job's workers (CPUs " + hvd::launcher::cpuList(cpus) +
+                                         "), too few for worker " + std::to_string(over + 1) + " of that host\n"));
 }
 
 TEST_CASE("after a successful job no background child of a worker remains", "[job]") {

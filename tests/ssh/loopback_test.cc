@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "launcher/cpu_binding.h"
 #include "launcher/launcher.h"
 #include "launcher/local/launcher.h"
 #include "launcher/ssh/launcher.h"
@@ -230,6 +231,26 @@ TEST_CASE("a remote worker runs over ssh: output, exit code, and an environment 
   CHECK(s.rec.exits[0].kind == ExitStatus::Kind::kExited);
   CHECK(s.rec.exits[0].code == 3);
   CHECK(worker->state() == WorkerState::kFailed);
+}
+
+TEST_CASE("--bind-to core over ssh: hvd-proxy binds the rank; without a proxy the rank is lost, saying why") {
+  const std::string mode = GENERATE(as<std::string>{}, "proxy", "fallback");
+  INFO("mode " << mode);
+  Session s(mode);
+  LaunchSpec spec = s.lb.spec(0, {"sh", "-c", "grep Cpus_allowed_list: /proc/self/status | cut -f2"});
+  spec.bind_index = 0;
+  auto worker = s.launcher->start(spec, s.rec);
+  REQUIRE(s.waitExit(0, 20s));
+  if (mode == "proxy") {
+    // The "remote" proxy runs on this machine, so its first core is this process's.
+    CHECK(s.rec.out[0] == hvd::launcher::cpuList(hvd::launcher::coresOf(hvd::launcher::allowedCpus()).at(0)) + "\n");
+    CHECK(s.rec.exits[0].kind == ExitStatus::Kind::kExited);
+    CHECK(s.rec.exits[0].code == 0);
+  } else {
+    CHECK(s.rec.out[0].empty());
+    CHECK(s.rec.exits[0].kind == ExitStatus::Kind::kLost);
+    CHECK(s.rec.exits[0].detail == "--bind-to core: rank 0 on 127.0.0.1 needs hvd-proxy there to bind it to a core");
+  }
 }
 
 TEST_CASE("the rendezvous token never appears on a command line on the remote host") {

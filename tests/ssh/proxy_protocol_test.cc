@@ -24,6 +24,7 @@ TEST_CASE("frames round-trip, whatever the chunking") {
   r.argv = {"python", "-c", "print('x')\n", ""};
   r.env = {{"A", "with space"}, {"B", "nl\nquote'\"\0nul"s}, {"EMPTY", ""}};
   r.forward_stdin = true;
+  r.bind_index = 3;
   const std::string stream = encodeSpawn(r) + PayloadWriter().frame(FrameType::kHeartbeat) +
                              PayloadWriter().i32(-1).i32(15).frame(FrameType::kSignal);
   for (size_t chunk : {size_t(1), size_t(3), stream.size()}) {
@@ -43,6 +44,7 @@ TEST_CASE("frames round-trip, whatever the chunking") {
     CHECK(back.argv == r.argv);
     CHECK(back.env == r.env);
     CHECK(back.forward_stdin);
+    CHECK(back.bind_index == 3);
     CHECK(frames[1].type == FrameType::kHeartbeat);
     PayloadReader sig(frames[2]);
     CHECK(sig.i32() == -1);
@@ -92,7 +94,7 @@ TEST_CASE("bad frames are clear errors, never a crash") {
   SECTION("an empty command") {
     Frame f{
         FrameType::kSpawn,
-        PayloadWriter().i32(2).bytes("").bytes("/").u32(0).u32(0).u8(0).frame(FrameType::kSpawn).substr(5)};
+        PayloadWriter().i32(2).bytes("").bytes("/").u32(0).u32(0).u8(0).i32(-1).frame(FrameType::kSpawn).substr(5)};
     CHECK_THROWS_WITH(decodeSpawn(f), "proxy spawn frame for rank 2 has an empty command");
   }
 }

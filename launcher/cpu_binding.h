@@ -1,0 +1,42 @@
+// --bind-to core: the CPUs a worker is bound to, as mpirun's --bind-to core binds its ranks.
+//
+// The cores of a host are those the process that starts its workers may run on (hvdrun here, hvd-proxy on a
+// remote host or in a Slurm step), each core being all of its hardware threads: the CPUs of that process's
+// affinity mask grouped by /sys/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}, a CPU whose
+// topology cannot be read counting as a core of its own. Cores are ordered by their lowest CPU, and the
+// worker with index i among its host's workers (its local rank) is bound to the i-th. More workers than cores
+// on a host is an error for that worker (mpirun refuses to bind more processes than cores too): wrapping
+// around would put two ranks on one core while others stay idle.
+//
+// The binding is applied between fork and exec, so that every thread the worker starts (torch's intra-op
+// pool, libhvd's background thread) inherits it.
+#pragma once
+
+#include <sched.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd::launcher {
+
+// The cores of `cpus`, each as its CPUs in ascending order, cores ordered by their lowest CPU. `sysfs_cpu`
+// is the directory with the cpuN/topology folders (tests give another).
+std::vector<std::vector<int>> coresOf(const std::vector<int>& cpus,
+                                      const std::string& sysfs_cpu = "/sys/devices/system/cpu");
+
+// The CPUs this process may run on (its affinity mask), ascending.
+std::vector<int> allowedCpus();
+
+// "0-3,8": CPUs as a list with ranges, as /proc/PID/status and taskset print them.
+std::string cpuList(const std::vector<int>& cpus);
+
+// What a worker with `index` among its host's workers is bound to: the index-th core of this process's cores.
+struct CoreBinding {
+  std::optional<cpu_set_t> mask;  // the core's CPUs; empty when `error` says why not
+  std::string cpus;               // the same as a list ("2,6")
+  std::string error;              // "--bind-to core: ... " naming the index, the host's cores and their CPUs
+};
+CoreBinding bindToCore(int index, const std::string& host);
+
+}  // namespace hvd::launcher
