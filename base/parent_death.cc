@@ -37,13 +37,14 @@ void applyParentDeathSignal() {
                                     "\": expected <signal number 1-64>:<parent pid>"));
   }
   if (::prctl(PR_SET_PDEATHSIG, sig) != 0) {
-    throw Error(detail::concat("prctl(PR_SET_PDEATHSIG, ", sig, ") for ", kParentDeathSignalVariable,
-                               "=\"", value, "\" failed: ", std::strerror(errno)));
+    throw Error(detail::concat("prctl(PR_SET_PDEATHSIG, ", sig, ") for ", kParentDeathSignalVariable, "=\"",
+                               value, "\" failed: ", std::strerror(errno)));
   }
   // The starter ended before the prctl (this process was handed to another parent, and the starter is gone):
-  // the signal it asked for, now. A parent other than the starter while the starter lives is a program between
-  // them (a wrapper script that does not exec): then this process ends with that program instead.
-  if (::getppid() != static_cast<pid_t>(parent) && ::kill(static_cast<pid_t>(parent), 0) != 0 && errno == ESRCH) {
+  // the signal it asked for, now. A parent other than the starter while the starter lives is a program
+  // between them (a wrapper script that does not exec): then this process ends with that program instead.
+  if (::getppid() != static_cast<pid_t>(parent) && ::kill(static_cast<pid_t>(parent), 0) != 0 &&
+      errno == ESRCH) {
     ::raise(sig);
     ::_exit(128 + sig);  // the signal was ignored or blocked: this process still must not run on
   }

@@ -5,8 +5,8 @@
 // signal makes Python fork the driver instead of vfork'ing it. With torch loaded, the fork costs about 30 ms,
 // and it leaves every page of the driver copy-on-write for the rest of its life: a page fault on the first
 // write to each, which on a 2-vCPU VM added about 0.4 s to an import of pandas and the interpreter's teardown
-// after it. So the driver puts HVD_PARENT_DEATH_SIGNAL=<signal number>:<its pid> into the child's environment,
-// and these programs call applyParentDeathSignal() first thing:
+// after it. So the driver puts HVD_PARENT_DEATH_SIGNAL=<signal number>:<its pid> into the child's
+// environment, and these programs call applyParentDeathSignal() first thing:
 //   - the variable is removed from this process's environment, so nothing it starts inherits it;
 //   - the signal is set with prctl(PR_SET_PDEATHSIG); it comes when the thread that started this process ends
 //     (for a Python driver, the thread that called Popen);

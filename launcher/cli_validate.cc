@@ -302,7 +302,8 @@ void validateFlags(const po::options_description& desc, ParsedFlags& flags,
                "' (choose from 'none', 'core')");
     o.bind_to_core = unit == "core";
     // Remote ranks are bound by hvd-proxy; started by ssh alone they could not be.
-    usageCheck(!o.bind_to_core || o.ssh.proxy.value_or(true), "argument --bind-to core: not allowed with --ssh-proxy never "
+    usageCheck(!o.bind_to_core || o.ssh.proxy.value_or(true),
+               "argument --bind-to core: not allowed with --ssh-proxy never "
                "(hvd-proxy binds the ranks of a remote host)");
   }
 

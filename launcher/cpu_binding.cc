@@ -26,7 +26,8 @@ std::vector<std::vector<int>> coresOf(const std::vector<int>& cpus, const std::s
     const std::string dir = sysfs_cpu + "/cpu" + std::to_string(cpu) + "/topology/";
     const auto package = readNumber(dir + "physical_package_id");
     const auto core = readNumber(dir + "core_id");
-    const auto key = package && core ? std::make_pair(*package, *core) : std::make_pair(-1L, static_cast<long>(cpu));
+    const auto key =
+        package && core ? std::make_pair(*package, *core) : std::make_pair(-1L, static_cast<long>(cpu));
     by_core[key].push_back(cpu);
   }
   std::vector<std::vector<int>> cores;
@@ -70,9 +71,9 @@ CoreBinding bindToCore(int index, const std::string& host) {
   const auto cores = coresOf(cpus);
   CoreBinding b;
   if (index < 0 || static_cast<size_t>(index) >= cores.size()) {
-    b.error = detail::concat("--bind-to core: ", host, " has ", cores.size(), cores.size() == 1 ? " core" : " cores",
-                             " for the job's workers (CPUs ", cpuList(cpus), "), too few for worker ", index + 1,
-                             " of that host");
+    b.error = detail::concat("--bind-to core: ", host, " has ", cores.size(),
+                             cores.size() == 1 ? " core" : " cores", " for the job's workers (CPUs ",
+                             cpuList(cpus), "), too few for worker ", index + 1, " of that host");
     return b;
   }
   cpu_set_t mask;

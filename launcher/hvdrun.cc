@@ -6,15 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/parent_death.h"
 #include "launcher/cli.h"
-#include "launcher/host_plan.h"
 #include "launcher/elastic.h"
+#include "launcher/host_plan.h"
 #include "launcher/job.h"
 #include "launcher/launcher.h"
 #include "launcher/slurm/launcher.h"
 #include "launcher/usage.h"
-#include "base/error.h"
-#include "base/parent_death.h"
 
 namespace hvd::launcher {
 
@@ -78,7 +78,7 @@ std::string describeHosts(const HvdrunOptions& o, const std::vector<HostSpec>& h
 
 int hvdrunMain(int argc, char** argv) {
   try {
-    applyParentDeathSignal();  // first: before the environment is read, and before anything could be left running
+    applyParentDeathSignal();  // first: before the environment is read and anything could be left running
     const Environment env = currentEnvironment();
     CliResult cli = parseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env);
     if (cli.action == CliResult::Action::kPrintAndExit) {

@@ -18,9 +18,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "base/error.h"
 #include "launcher/cpu_binding.h"
 #include "launcher/local/guardian.h"
-#include "base/error.h"
 
 namespace hvd::launcher::local {
 
@@ -58,8 +58,8 @@ struct ExecImage {
       CoreBinding binding = bindToCore(spec.bind_index, spec.host.name);
       core = binding.mask;
       if (!core) bind_error = detail::concat("hvdrun: rank ", spec.rank, ": ", binding.error, "\n");
-      bind_failed_prefix = detail::concat("hvdrun: rank ", spec.rank, ": --bind-to core: cannot bind it to CPUs ",
-                                          binding.cpus, ": ");
+      bind_failed_prefix = detail::concat("hvdrun: rank ", spec.rank,
+                                          ": --bind-to core: cannot bind it to CPUs ", binding.cpus, ": ");
     }
     const std::string& program = spec.argv.front();
     if (program.find('/') != std::string::npos) {
@@ -121,7 +121,8 @@ void writeError(const std::string& prefix, const char* what) {
   if (::dup2(out_fd, STDOUT_FILENO) < 0 || ::dup2(err_fd, STDERR_FILENO) < 0) ::_exit(127);
   // Before exec, so that every thread the worker starts inherits it.
   if (!image.bind_error.empty()) {
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, image.bind_error.data(), image.bind_error.size());
+    [[maybe_unused]] const ssize_t n =
+        ::write(STDERR_FILENO, image.bind_error.data(), image.bind_error.size());
     ::_exit(127);
   }
   if (image.core && ::sched_setaffinity(0, sizeof(cpu_set_t), &*image.core) != 0) {

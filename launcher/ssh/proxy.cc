@@ -2,13 +2,13 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/parent_death.h"
 #include "launcher/cpu_binding.h"
 #include "launcher/launcher.h"
 #include "launcher/ssh/proxy_protocol.h"
 #include "launcher/ssh/remote.h"
-#include "base/error.h"
-#include "base/parent_death.h"
 
 extern char** environ;
 

@@ -244,7 +244,8 @@ void ProxyWorker::signal(int signo) {
 }
 
 void ProxyWorker::spawn(ProxyHost& host) {
-  SpawnRequest r{spec_.rank, spec_.host.name, spec_.cwd, spec_.argv, spec_.env, spec_.forward_stdin, spec_.bind_index};
+  SpawnRequest r{spec_.rank, spec_.host.name,     spec_.cwd,       spec_.argv,
+                 spec_.env,  spec_.forward_stdin, spec_.bind_index};
   host.send(encodeSpawn(r));
   spawned_ = true;
   state_ = WorkerState::kRunning;

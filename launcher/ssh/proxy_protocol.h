@@ -18,7 +18,8 @@
 //
 // kExit kind: 0 exited (value = code), 1 signaled (value = signal). A rank that cannot be started
 // (missing directory, fork failure, --bind-to core beyond the host's cores) gets a kOutput on stderr with the
-// reason and a kExit, like a local worker. Version 2 added SpawnRequest::bind_index. Threading: plain functions and value types, no shared state.
+// reason and a kExit, like a local worker. Version 2 added SpawnRequest::bind_index. Threading: plain
+// functions and value types, no shared state.
 #pragma once
 
 #include <cstdint>
@@ -117,7 +118,8 @@ struct SpawnRequest {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;  // applied over the proxy's own environment
   bool forward_stdin = false;                            // stdin arrives as kStdin/kStdinEof frames
-  int bind_index = -1;  // --bind-to core: bound to the proxy's bind_index-th core (cpu_binding.h); -1: not bound
+  int bind_index =
+      -1;  // --bind-to core: bound to the proxy's bind_index-th core (cpu_binding.h); -1: not bound
 };
 
 std::string encodeSpawn(const SpawnRequest& request);

@@ -167,7 +167,8 @@ TEST_CASE("agent: the command line's refusals", "[agent][cli]") {
   CHECK(r.err.find("HVD_AGENT_JOIN_TIMEOUT='soon' is not a number of seconds") != std::string::npos);
 }
 
-TEST_CASE("agent: --bind-to core binds each rank in its hvd-proxy, by its index on its host", "[agent][bind]") {
+TEST_CASE("agent: --bind-to core binds each rank in its hvd-proxy, by its index on its host",
+          "[agent][bind]") {
   const auto tmp = tempDir();
   const std::string& dir = tmp.path();
   const std::string agent = script(dir, "agent.sh", kLocalAgent);
@@ -176,19 +177,20 @@ TEST_CASE("agent: --bind-to core binds each rank in its hvd-proxy, by its index 
   REQUIRE(!cores.empty());
   const std::string report = "grep Cpus_allowed_list: /proc/self/status | cut -f2";
   // Two "hosts" of one rank each: each is its host's first rank, so both get the first core.
-  const auto r = hvdrun({"--bind-to", "core", "--launcher-agent", agent, "-np", "2", "-H", "localhost:1,127.0.0.2:1",
-                         "sh", "-c", report},
+  const auto r = hvdrun({"--bind-to", "core", "--launcher-agent", agent, "-np", "2", "-H",
+                         "localhost:1,127.0.0.2:1", "sh", "-c", report},
                         {"AGENT_DIR=" + dir});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   const std::string first = hvd::launcher::cpuList(cores[0]);
-  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:" + first + "\n") && Catch::Contains("[1]<stdout>:" + first + "\n"));
+  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:" + first + "\n") &&
+                        Catch::Contains("[1]<stdout>:" + first + "\n"));
   // More ranks on one host than its cores: the first rank beyond them fails to start, naming the cores.
   const int over = static_cast<int>(cores.size());
-  const auto beyond = hvdrun({"--bind-to", "core", "--launcher-agent", agent, "-np", std::to_string(over + 1), "-H",
-                              "127.0.0.2:" + std::to_string(over + 1), "true"},
+  const auto beyond = hvdrun({"--bind-to", "core", "--launcher-agent", agent, "-np", std::to_string(over + 1),
+                              "-H", "127.0.0.2:" + std::to_string(over + 1), "true"},
                              {"AGENT_DIR=" + dir});
   CHECK(beyond.exit_code == 127);
-  CHECK_THAT(beyond.err, Catch::Contains("hvdrun: rank " + std::to_string(over) + ": --bind-to core: 127.0.0.2 has " +
-                                         std::to_string(cores.size())));
+  CHECK_THAT(beyond.err, Catch::Contains("hvdrun: rank " + std::to_string(over) +
+                                         ": --bind-to core: 127.0.0.2 has " + std::to_string(cores.size())));
 }

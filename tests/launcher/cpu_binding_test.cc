@@ -59,7 +59,8 @@ TEST_CASE("CPU lists print as taskset and /proc/PID/status do") {
   CHECK(cpuList({0, 2, 3, 4, 8, 10, 11}) == "0,2-4,8,10-11");
 }
 
-TEST_CASE("bindToCore: this process's cores, one per index; beyond them an error naming the host and its CPUs") {
+TEST_CASE(
+    "bindToCore: this process's cores, one per index; beyond them an error naming the host and its CPUs") {
   const auto cores = coresOf(allowedCpus());
   REQUIRE(!cores.empty());
   for (size_t i = 0; i < cores.size(); ++i) {
@@ -74,6 +75,6 @@ TEST_CASE("bindToCore: this process's cores, one per index; beyond them an error
   CHECK(!beyond.mask.has_value());
   CHECK(beyond.error == "--bind-to core: here has " + std::to_string(cores.size()) +
                             (cores.size() == 1 ? " core" : " cores") + " for the job's workers (CPUs " +
-                            cpuList(allowedCpus()) + "), too few for worker " + std::to_string(cores.size() + 1) +
-                            " of that host");
+                            cpuList(allowedCpus()) + "), too few for worker " +
+                            std::to_string(cores.size() + 1) + " of that host");
 }

@@ -393,23 +393,25 @@ TEST_CASE("HVD_PARENT_DEATH_SIGNAL: hvdrun sets it on itself and passes nothing 
     const auto r = hvdrun({"-np", "1", "touch", marker}, {variable + value});
     INFO(value << ": " << r.err);
     CHECK(r.exit_code == 2);
-    CHECK(lines(r.err) == std::vector<std::string>{
-                              "hvdrun: error: HVD_PARENT_DEATH_SIGNAL=\"" + value +
-                                  "\": expected <signal number 1-64>:<parent pid>",
-                              "Try 'hvdrun --help' for the flags and examples."});
+    CHECK(lines(r.err) == std::vector<std::string>{"hvdrun: error: HVD_PARENT_DEATH_SIGNAL=\"" + value +
+                                                       "\": expected <signal number 1-64>:<parent pid>",
+                                                   "Try 'hvdrun --help' for the flags and examples."});
   }
   CHECK(::access(marker.c_str(), F_OK) != 0);  // no worker ran
 }
 
-TEST_CASE("--bind-to core: each worker's threads on a core of their own; a worker beyond the cores fails, "
-          "naming them", "[job][bind]") {
+TEST_CASE(
+    "--bind-to core: each worker's threads on a core of their own; a worker beyond the cores fails, "
+    "naming them",
+    "[job][bind]") {
   const auto cpus = hvd::launcher::allowedCpus();
   const auto cores = hvd::launcher::coresOf(cpus);  // what hvdrun, started by this process, may use
   REQUIRE(!cores.empty());
   const int np = static_cast<int>(std::min<size_t>(2, cores.size()));
   // A thread the worker starts after exec reports its own mask: it inherited the binding.
-  const std::string report = "/usr/bin/python3 -c \"import os, threading; t = threading.Thread(target=lambda: "
-                             "print(','.join(map(str, sorted(os.sched_getaffinity(0)))))); t.start(); t.join()\"";
+  const std::string report =
+      "/usr/bin/python3 -c \"import os, threading; t = threading.Thread(target=lambda: "
+      "print(','.join(map(str, sorted(os.sched_getaffinity(0)))))); t.start(); t.join()\"";
   const auto bound = hvdrun({"--bind-to", "core", "-np", std::to_string(np), "sh", "-c", report});
   INFO(bound.err);
   REQUIRE(bound.exit_code == 0);
@@ -427,11 +429,12 @@ TEST_CASE("--bind-to core: each worker's threads on a core of their own; a worke
   const int over = static_cast<int>(cores.size());
   const auto beyond = hvdrun({"--bind-to", "core", "-np", std::to_string(over + 1), "true"});
   CHECK(beyond.exit_code == 127);
-  CHECK_THAT(beyond.err, Catch::Contains("[" + std::to_string(over) + "]<stderr>:hvdrun: rank " +
-                                         std::to_string(over) + ": --bind-to core: localhost has " +
-                                         std::to_string(cores.size()) + (cores.size() == 1 ? " core" : " cores") +
-                                         " for the job's workers (CPUs " + hvd::launcher::cpuList(cpus) +
-                                         "), too few for worker " + std::to_string(over + 1) + " of that host\n"));
+  CHECK_THAT(beyond.err,
+             Catch::Contains("[" + std::to_string(over) + "]<stderr>:hvdrun: rank " + std::to_string(over) +
+                             ": --bind-to core: localhost has " + std::to_string(cores.size()) +
+                             (cores.size() == 1 ? " core" : " cores") + " for the job's workers (CPUs " +
+                             hvd::launcher::cpuList(cpus) + "), too few for worker " +
+                             std::to_string(over + 1) + " of that host\n"));
 }
 
 TEST_CASE("after a successful job no background child of a worker remains", "[job]") {

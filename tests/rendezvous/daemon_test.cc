@@ -219,8 +219,9 @@ TEST_CASE("daemon: bad command lines exit 2 with one line naming the value", "[d
   const int code = daemon.wait();
   const std::string err = daemon.readAllStderr();
   CHECK(code == 2);
-  CHECK(err == "hvd-rendezvous: HVD_PARENT_DEATH_SIGNAL=\"15:none\": expected <signal number 1-64>:<parent pid> "
-               "(see --help)\n");
+  CHECK(err ==
+        "hvd-rendezvous: HVD_PARENT_DEATH_SIGNAL=\"15:none\": expected <signal number 1-64>:<parent pid> "
+        "(see --help)\n");
 }
 
 TEST_CASE("daemon: --help documents the environment and exit codes", "[daemon]") {

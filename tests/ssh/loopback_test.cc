@@ -18,11 +18,11 @@
 #include <set>
 #include <thread>
 
+#include "base/error.h"
 #include "launcher/cpu_binding.h"
 #include "launcher/launcher.h"
 #include "launcher/local/launcher.h"
 #include "launcher/ssh/launcher.h"
-#include "base/error.h"
 #include "tests/ssh/sshd_fixture.h"
 
 using namespace hvd::launcher;
@@ -243,13 +243,15 @@ TEST_CASE("--bind-to core over ssh: hvd-proxy binds the rank; without a proxy th
   REQUIRE(s.waitExit(0, 20s));
   if (mode == "proxy") {
     // The "remote" proxy runs on this machine, so its first core is this process's.
-    CHECK(s.rec.out[0] == hvd::launcher::cpuList(hvd::launcher::coresOf(hvd::launcher::allowedCpus()).at(0)) + "\n");
+    CHECK(s.rec.out[0] ==
+          hvd::launcher::cpuList(hvd::launcher::coresOf(hvd::launcher::allowedCpus()).at(0)) + "\n");
     CHECK(s.rec.exits[0].kind == ExitStatus::Kind::kExited);
     CHECK(s.rec.exits[0].code == 0);
   } else {
     CHECK(s.rec.out[0].empty());
     CHECK(s.rec.exits[0].kind == ExitStatus::Kind::kLost);
-    CHECK(s.rec.exits[0].detail == "--bind-to core: rank 0 on 127.0.0.1 needs hvd-proxy there to bind it to a core");
+    CHECK(s.rec.exits[0].detail ==
+          "--bind-to core: rank 0 on 127.0.0.1 needs hvd-proxy there to bind it to a core");
   }
 }
 

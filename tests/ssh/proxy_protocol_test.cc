@@ -92,9 +92,16 @@ TEST_CASE("bad frames are clear errors, never a crash") {
     CHECK_THROWS_WITH(in.end(), "malformed proxy signal frame: 1 unexpected bytes after offset 8");
   }
   SECTION("an empty command") {
-    Frame f{
-        FrameType::kSpawn,
-        PayloadWriter().i32(2).bytes("").bytes("/").u32(0).u32(0).u8(0).i32(-1).frame(FrameType::kSpawn).substr(5)};
+    Frame f{FrameType::kSpawn, PayloadWriter()
+                                   .i32(2)
+                                   .bytes("")
+                                   .bytes("/")
+                                   .u32(0)
+                                   .u32(0)
+                                   .u8(0)
+                                   .i32(-1)
+                                   .frame(FrameType::kSpawn)
+                                   .substr(5)};
     CHECK_THROWS_WITH(decodeSpawn(f), "proxy spawn frame for rank 2 has an empty command");
   }
 }
