@@ -1,6 +1,10 @@
 #include "launcher/cpu_binding.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <utility>
@@ -66,14 +70,14 @@ std::string cpuList(const std::vector<int>& cpus) {
   return text;
 }
 
-CoreBinding bindToCore(int index, const std::string& host) {
+CoreBinding bindToCore(int index, int rank, const std::string& host) {
   const auto cpus = allowedCpus();
   const auto cores = coresOf(cpus);
   CoreBinding b;
   if (index < 0 || static_cast<size_t>(index) >= cores.size()) {
-    b.error = detail::concat("--bind-to core: ", host, " has ", cores.size(),
+    b.error = detail::concat("hvdrun: rank ", rank, ": --bind-to core: ", host, " has ", cores.size(),
                              cores.size() == 1 ? " core" : " cores", " for the job's workers (CPUs ",
-                             cpuList(cpus), "), too few for worker ", index + 1, " of that host");
+                             cpuList(cpus), "), too few for worker ", index + 1, " of that host\n");
     return b;
   }
   cpu_set_t mask;
@@ -81,7 +85,25 @@ CoreBinding bindToCore(int index, const std::string& host) {
   for (int cpu : cores[static_cast<size_t>(index)]) CPU_SET(cpu, &mask);
   b.mask = mask;
   b.cpus = cpuList(cores[static_cast<size_t>(index)]);
+  b.failed_prefix = detail::concat("hvdrun: rank ", rank, ": --bind-to core: cannot bind it to CPUs ", b.cpus,
+                                   " of ", host, ": ");
   return b;
+}
+
+bool applyCoreBinding(const CoreBinding& binding) {
+  const auto say = [](const char* text, size_t size) {
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, text, size);
+  };
+  if (!binding.mask) {
+    say(binding.error.data(), binding.error.size());
+    return false;
+  }
+  if (::sched_setaffinity(0, sizeof(cpu_set_t), &*binding.mask) == 0) return true;
+  const char* why = std::strerror(errno);
+  say(binding.failed_prefix.data(), binding.failed_prefix.size());
+  say(why, std::strlen(why));
+  say("\n", 1);
+  return false;
 }
 
 }  // namespace hvd::launcher

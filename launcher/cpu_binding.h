@@ -31,12 +31,21 @@ std::vector<int> allowedCpus();
 // "0-3,8": CPUs as a list with ranges, as /proc/PID/status and taskset print them.
 std::string cpuList(const std::vector<int>& cpus);
 
-// What a worker with `index` among its host's workers is bound to: the index-th core of this process's cores.
+// What rank `rank`, the worker with `index` among its host's workers, is bound to: the index-th core of this
+// process's cores. Built before fork(); the child applies it with applyCoreBinding().
 struct CoreBinding {
   std::optional<cpu_set_t> mask;  // the core's CPUs; empty when `error` says why not
   std::string cpus;               // the same as a list ("2,6")
-  std::string error;              // "--bind-to core: ... " naming the index, the host's cores and their CPUs
+  // "hvdrun: rank R: --bind-to core: H has N cores ... too few for worker K of that host\n"
+  std::string error;
+  // "hvdrun: rank R: --bind-to core: cannot bind it to CPUs L of H: ", followed by the errno text
+  std::string failed_prefix;
 };
-CoreBinding bindToCore(int index, const std::string& host);
+CoreBinding bindToCore(int index, int rank, const std::string& host);
+
+// In a child between fork and exec, stderr already its own: binds the calling process as `binding` says.
+// False after writing the line that says why not (`error`, or `failed_prefix` and the errno text); the child
+// then exits 127, as for a program that cannot be executed.
+bool applyCoreBinding(const CoreBinding& binding);
 
 }  // namespace hvd::launcher

@@ -1,7 +1,6 @@
 #include "launcher/local/launcher.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -41,9 +40,7 @@ struct ExecImage {
   // directories are taken from the worker's working directory, where the child resolves them.
   std::vector<std::string> candidates;
   std::vector<char*> script_argv;  // /bin/sh, <candidate>, argv[1..]: a script without "#!" (ENOEXEC)
-  std::optional<cpu_set_t> core;   // --bind-to core: the CPUs the worker is bound to
-  std::string bind_error;          // --bind-to core for a worker beyond the host's cores: the line to print
-  std::string bind_failed_prefix;  // and where sched_setaffinity fails: the line up to its error text
+  std::optional<CoreBinding> binding;  // --bind-to core
 
   explicit ExecImage(const LaunchSpec& spec) {
     strings.reserve(spec.argv.size() + spec.env.size());
@@ -54,13 +51,7 @@ struct ExecImage {
     for (size_t i = spec.argv.size(); i < strings.size(); ++i) envp.push_back(strings[i].data());
     envp.push_back(nullptr);
     exec_error_prefix = cannotExecutePrefix(spec.rank, spec.argv.front());
-    if (spec.bind_index >= 0) {
-      CoreBinding binding = bindToCore(spec.bind_index, spec.host.name);
-      core = binding.mask;
-      if (!core) bind_error = detail::concat("hvdrun: rank ", spec.rank, ": ", binding.error, "\n");
-      bind_failed_prefix = detail::concat("hvdrun: rank ", spec.rank,
-                                          ": --bind-to core: cannot bind it to CPUs ", binding.cpus, ": ");
-    }
+    if (spec.bind_index >= 0) binding = bindToCore(spec.bind_index, spec.rank, spec.host.name);
     const std::string& program = spec.argv.front();
     if (program.find('/') != std::string::npos) {
       candidates.push_back(program);
@@ -120,15 +111,7 @@ void writeError(const std::string& prefix, const char* what) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(127);
   if (::dup2(out_fd, STDOUT_FILENO) < 0 || ::dup2(err_fd, STDERR_FILENO) < 0) ::_exit(127);
   // Before exec, so that every thread the worker starts inherits it.
-  if (!image.bind_error.empty()) {
-    [[maybe_unused]] const ssize_t n =
-        ::write(STDERR_FILENO, image.bind_error.data(), image.bind_error.size());
-    ::_exit(127);
-  }
-  if (image.core && ::sched_setaffinity(0, sizeof(cpu_set_t), &*image.core) != 0) {
-    writeError(image.bind_failed_prefix, std::strerror(errno));
-    ::_exit(127);
-  }
+  if (image.binding && !applyCoreBinding(*image.binding)) ::_exit(127);
   if (!spec.forward_stdin) {
     const int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0) ::_exit(127);

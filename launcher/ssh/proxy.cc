@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -382,18 +381,14 @@ class Proxy {
       return;
     }
     // Everything the child needs, built before fork(): the child only makes system calls.
-    std::optional<cpu_set_t> core;
-    std::string bind_failed;
+    std::optional<CoreBinding> binding;
     if (req.bind_index >= 0) {
-      const CoreBinding binding = bindToCore(req.bind_index, req.host);
-      if (!binding.mask) {
-        rankMessage(req.rank, "hvdrun: rank " + std::to_string(req.rank) + ": " + binding.error + "\n");
+      binding = bindToCore(req.bind_index, req.rank, req.host);
+      if (!binding->mask) {
+        rankMessage(req.rank, binding->error);
         sendExit(req.rank, 0, 127);
         return;
       }
-      core = binding.mask;
-      bind_failed = "hvdrun: rank " + std::to_string(req.rank) + ": --bind-to core: cannot bind it to CPUs " +
-                    binding.cpus + " of " + req.host + "\n";
     }
     std::set<std::string> overridden;
     for (const auto& [name, value] : req.env) overridden.insert(name);
@@ -430,10 +425,7 @@ class Proxy {
       if (stdin_fd < 0 || ::dup2(stdin_fd, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0)
         ::_exit(127);
       // Before exec, so that every thread the rank starts inherits it.
-      if (core && ::sched_setaffinity(0, sizeof(cpu_set_t), &*core) != 0) {
-        [[maybe_unused]] const ssize_t n = ::write(2, bind_failed.data(), bind_failed.size());
-        ::_exit(127);
-      }
+      if (binding && !applyCoreBinding(*binding)) ::_exit(127);
       ::close_range(3, ~0U, 0);
       resetSignalsForExec();
       if (::chdir(req.cwd.c_str()) != 0) {

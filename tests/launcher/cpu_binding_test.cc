@@ -64,17 +64,19 @@ TEST_CASE(
   const auto cores = coresOf(allowedCpus());
   REQUIRE(!cores.empty());
   for (size_t i = 0; i < cores.size(); ++i) {
-    const CoreBinding b = bindToCore(static_cast<int>(i), "here");
+    const CoreBinding b = bindToCore(static_cast<int>(i), 7, "here");
     REQUIRE(b.mask.has_value());
     CHECK(b.error.empty());
     CHECK(b.cpus == cpuList(cores[i]));
+    CHECK(b.failed_prefix ==
+          "hvdrun: rank 7: --bind-to core: cannot bind it to CPUs " + b.cpus + " of here: ");
     CHECK(CPU_COUNT(&*b.mask) == static_cast<int>(cores[i].size()));
     for (int cpu : cores[i]) CHECK(CPU_ISSET(cpu, &*b.mask));
   }
-  const CoreBinding beyond = bindToCore(static_cast<int>(cores.size()), "here");
+  const CoreBinding beyond = bindToCore(static_cast<int>(cores.size()), 7, "here");
   CHECK(!beyond.mask.has_value());
-  CHECK(beyond.error == "--bind-to core: here has " + std::to_string(cores.size()) +
+  CHECK(beyond.error == "hvdrun: rank 7: --bind-to core: here has " + std::to_string(cores.size()) +
                             (cores.size() == 1 ? " core" : " cores") + " for the job's workers (CPUs " +
                             cpuList(allowedCpus()) + "), too few for worker " +
-                            std::to_string(cores.size() + 1) + " of that host");
+                            std::to_string(cores.size() + 1) + " of that host\n");
 }
