@@ -17,17 +17,17 @@ done
 cmake -S "$src/tests/integration/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/cmake-build" >/dev/null
 export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-"$work/cmake-build/consumer_c" | grep -qx "consumer: rank 0 of 1, sum 1" || { echo "install_test: consumer_c (cmake) failed" >&2; exit 1; }
-"$work/cmake-build/consumer_cpp" | grep -qx "consumer: rank 0 of 1, sum 1" || { echo "install_test: consumer_cpp (cmake) failed" >&2; exit 1; }
+grep -qx "consumer: rank 0 of 1, sum 1" <<<"$("$work/cmake-build/consumer_c")" || { echo "install_test: consumer_c (cmake) failed" >&2; exit 1; }
+grep -qx "consumer: rank 0 of 1, sum 1" <<<"$("$work/cmake-build/consumer_cpp")" || { echo "install_test: consumer_cpp (cmake) failed" >&2; exit 1; }
 
 # pkg-config.
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cc -o "$work/consumer_pc" "$src/tests/integration/consumer/consumer.c" $(pkg-config --cflags --libs hvd)
-"$work/consumer_pc" | grep -qx "consumer: rank 0 of 1, sum 1" || { echo "install_test: consumer (pkg-config) failed" >&2; exit 1; }
+grep -qx "consumer: rank 0 of 1, sum 1" <<<"$("$work/consumer_pc")" || { echo "install_test: consumer (pkg-config) failed" >&2; exit 1; }
 
 # The installed launcher runs the installed-library program as a 2-rank job.
 out="$("$prefix/bin/hvdrun" -np 2 -H localhost:2 "$work/cmake-build/consumer_cpp")"
-echo "$out" | grep -q "consumer: rank 1 of 2, sum 3" || { echo "install_test: 2-rank job output unexpected:" >&2; echo "$out" >&2; exit 1; }
+grep -q "consumer: rank 1 of 2, sum 3" <<<"$out" || { echo "install_test: 2-rank job output unexpected:" >&2; echo "$out" >&2; exit 1; }
 # The installed Python package: the installed hvdrun puts it on its workers' PYTHONPATH, and its extension
 # loads the installed libhvd (RPATH), not the build tree's.
 pydir="$(ls -d "$prefix"/lib/python3*/dist-packages 2>/dev/null | head -n 1)"
@@ -42,6 +42,6 @@ assert os.path.dirname(hvd.__file__).startswith(os.environ["PREFIX"]), hvd.__fil
 maps = open("/proc/self/maps").read()
 assert os.environ["PREFIX"] + "/lib/libhvd.so" in maps, "libhvd not from the prefix"
 print("python", h.rank(), int(h.allreduce(torch.ones(1), op=h.Sum).item()))' 2>&1)" || true
-  echo "$out" | grep -q "python 1 2" || { echo "install_test: Python job under the installed hvdrun failed:" >&2; echo "$out" >&2; exit 1; }
+  grep -q "python 1 2" <<<"$out" || { echo "install_test: Python job under the installed hvdrun failed:" >&2; echo "$out" >&2; exit 1; }
 fi
 echo "install_test: ok"

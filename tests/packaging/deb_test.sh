@@ -88,14 +88,14 @@ contents)
     [[ "$(dpkg-query -W -f='${Status}' "$name" 2>/dev/null)" == "install ok installed" ]] ||
       fail "Depends: names '$name', which dpkg-query does not find installed here (Depends: $depends)"
   done
-  depends_on() { printf '%s\n' "${dep_names[@]}" | grep -qxF "$1"; }
+  depends_on() { grep -qxF "$1" < <(printf '%s\n' "${dep_names[@]}"); }
 
   # Files: everything under /usr, owned by root; the programs, the library, headers, CMake and pkg-config files.
   listing="$(dpkg-deb -c "$deb")"
-  if bad="$(awk '$6 !~ /^\.\/usr(\/|$)/ && $6 != "./" { print $6 }' <<<"$listing" | head -n 3)" && [[ -n "$bad" ]]; then
+  if bad="$(awk '$6 !~ /^\.\/usr(\/|$)/ && $6 != "./" { print $6; if (++n == 3) exit }' <<<"$listing")" && [[ -n "$bad" ]]; then
     fail "the package has files outside /usr: ${bad//$'\n'/ }"
   fi
-  if bad="$(awk '$2 != "root/root" { print $2, $6 }' <<<"$listing" | head -n 3)" && [[ -n "$bad" ]]; then
+  if bad="$(awk '$2 != "root/root" { print $2, $6; if (++n == 3) exit }' <<<"$listing")" && [[ -n "$bad" ]]; then
     fail "the package has files not owned by root/root: ${bad//$'\n'/, }"
   fi
   if grep -q '\./usr/local/' <<<"$listing"; then fail "the package has files under /usr/local"; fi
@@ -177,8 +177,12 @@ contents)
 
   # The extracted programs run: the README's C example, built against the extracted tree, as a 2-rank job
   # under the extracted hvdrun (not installed, so the loader is told where libhvd is).
-  "$root/usr/bin/hvdrun" --version | grep -q '^hvdrun ' || fail "the extracted hvdrun --version printed no version"
-  "$root/usr/bin/hvd-rendezvous" --help | grep -q '^Usage: hvd-rendezvous' || fail "the extracted hvd-rendezvous does not run"
+  # Output is read whole before grep looks at it: a `prog | grep -q` under pipefail fails whenever grep exits
+  # at its match before prog's last write (which then gets SIGPIPE), as hvd-rendezvous --help writes 4 KiB+.
+  version_out="$("$root/usr/bin/hvdrun" --version)" || fail "the extracted hvdrun --version failed: $version_out"
+  grep -q '^hvdrun ' <<<"$version_out" || fail "the extracted hvdrun --version printed no version: $version_out"
+  help_out="$("$root/usr/bin/hvd-rendezvous" --help)" || fail "the extracted hvd-rendezvous --help failed"
+  grep -q '^Usage: hvd-rendezvous' <<<"$help_out" || fail "the extracted hvd-rendezvous does not run"
   proxy_out="$("$root/usr/bin/hvd-proxy" --help 2>&1 || true)"
   grep -q '^hvd-proxy: ' <<<"$proxy_out" || fail "the extracted hvd-proxy did not start: $proxy_out"
   mkdir "$work/c"
@@ -251,7 +255,7 @@ install)
   expect_ranks "$work/c/run.out"
 
   # The Python package: found by /usr/bin/python3 and by hvdrun, loads the package's libhvd.
-  if dpkg -L hvdrun | grep -q '/hvd/_core.*\.so$'; then
+  if grep -q '/hvd/_core.*\.so$' <<<"$(dpkg -L hvdrun)"; then
     run_logged "$work/py.out" "a 2-rank hvd.numpy job under /usr/bin/hvdrun" bash -c "cd / && hvdrun -np 2 -H localhost:2 /usr/bin/python3 -c '
 import numpy, hvd, hvd.numpy as h
 h.init()

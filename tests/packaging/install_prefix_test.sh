@@ -40,8 +40,12 @@ for exe in hvdrun hvd-rendezvous hvd-proxy; do
     fail "$prefix/bin/$exe loads libhvd.so.0 from $(libhvd_of "$prefix/bin/$exe"), not $prefix/lib"
   fi
 done
-hvdrun --version | grep -q '^hvdrun ' || fail "installed hvdrun --version printed no version"
-hvd-rendezvous --help | grep -q '^Usage: hvd-rendezvous' || fail "installed hvd-rendezvous --help printed no usage"
+# Output is read whole before grep looks at it: a `prog | grep -q` under pipefail fails whenever grep exits at
+# its match before prog's last write (which then gets SIGPIPE), as hvd-rendezvous --help writes 4 KiB+.
+version_out="$(hvdrun --version)" || fail "installed hvdrun --version failed: $version_out"
+grep -q '^hvdrun ' <<<"$version_out" || fail "installed hvdrun --version printed no version: $version_out"
+help_out="$(hvd-rendezvous --help)" || fail "installed hvd-rendezvous --help failed"
+grep -q '^Usage: hvd-rendezvous' <<<"$help_out" || fail "installed hvd-rendezvous --help printed no usage"
 # hvd-proxy refuses to run by hand, with its own message: ld.so started it.
 proxy_out="$(hvd-proxy --help 2>&1 || true)"
 grep -q '^hvd-proxy: ' <<<"$proxy_out" || fail "installed hvd-proxy did not start: $proxy_out"

@@ -56,7 +56,7 @@ mapfile -t c_commands < <(readme_block "A minimal worker" sh 1)
 (( ${#c_commands[@]} == 2 )) || fail "README.md's C commands are not 2 lines (build, run): ${c_commands[*]}"
 run_logged "$work/c/build.log" "'${c_commands[0]}'" bash -c "cd '$work/c' && ${c_commands[0]}"
 # A run path to /usr/local/lib would hide a missing ldconfig; the system prefix's hvd.pc adds none.
-if readelf -d "$work/c/hello" | grep -qE 'RPATH|RUNPATH'; then
+if grep -qE 'RPATH|RUNPATH' <<<"$(readelf -d "$work/c/hello")"; then
   fail "the C example built with /usr/local's hvd.pc has a run path:" \
        "$(readelf -d "$work/c/hello" | grep -E 'RPATH|RUNPATH')"
 fi
