@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@ void LossWatcher::stop() noexcept {
 }
 
 void LossWatcher::run() {
+  ::pthread_setname_np(::pthread_self(), "hvd-watcher");
   std::vector<pollfd> fds;
   fds.push_back({stop_fd_, POLLIN, 0});
   // Only the hang-up events: POLLIN would report every message the background thread has yet to read.

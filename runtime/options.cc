@@ -203,6 +203,7 @@ RuntimeOptions RuntimeOptions::fromEnvironment(const Getenv& getenv) {
     o.busy_poll = std::chrono::microseconds(us);
   }
   o.wait_drives = readBool(getenv, "HVD_WAIT_DRIVES", true);
+  o.move_threads = readBool(getenv, "HVD_MOVE_THREADS", true);
   o.shm_agreement = readBool(getenv, "HVD_FAST_PATH", true);
   {
     // Fractions allowed; a positive value rounds up to whole milliseconds, so it never turns reports off.

@@ -104,6 +104,11 @@ struct RuntimeOptions : SlotInfo, NegotiationOptions {
   // while it polls (the busy-poll half above), instead of only watching for the background thread to finish
   // it: a small operation then costs no hand-off between threads. 0: the caller only polls.
   bool wait_drives = true;
+  // HVD_MOVE_THREADS: on a host whose CPUs do not outnumber its ranks' callers and background threads (and
+  // where each rank has a CPU), keep each rank's threads together and the ranks' data-path threads apart: a
+  // caller that waits for the background thread moves to its CPU, and a thread that waits in a shared-memory
+  // round for a peer on its own CPU moves off it (runtime/thread_moves.h). 0: the kernel alone places them.
+  bool move_threads = true;
   // HVD_FAST_PATH: in a job on one host, a lone response cache hit is agreed on in the shared-memory
   // segment instead of being negotiated through rank 0 (runtime/agreement.cc). 0: always negotiate.
   bool shm_agreement = true;

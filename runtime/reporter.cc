@@ -3,6 +3,8 @@
 #include <condition_variable>
 #include <fstream>
 #include <set>
+
+#include <pthread.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -178,6 +180,7 @@ Reporter::Reporter(const RuntimeOptions& options, std::shared_ptr<rendezvous::Ht
 Reporter::~Reporter() { finish(); }
 
 void Reporter::run(std::shared_ptr<State> state) {
+  ::pthread_setname_np(::pthread_self(), "hvd-reporter");
   State& s = *state;
   bool taken = s.send("running", kReportTimeout);
   auto next = Clock::now() + s.interval;

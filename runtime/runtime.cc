@@ -126,6 +126,10 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     const bool oversubscribed = options_.local_size > host_cores_;
     busy_poll_ = options_.busy_poll.value_or(oversubscribed ? std::chrono::microseconds(0)
                                                             : RuntimeOptions::kDefaultBusyPoll);
+    // Thread placement (thread_moves.h): where the ranks' callers and background threads outnumber the host's
+    // CPUs, but each rank has one of its own.
+    move_threads_ = options_.move_threads && options_.local_size > 1 && !oversubscribed &&
+                    2 * options_.local_size > host_cores_;
     phase("the host's cores");
     cross_ = options_.cross_size == options_.size
                  ? global_
@@ -142,6 +146,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
       o.single_copy = options_.shm_single_copy;
       o.eager_broadcast = options_.shm_eager_broadcast;
       o.oversubscribed = oversubscribed;
+      o.move_off_peers = move_threads_;
       log(LogLevel::kDebug, detail::concat(o.scope, " shared-memory segment for local rank ", o.rank, " of ", o.size));
       shm_ = shm::Transport::connect(store_, o);
       log(LogLevel::kDebug, detail::concat(o.scope, ": ", shm_->singleCopyNote()));
@@ -252,7 +257,8 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     if (coordinator_) next_waits_ = Clock::now() + ReportStats::kWaitsInterval;
   }
   // The operations submitted from here on may be driven by the thread that waits for them (see drive()).
-  if (options_.wait_drives && busy_poll_.count() > 0) driver_ = std::make_shared<WaitDriver>(this);
+  if (options_.wait_drives && busy_poll_.count() > 0) driver_ = std::make_shared<WaitDriver>(this, true);
+  if (move_threads_) joiner_ = std::make_shared<WaitDriver>(this, false);
   thread_ = std::thread([this] { run(); });
   if (report_server) {
     try {
@@ -265,6 +271,7 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
 
 Runtime::Impl::~Impl() {
   if (driver_) driver_->detach();
+  if (joiner_) joiner_->detach();
   shutdown();
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
@@ -352,7 +359,8 @@ std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
   // Only small operations are driven: there the hand-offs are most of the time, while a large one's copies
   // dwarf them, and the parked background thread's periodic look would interrupt them (1 MiB allreduce at
   // np=2: 137 us left to the background thread, 185 us driven).
-  auto work = std::make_shared<Work>(r.name, busy_poll_ / 2, r.bytes() <= kDrivenBytes ? driver_ : nullptr);
+  auto work = std::make_shared<Work>(r.name, busy_poll_ / 2,
+                                     r.bytes() <= kDrivenBytes && driver_ ? driver_ : joiner_);
   work->watch(waits_, r.process_set);
   in_flight_.store(names_in_flight_.size(), std::memory_order_release);
   // The time is the timeline's only (a clock read is a good part of a small operation's own time).

@@ -241,6 +241,12 @@ class Runtime::Impl {
   Clock::time_point busy_until_;  // the background thread polls without sleeping until then
   std::chrono::microseconds busy_poll_{0};  // RuntimeOptions::busy_poll, resolved
   int host_cores_ = 1;                      // the CPUs this host's ranks may run on together (host_cores.h)
+  // HVD_MOVE_THREADS, where it applies (runtime.cc): a thread that waits for the background thread's work
+  // moves to the CPU the background thread last ran progress() on.
+  bool move_threads_ = false;
+  std::atomic<int> background_cpu_{-1};
+  std::atomic<bool> moved_{false};  // a waiting thread moved (logged once)
+  void joinBackground();
   std::unique_ptr<Channel> coordinator_channel_;           // workers
   std::vector<std::unique_ptr<Channel>> worker_channels_;  // coordinator, index = rank (0 empty)
   std::unique_ptr<Coordinator> coordinator_;               // rank 0 only
@@ -270,7 +276,8 @@ class Runtime::Impl {
   std::vector<pollfd> poll_fds_;               // awaitActivity's
   std::vector<std::vector<char>> messages_;    // progress()'s
   std::vector<const Request*> fresh_;          // progress()'s
-  std::shared_ptr<WaitDriver> driver_;         // HVD_WAIT_DRIVES and busy polling: every Work's Driver
+  std::shared_ptr<WaitDriver> driver_;         // HVD_WAIT_DRIVES and busy polling: small operations' Driver
+  std::shared_ptr<WaitDriver> joiner_;         // move_threads_: the Driver of the others
 
   // Submission queue: user threads -> background thread.
   mutable std::mutex mutex_;
@@ -355,11 +362,12 @@ class Runtime::Impl {
   bool waits_shown_ = false;                     // the list published last is not empty
 };
 
-// The Driver (work.h) of a runtime's Works: a waiting user thread runs Runtime::Impl::drive(). Detached
+// The Driver (work.h) of a runtime's Works: a waiting user thread runs Runtime::Impl::drive() (`drives`:
+// small operations, HVD_WAIT_DRIVES), or only joins the background thread's CPU (joinBackground()). Detached
 // before the runtime goes; a wait afterwards only polls.
 class Runtime::Impl::WaitDriver final : public Driver {
  public:
-  explicit WaitDriver(Runtime::Impl* impl) : impl_(impl) {}
+  WaitDriver(Runtime::Impl* impl, bool drives) : impl_(impl), drives_(drives) {}
   bool drive(const std::atomic<bool>& finished, std::chrono::microseconds spin) override;
   void detach() {
     std::lock_guard lock(mutex_);
@@ -369,6 +377,7 @@ class Runtime::Impl::WaitDriver final : public Driver {
  private:
   std::mutex mutex_;  // held while a thread drives; one at a time, the others poll
   Runtime::Impl* impl_;
+  const bool drives_;
 };
 
 }  // namespace hvd::runtime

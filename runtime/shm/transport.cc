@@ -51,6 +51,10 @@ struct alignas(kLine) Counter {
   std::atomic<int32_t> single_copy;
   // Eager broadcast: the (announcement round << 32 | data round) whose message this member staged in its slot.
   std::atomic<uint64_t> staged;
+  // The CPU the member last published from (-1: not yet). A member that waits for it on that same CPU does
+  // not pause between polls (the member cannot publish while the waiter holds the CPU), and moves off it
+  // where Options::move_off_peers says so.
+  std::atomic<int32_t> cpu;
 };
 
 uint64_t stagedWord(uint32_t tag, uint32_t round) { return static_cast<uint64_t>(tag) << 32 | round; }
@@ -140,6 +144,7 @@ Transport::Transport(Options options, Segment segment)
     layout_->control->magic = kMagic;
   }
   layout_->counters[options_.rank].pid.store(::getpid(), std::memory_order_relaxed);
+  layout_->counters[options_.rank].cpu.store(-1, std::memory_order_relaxed);
   layout_->counters[options_.rank].job_rank.store(options_.job_rank < 0 ? options_.rank : options_.job_rank,
                                                   std::memory_order_relaxed);
   probe_word_ = std::random_device{}() * 0x100000001ull ^ kMagic;
@@ -249,6 +254,11 @@ void Transport::fail(int rank, bool died, const std::string& why) {
 uint32_t Transport::publish() {
   Counter& mine = layout_->counters[options_.rank];
   const uint32_t round = round_++;
+  // Written only when it changed: a second store to the line the peers poll would cost each of them a
+  // transfer.
+  if (const int cpu = ::sched_getcpu(); mine.cpu.load(std::memory_order_relaxed) != cpu) {
+    mine.cpu.store(cpu, std::memory_order_relaxed);
+  }
   mine.seq.store(round + 1, std::memory_order_seq_cst);
   if (mine.waiters.load(std::memory_order_seq_cst) != 0) futexWake(&mine.seq);
   return round;
@@ -283,7 +293,16 @@ void Transport::awaitPeer(int peer, uint32_t round) {
   Counter& theirs = layout_->counters[peer];
   const uint32_t target = round + 1;
   if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
-  for (long i = 0; i < options_.spin; ++i) {
+  long spin = options_.spin;
+  if (const int here = ::sched_getcpu(); theirs.cpu.load(std::memory_order_relaxed) == here) {
+    spin = 0;  // the peer cannot publish before this thread lets go of the CPU
+    if (options_.move_off_peers && move_pacer_.due() && moveOff(here)) {
+      moves_.fetch_add(1, std::memory_order_relaxed);
+      Counter& mine = layout_->counters[options_.rank];
+      mine.cpu.store(::sched_getcpu(), std::memory_order_relaxed);  // where the peer finds it next
+    }
+  }
+  for (long i = 0; i < spin; ++i) {
     cpuRelax();
     if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
   }

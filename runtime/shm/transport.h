@@ -21,7 +21,9 @@
 // is late is usually one that is not running, and polling with pauses then only takes a core from the
 // computation that both ranks wait for (a 0.5 ms pause-poll per wait cost ResNet-18 training 10-17 % of its
 // step at np=2 on 2 cores). Where the host has fewer cores than ranks, no poll pauses and the yielding is
-// short, so that an oversubscribed host does not starve the rank being waited for. Each tick checks:
+// short, so that an oversubscribed host does not starve the rank being waited for. A peer that last published
+// from the waiter's own CPU cannot publish again before the waiter lets go of it: that wait skips the pauses
+// (and, with Options::move_off_peers, moves the waiter to another CPU). Each tick checks:
 //   - the peer's liveness (a pidfd, polled): a rank that died makes every other fail at its next tick,
 //     naming it, with PeerLostError; a stopped rank (SIGSTOP) is alive and is waited for;
 //   - the group's abort word, set by a rank that found a peer dead or gave up, so that ranks waiting on
@@ -44,10 +46,10 @@
 // through the slots at the same time. Measured in docs/runtime.md.
 //
 // Eager broadcast (Options::eager_broadcast, HVD_SHM_EAGER_BROADCAST=1; off by default). The root copies its
-// chunk into its slot, publishes and goes on without waiting for its readers, which publish, wait for the root
-// and copy. Its round ends without the wait for everyone that makes reuse safe, so every write into a slot
-// first checks that every member has published the round before it (writable(): every member has then read
-// the slots of two rounds back); after a round that ended with that wait, as every round but an eager
+// chunk into its slot, publishes and goes on without waiting for its readers, which publish, wait for the
+// root and copy. Its round ends without the wait for everyone that makes reuse safe, so every write into a
+// slot first checks that every member has published the round before it (writable(): every member has then
+// read the slots of two rounds back); after a round that ended with that wait, as every round but an eager
 // broadcast's does, the check is one comparison. A root may also stage a broadcast of one chunk before the
 // operation is agreed (stageBroadcast): it copies the message into the next round's slot, when that slot is
 // free, and names the (announcement round, data round) in a word beside its counter before it announces. A
@@ -78,6 +80,7 @@
 #include "rendezvous/store.h"
 #include "runtime/shm/announcements.h"
 #include "runtime/shm/segment.h"
+#include "runtime/thread_moves.h"
 #include "runtime/transport.h"
 
 namespace hvd::runtime::shm {
@@ -105,6 +108,9 @@ struct Options {
   bool single_copy = true;           // false: never read a peer's memory (HVD_SHM_SINGLE_COPY=0)
   size_t single_copy_bytes = kSingleCopyBytes;
   bool eager_broadcast = false;      // a broadcast root returns without waiting for its readers (see above)
+  // A member that waits for a peer which last published from the waiter's own CPU moves off that CPU, at most
+  // once per 10 ms (runtime/thread_moves.h; HVD_MOVE_THREADS).
+  bool move_off_peers = false;
 };
 
 // Allreduces up to this many bytes reduce everything on every rank (one round) at any group size.
@@ -152,6 +158,8 @@ class Transport final : public runtime::Transport {
   // The group's announcement words (announcements.h).
   Announcements& announcements() { return announcements_; }
   const std::string& singleCopyNote() const { return single_copy_note_; }
+  // How often this member moved off a peer's CPU (Options::move_off_peers).
+  uint64_t threadMoves() const { return moves_.load(std::memory_order_relaxed); }
 
  private:
   struct Layout;
@@ -201,6 +209,8 @@ class Transport final : public runtime::Transport {
   std::atomic<uint64_t> staged_reads_{0};
   const char* op_ = "";      // the operation in progress, for messages
   bool oversubscribed_ = false;
+  MovePacer move_pacer_;            // Options::move_off_peers
+  std::atomic<uint64_t> moves_{0};  // moves off a peer's CPU
   bool failed_ = false;
   bool closed_ = false;
   bool left_after_lost_peer_ = false;

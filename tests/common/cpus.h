@@ -18,12 +18,15 @@ inline std::vector<int> allowedCpus() {
   return cpus;
 }
 
-// Binds the calling thread to one CPU; false when the kernel refuses.
-inline bool pinTo(int cpu) {
+// Sets the calling thread's mask to `cpus`; false when the kernel refuses.
+inline bool setCpus(const std::vector<int>& cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
+  for (int cpu : cpus) CPU_SET(cpu, &set);
   return ::sched_setaffinity(0, sizeof set, &set) == 0;
 }
+
+// Binds the calling thread to one CPU; false when the kernel refuses.
+inline bool pinTo(int cpu) { return setCpus({cpu}); }
 
 }  // namespace hvd::test

@@ -460,3 +460,35 @@ TEST_CASE("an elastic worker initializing again joins the next round with the pl
   CHECK_THAT(results[1].output, Catch::Contains("round 1 rank 1 size 2 sum 3") &&
                                     Catch::Contains("round 2 rank 0 size 2 sum 3"));
 }
+
+TEST_CASE("a caller waiting for the background thread's work moves to its CPU (HVD_MOVE_THREADS)",
+          "[multiprocess][placement]") {
+  // Rank 0 pins its background thread to one CPU and puts its main thread on another before it waits for two
+  // operations at once; rank 1 is told not to move, so that it keeps a CPU busy and rank 0 stays put.
+  const bool moves = GENERATE(true, false);
+  JobOptions o;
+  o.np = 2;
+  o.argv = {buildPath("tests/runtime/scenario_worker"), "placement"};
+  o.env = {{"HOROVOD_LOG_LEVEL", "debug"}, {"HVD_SHARED_MEMORY", "1"}};
+  o.rank_env = {{0, {{"HVD_MOVE_THREADS", moves ? "1" : "0"}}}, {1, {{"HVD_MOVE_THREADS", "0"}}}};
+  const auto results = runJob(o);
+  INFO("HVD_MOVE_THREADS=" << moves << " on rank 0\n" << describe(results));
+  REQUIRE(results[0].exit_code == 0);
+  REQUIRE(results[1].exit_code == 0);
+  const std::string& out = results[0].output;
+  if (out.find("placement skipped") != std::string::npos) {
+    WARN("the placement scenario was skipped: " << out);
+    return;
+  }
+  const std::string label = "placement background ";
+  const auto at = out.find(label);
+  REQUIRE(at != std::string::npos);
+  const int background = std::stoi(out.substr(at + label.size()));
+  const std::string moved = "a thread waiting for the background thread moved to its CPU ";
+  if (moves) {
+    CHECK(out.find(moved + std::to_string(background) + " ") != std::string::npos);
+  } else {
+    CHECK(out.find(moved) == std::string::npos);
+  }
+  CHECK(results[1].output.find(moved) == std::string::npos);
+}

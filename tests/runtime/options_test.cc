@@ -51,6 +51,7 @@ TEST_CASE("every variable is read", "[options]") {
                         {"HVD_DISABLE_GPU_PINNING", "1"},
                         {"HVD_BUSY_POLL_US", "0"},
                         {"HVD_WAIT_DRIVES", "0"},
+                        {"HVD_MOVE_THREADS", "off"},
                         {"HVD_FAST_PATH", "0"},
                         {"HVD_SHM_SINGLE_COPY", "no"},
                         {"HVD_SHM_EAGER_BROADCAST", "1"},
@@ -82,11 +83,13 @@ TEST_CASE("every variable is read", "[options]") {
   CHECK(!o.gpu_pinning);
   CHECK(o.busy_poll == std::chrono::microseconds(0));
   CHECK_FALSE(o.wait_drives);
+  CHECK_FALSE(o.move_threads);
   CHECK_FALSE(o.shm_agreement);
   CHECK_FALSE(o.shm_single_copy);
   CHECK(o.shm_eager_broadcast);
   CHECK_FALSE(parse({}).shm_eager_broadcast);
   CHECK(parse({}).wait_drives);
+  CHECK(parse({}).move_threads);
   CHECK(parse({}).shm_agreement);
   CHECK(parse({}).shm_single_copy);
   CHECK(!parse({}).busy_poll.has_value());  // unset: decided by the ranks per host against the cores
@@ -127,7 +130,9 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
   const std::vector<std::pair<Env, std::string>> cases = {
       {{{"HOROVOD_RANK", "abc"}}, "HOROVOD_RANK='abc' is not an integer"},
       {{{"HOROVOD_SIZE", "0"}}, "HOROVOD_SIZE=0 is out of range"},
-      {{{"HOROVOD_RANK", "2"}, {"HOROVOD_SIZE", "2"}, {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "h"},
+      {{{"HOROVOD_RANK", "2"},
+        {"HOROVOD_SIZE", "2"},
+        {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "h"},
         {"HOROVOD_GLOO_RENDEZVOUS_PORT", "1"}},
        "HOROVOD_RANK=2 is not below HOROVOD_SIZE=2"},
       {{{"HOROVOD_LOCAL_RANK", "1"}}, "HOROVOD_LOCAL_RANK=1 is not below HOROVOD_LOCAL_SIZE=1"},
@@ -139,16 +144,19 @@ TEST_CASE("bad values: one error naming the variable and the value", "[options]"
       {{{"HOROVOD_CYCLE_TIME", "-1"}}, "HOROVOD_CYCLE_TIME=-1 must be at least 0"},
       {{{"HOROVOD_CYCLE_TIME", "fast"}}, "HOROVOD_CYCLE_TIME='fast' is not a number"},
       {{{"HOROVOD_FUSION_THRESHOLD", "64MB"}}, "HOROVOD_FUSION_THRESHOLD='64MB' is not an integer"},
-      {{{"HOROVOD_STALL_CHECK_TIME_SECONDS", "nan"}}, "HOROVOD_STALL_CHECK_TIME_SECONDS='nan' is not a number"},
+      {{{"HOROVOD_STALL_CHECK_TIME_SECONDS", "nan"}},
+       "HOROVOD_STALL_CHECK_TIME_SECONDS='nan' is not a number"},
       // Horovod reads both as a silent default (WARNING; false).
       {{{"HOROVOD_LOG_LEVEL", "verbose"}},
        "HOROVOD_LOG_LEVEL='verbose' is not one of trace, debug, info, warning, error, fatal (any case)"},
       {{{"HOROVOD_TIMELINE_MARK_CYCLES", "enabled"}},
-       "HOROVOD_TIMELINE_MARK_CYCLES='enabled' is not a boolean (1 or 0, true or false, yes or no, on or off)"},
+       "HOROVOD_TIMELINE_MARK_CYCLES='enabled' is not a boolean (1 or 0, true or false, yes or no, on or "
+       "off)"},
       {{{"HOROVOD_STALL_CHECK_DISABLE", "1x"}}, "HOROVOD_STALL_CHECK_DISABLE='1x' is not a boolean"},
       {{{"HVD_DISABLE_GPU_PINNING", "y"}}, "HVD_DISABLE_GPU_PINNING='y' is not a boolean"},
       {{{"HVD_BUSY_POLL_US", "-5"}}, "HVD_BUSY_POLL_US=-5 is out of range [0, 1000000]"},
       {{{"HVD_WAIT_DRIVES", "sometimes"}}, "HVD_WAIT_DRIVES='sometimes' is not a boolean"},
+      {{{"HVD_MOVE_THREADS", "apart"}}, "HVD_MOVE_THREADS='apart' is not a boolean"},
       {{{"HVD_SHM_SINGLE_COPY", "off!"}}, "HVD_SHM_SINGLE_COPY='off!' is not a boolean"},
       {{{"HVD_SHM_EAGER_BROADCAST", "eager"}}, "HVD_SHM_EAGER_BROADCAST='eager' is not a boolean"},
       {{{"HOROVOD_AUTOTUNE", "maybe"}}, "HOROVOD_AUTOTUNE='maybe' is not a boolean"},

@@ -49,9 +49,17 @@
 //           allgathers of rank + 1 rows of 4 float32, each checked; prints "rank R report ok" or what
 //           differed
 //   report_wait  every rank allreduces "late" once, rank 2 after sleeping 2.5 s; prints "rank R wait ok"
+//   placement  (2 ranks) before init, every rank keeps the first two CPUs of its mask (so that the host's
+//           ranks have two CPUs between them: HVD_MOVE_THREADS applies). Rank 0 pins its background thread
+//           (named hvd-background) to the first of them, which runs a pair of allreduces there; rank 0 then
+//           moves its main thread to the second CPU, and every rank submits two allreduces together (rank 1
+//           50 ms later) and waits for them. Rank 0 prints "rank 0 placement background B main M": the
+//           background thread's CPU and the main thread's right after the wait. "placement skipped: <why>"
+//           where the mask has fewer than two CPUs.
 // Every scenario runs with SIGPIPE's default action, as a C program starts (the test harness may ignore
 // it, and an ignored disposition would be inherited across exec).
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -93,6 +101,38 @@ std::optional<bool> blocksSigpipe(const std::string& tid) {
     }
   }
   return std::nullopt;
+}
+
+// The first two CPUs of the calling thread's mask (fewer where it has fewer).
+std::vector<int> firstTwoCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+bool setMask(pid_t tid, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return ::sched_setaffinity(tid, sizeof set, &set) == 0;
+}
+
+// The id of this process's thread named `name` (/proc/self/task/TID/comm), or 0.
+pid_t threadNamed(const std::string& name) {
+  pid_t found = 0;
+  DIR* dir = ::opendir("/proc/self/task");
+  if (!dir) return 0;
+  while (const dirent* e = ::readdir(dir)) {
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) found = static_cast<pid_t>(std::atoi(e->d_name));
+  }
+  ::closedir(dir);
+  return found;
 }
 
 int allreduceOnce(const char* name, float* v, size_t n) {
@@ -443,6 +483,12 @@ int reportSurvived(int rank, int step, int status, std::chrono::steady_clock::ti
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "";
   ::signal(SIGPIPE, SIG_DFL);
+  const bool placement = std::strcmp(scenario, "placement") == 0;
+  const std::vector<int> two = placement ? firstTwoCpus() : std::vector<int>{};
+  if (placement && two.size() == 2 && !setMask(0, two)) {
+    std::printf("placement: cannot narrow the main thread's mask\n");
+    return 1;
+  }
   if (hvd_init() != HVD_SUCCESS) {
     std::fprintf(stderr, "init: %s\n", hvd_error_text());
     return 2;
@@ -688,6 +734,38 @@ int main(int argc, char** argv) {
       hvd_release(h);
     }
     std::printf("rank %d checksum %016llx\n", rank, static_cast<unsigned long long>(hash));
+    hvd_shutdown();
+    return 0;
+  }
+  if (placement) {
+    const pid_t background = threadNamed("hvd-background");
+    const bool moves = two.size() == 2 && background != 0;
+    if (!moves) {
+      std::printf("placement skipped: %s\n",
+                  two.size() < 2 ? "fewer than two CPUs" : "no thread named hvd-background");
+    }
+    // Two allreduces submitted together and waited for: the caller does not run them itself (it would a lone
+    // one), the background thread does.
+    const auto pair = [&](const char* a, const char* b) {
+      int h[2];
+      float w[2][256] = {};
+      for (int i = 0; i < 2; ++i) {
+        h[i] = hvd_allreduce_async(i == 0 ? a : b, w[i], w[i], 256, HVD_FLOAT32, HVD_SUM, 1.0, 1.0);
+        if (h[i] < 0) return false;
+      }
+      return hvd_wait(h[0]) == HVD_SUCCESS && hvd_wait(h[1]) == HVD_SUCCESS;
+    };
+    // Rank 0's background thread runs a pair on the first CPU, where it records its CPU, while the main
+    // thread waits there too (bound to it, so that it cannot move anywhere meanwhile).
+    if (moves && rank == 0 && (!setMask(background, {two[0]}) || !setMask(0, {two[0]}))) return 1;
+    if (!pair("placement.warm_a", "placement.warm_b")) return 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // longer than the moves' pacing
+    if (moves && rank == 0 && (!setMask(0, {two[1]}) || !setMask(0, two))) return 1;
+    // Rank 1 comes late, so that rank 0 surely waits while both of its operations are in flight.
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!pair("placement.a", "placement.b")) return 1;
+    if (moves && rank == 0) std::printf("rank 0 placement background %d main %d\n", two[0], ::sched_getcpu());
+    std::fflush(stdout);
     hvd_shutdown();
     return 0;
   }

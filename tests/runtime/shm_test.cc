@@ -424,3 +424,62 @@ TEST_CASE("a member waiting for a late peer leaves its core to the work beside i
   CHECK(with_pauses > 0.5);  // the measure sees a wait that takes the core
   CHECK(with_defaults < 0.2);
 }
+
+TEST_CASE("a member that waits for a peer which last published from its own CPU moves off that CPU",
+          "[shm][placement]") {
+  // Two members on one CPU take turns at it: the waiter cannot see the peer's round before it gives the CPU
+  // up. With Options::move_off_peers the waiter moves to another CPU it may run on; without, it stays. Each
+  // of the waiter's rounds begins on the CPU its peer (bound there) published from; the kernel may still move
+  // a waiter that is not running before it looks (other load on the machine), hence several rounds, of which
+  // at least one must move and, without the option, none.
+  const std::vector<int> cpus = hvd::test::allowedCpus();
+  if (cpus.size() < 2) {
+    WARN("one CPU in this process's affinity mask: nowhere to move to");
+    return;
+  }
+  const bool move = GENERATE(true, false);
+  hvd::runtime::shm::Options o;
+  o.move_off_peers = move;
+  o.oversubscribed = false;
+  auto t = shmMembers(2, "move_off_test", o);
+  // Connecting may have moved a member already (its rounds wait too): count from here.
+  const uint64_t moved_before[2] = {t[0]->threadMoves(), t[1]->threadMoves()};
+  constexpr int kRounds = 5;
+  std::atomic<bool> unpinned{false};
+  std::string failures[2];
+  std::thread peer([&] {
+    try {
+      if (!hvd::test::pinTo(cpus[0])) unpinned = true;
+      for (int k = 0; k < kRounds; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // longer than the moves' pacing
+        t[1]->barrier();
+      }
+    } catch (const std::exception& e) {
+      failures[1] = e.what();
+    }
+  });
+  std::thread waiter([&] {
+    try {
+      for (int k = 0; k < kRounds; ++k) {
+        // Onto the peer's CPU, free to run on both.
+        if (!hvd::test::pinTo(cpus[0]) || !hvd::test::setCpus({cpus[0], cpus[1]})) unpinned = true;
+        t[0]->barrier();
+      }
+    } catch (const std::exception& e) {
+      failures[0] = e.what();
+    }
+  });
+  waiter.join();
+  peer.join();
+  REQUIRE_FALSE(unpinned);
+  INFO("member 0: " << failures[0] << "; member 1: " << failures[1]);
+  REQUIRE((failures[0].empty() && failures[1].empty()));
+  const uint64_t moves = t[0]->threadMoves() - moved_before[0];
+  INFO(moves << " of " << kRounds << " waits moved off the peer's CPU");
+  if (move) {
+    CHECK(moves >= 1);
+  } else {
+    CHECK(moves == 0);
+  }
+  CHECK(t[1]->threadMoves() - moved_before[1] == 0u);  // bound to one CPU
+}
