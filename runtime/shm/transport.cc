@@ -294,7 +294,7 @@ void Transport::awaitPeer(int peer, uint32_t round) {
   const uint32_t target = round + 1;
   if (reached(theirs.seq.load(std::memory_order_acquire), target)) return;
   long spin = options_.spin;
-  if (const int here = ::sched_getcpu(); theirs.cpu.load(std::memory_order_relaxed) == here) {
+  if (const int here = ::sched_getcpu(); here >= 0 && theirs.cpu.load(std::memory_order_relaxed) == here) {
     spin = 0;  // the peer cannot publish before this thread lets go of the CPU
     if (options_.move_off_peers && move_pacer_.due() && moveOff(here)) {
       moves_.fetch_add(1, std::memory_order_relaxed);
