@@ -114,14 +114,19 @@ def test_tpe_with_median_pruning_stops_bad_trials_early_and_their_ranks_exit(tmp
 def faulty(config):
     import hvd.numpy as hn
 
+    # The flaky trial's first attempt is told by the flag file, which every rank looks for and then leaves before
+    # init: once any rank raises (after init), the flag is there, however soon the attempt's other ranks are
+    # stopped. (Left by rank 0 after init, a rank 1 that raised first could have the attempt torn down before
+    # rank 0 wrote it, and the retry failed as a first attempt again.)
+    first_attempt = config["mode"] == "flaky" and not os.path.exists(config["flag"])
+    if config["mode"] == "flaky":
+        open(config["flag"], "a").close()
     hn.init()
     if config["mode"] == "raise" and hn.rank() == 1:
         raise RuntimeError("bad hyperparameters")
     if config["mode"] == "kill" and hn.rank() == 0:
         os.kill(os.getpid(), signal.SIGKILL)
-    if config["mode"] == "flaky" and not os.path.exists(config["flag"]):
-        if hn.rank() == 0:
-            open(config["flag"], "w").close()
+    if first_attempt:
         raise RuntimeError("first attempt fails")
     tune.report(loss=float(hn.allreduce(np.array([1.0]), op=hn.Sum)[0]))
 
