@@ -27,7 +27,7 @@ RingChannel::RingChannel(int fd, std::string peer, Segment segment, bool coordin
 std::unique_ptr<RingChannel> RingChannel::offer(int fd, std::string peer, std::chrono::milliseconds timeout) {
   UniqueFd socket(fd);
   UniqueFd mem;
-  Segment segment = Segment::create(kMappingBytes, kScope, mem);
+  Segment segment = Segment::create(kMappingBytes, kScope, mem, /*prefault=*/true);
   sendFd(socket.get(), mem.get(), kScope);
   // The socket is non-blocking (Channel reads without blocking): sendFd's one byte fits in an empty buffer.
   return std::unique_ptr<RingChannel>(
@@ -45,7 +45,7 @@ std::unique_ptr<RingChannel> RingChannel::accept(int fd, std::string peer,
   HVD_CHECK(rv > 0, NetworkError, "control connection to ", peer, ": no shared-memory rings from it within ",
             timeout.count(), " ms during setup");
   Segment segment = Segment::attach(UniqueFd(receiveFd(socket.get(), kScope)), kMappingBytes, kScope,
-                                    "the coordinator runs another libhvd");
+                                    "the coordinator runs another libhvd", /*prefault=*/true);
   return std::unique_ptr<RingChannel>(
       new RingChannel(socket.release(), std::move(peer), std::move(segment), false, timeout));
 }

@@ -51,8 +51,8 @@ struct FdMessage {
   FdMessage& operator=(const FdMessage&) = delete;
 };
 
-std::byte* mapFd(int fd, size_t bytes, const std::string& scope) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+std::byte* mapFd(int fd, size_t bytes, const std::string& scope, bool prefault) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (prefault ? MAP_POPULATE : 0), fd, 0);
   HVD_CHECK(p != MAP_FAILED, BackendError, "shared memory of scope '", scope, "': mmap of ", bytes,
             " bytes failed: ", errnoText(errno));
   return static_cast<std::byte*>(p);
@@ -149,23 +149,24 @@ Segment Segment::share(const std::shared_ptr<rendezvous::Store>& store, const Se
                 "ranks of this host disagree on the group size or chunk");
 }
 
-Segment Segment::create(size_t bytes, const std::string& scope, UniqueFd& fd) {
+Segment Segment::create(size_t bytes, const std::string& scope, UniqueFd& fd, bool prefault) {
   UniqueFd mem(::memfd_create(("hvd:" + scope).c_str(), MFD_CLOEXEC));
   HVD_CHECK(mem.get() >= 0, BackendError, "shared memory of scope '", scope, "': memfd_create failed: ",
             errnoText(errno));
   HVD_CHECK(::ftruncate(mem.get(), static_cast<off_t>(bytes)) == 0, BackendError, "shared memory of scope '", scope,
             "': sizing the segment to ", bytes, " bytes failed: ", errnoText(errno));
-  Segment segment(mapFd(mem.get(), bytes, scope), bytes);
+  Segment segment(mapFd(mem.get(), bytes, scope, prefault), bytes);
   fd = std::move(mem);
   return segment;
 }
 
-Segment Segment::attach(UniqueFd fd, size_t bytes, const std::string& scope, const char* if_wrong_size) {
+Segment Segment::attach(UniqueFd fd, size_t bytes, const std::string& scope, const char* if_wrong_size,
+                        bool prefault) {
   struct stat st{};
   HVD_CHECK(::fstat(fd.get(), &st) == 0 && static_cast<size_t>(st.st_size) == bytes, BackendError,
             "shared memory of scope '", scope, "': the segment has ", st.st_size, " bytes, expected ", bytes, " (",
             if_wrong_size, ")");
-  return Segment(mapFd(fd.get(), bytes, scope), bytes);
+  return Segment(mapFd(fd.get(), bytes, scope, prefault), bytes);
 }
 
 Segment::Segment(Segment&& other) noexcept

@@ -38,11 +38,15 @@ class Segment {
   // StoreError / RendezvousTimeout naming the scope and the cause. Contents start zeroed.
   static Segment share(const std::shared_ptr<rendezvous::Store>& store, const SegmentOptions& options);
   // The two halves of share(), for a caller with a unix socket of its own to the peer: a fresh zeroed mapping
-  // of `bytes` and its memfd (to hand over with sendFd), and the peer's side, which maps the memfd it received
-  // after checking its size (if_wrong_size: what a wrong size means, for the message). Throw BackendError
-  // naming the scope.
-  static Segment create(size_t bytes, const std::string& scope, UniqueFd& fd);
-  static Segment attach(UniqueFd fd, size_t bytes, const std::string& scope, const char* if_wrong_size);
+  // of `bytes` and its memfd (to hand over with sendFd), and the peer's side, which maps the memfd it
+  // received after checking its size (if_wrong_size: what a wrong size means, for the message). Throw
+  // BackendError naming the scope. prefault: every page is allocated and mapped now (MAP_POPULATE) instead of
+  // at its first touch. For memory that the job walks through from end to end, such as a control ring: a
+  // first touch of a shared page costs a fault (about 10 us on a virtual machine, where the host also backs
+  // the page then), and until a ring has wrapped once, its messages keep reaching pages never touched.
+  static Segment create(size_t bytes, const std::string& scope, UniqueFd& fd, bool prefault = false);
+  static Segment attach(UniqueFd fd, size_t bytes, const std::string& scope, const char* if_wrong_size,
+                        bool prefault = false);
 
   Segment() = default;
   Segment(Segment&& other) noexcept;

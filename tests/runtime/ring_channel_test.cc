@@ -10,16 +10,20 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/error.h"
+#include "base/unique_fd.h"
 #include "runtime/shm/ring.h"
 #include "runtime/shm/ring_channel.h"
+#include "runtime/shm/segment.h"
 
 using hvd::runtime::shm::Ring;
 using hvd::runtime::shm::RingChannel;
+using hvd::runtime::shm::Segment;
 using namespace std::chrono_literals;
 
 namespace {
@@ -94,7 +98,8 @@ TEST_CASE("a ring channel carries small and diverted messages in order between t
   int pair[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0);
   const size_t big = RingChannel::kCapacity / 4 + 1;  // above Ring::largest(): through the socket
-  const std::vector<size_t> sizes = {0, 1, 100, big, 4000, 3 * big, 7, 60000, 60000, 60000, 60000, 60000, 5};
+  const size_t most = RingChannel::kCapacity / 4 - 4;  // the largest that goes through the ring
+  const std::vector<size_t> sizes = {0, 1, 100, big, 4000, 3 * big, 7, most, most, most, most, most, 5};
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
@@ -196,4 +201,44 @@ TEST_CASE("a ring channel's writer fails naming the peer when the ring stays ful
     }
     CHECK(std::chrono::steady_clock::now() - start < 5s);
   }
+}
+
+namespace {
+
+// Size and Rss in KiB of this process's mapping of the memfd named hvd:<scope>, from /proc/self/smaps;
+// {0, 0} when there is none.
+std::pair<long, long> mappingKib(const std::string& scope) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  long size = 0, rss = 0;
+  while (std::getline(smaps, line)) {
+    if (line.find("memfd:hvd:" + scope + " ") != std::string::npos) {
+      inside = true;
+    } else if (inside && line.rfind("Size:", 0) == 0) {
+      size = std::stol(line.substr(5));
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      rss = std::stol(line.substr(4));
+      break;
+    }
+  }
+  return {size, rss};
+}
+
+}  // namespace
+
+TEST_CASE("a ring channel's rings are in memory from the start, while a segment made without prefault is not",
+          "[ring][channel]") {
+  const auto [child, fd] = startReader([] {});
+  auto c = RingChannel::offer(fd, "the test's child", 10s);
+  const auto [size, rss] = mappingKib("control");
+  CHECK(size >= static_cast<long>(2 * RingChannel::kCapacity / 1024));
+  CHECK(rss == size);  // no page left to fault in while messages flow
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+
+  hvd::UniqueFd mem;
+  Segment lazy = Segment::create(16 * 4096, "test-lazy", mem);
+  const auto [lazy_size, lazy_rss] = mappingKib("test-lazy");
+  CHECK(lazy_size == 64);
+  CHECK(lazy_rss == 0);
 }

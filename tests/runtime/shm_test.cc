@@ -414,8 +414,11 @@ TEST_CASE("a member waiting for a late peer leaves its core to the work beside i
     WARN("one CPU in this process's affinity mask: the late member needs a core of its own");
     return;
   }
-  hvd::runtime::shm::Options pausing;  // the earlier waiting: 20,000 paused polls (about 0.5 ms), no yielding
-  pausing.spin = 20000;
+  // Polling with pauses for the whole of every wait, never yielding: the measure's control. 1,000,000 paused
+  // polls last 10 ms or more, beyond any wait here; with 20,000 (about 0.5 ms) the waiter went to sleep
+  // whenever the late member's 300 us sleep overran by 0.2 ms on a busy machine, and the control read 0.49.
+  hvd::runtime::shm::Options pausing;
+  pausing.spin = 1000000;
   pausing.yielding = std::chrono::microseconds(0);
   const double with_pauses = waitingOverWorking(pausing, cpus[0], cpus[1]);
   const double with_defaults = waitingOverWorking({}, cpus[0], cpus[1]);
