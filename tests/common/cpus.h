@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/types.h>
 
 #include <vector>
 
@@ -18,12 +19,12 @@ inline std::vector<int> allowedCpus() {
   return cpus;
 }
 
-// Sets the calling thread's mask to `cpus`; false when the kernel refuses.
-inline bool setCpus(const std::vector<int>& cpus) {
+// Sets the mask of thread `tid` (0: the calling thread) to `cpus`; false when the kernel refuses.
+inline bool setCpus(const std::vector<int>& cpus, pid_t tid = 0) {
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int cpu : cpus) CPU_SET(cpu, &set);
-  return ::sched_setaffinity(0, sizeof set, &set) == 0;
+  return ::sched_setaffinity(tid, sizeof set, &set) == 0;
 }
 
 // Binds the calling thread to one CPU; false when the kernel refuses.

@@ -80,6 +80,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/cpus.h"
+
 namespace {
 
 // Whether the thread `tid` of this process blocks SIGPIPE, from the SigBlk mask in its status file;
@@ -101,24 +103,6 @@ std::optional<bool> blocksSigpipe(const std::string& tid) {
     }
   }
   return std::nullopt;
-}
-
-// The first two CPUs of the calling thread's mask (fewer where it has fewer).
-std::vector<int> firstTwoCpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
-
-bool setMask(pid_t tid, const std::vector<int>& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : cpus) CPU_SET(c, &set);
-  return ::sched_setaffinity(tid, sizeof set, &set) == 0;
 }
 
 // The id of this process's thread named `name` (/proc/self/task/TID/comm), or 0.
@@ -484,8 +468,9 @@ int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "";
   ::signal(SIGPIPE, SIG_DFL);
   const bool placement = std::strcmp(scenario, "placement") == 0;
-  const std::vector<int> two = placement ? firstTwoCpus() : std::vector<int>{};
-  if (placement && two.size() == 2 && !setMask(0, two)) {
+  std::vector<int> two = placement ? hvd::test::allowedCpus() : std::vector<int>{};
+  if (two.size() > 2) two.resize(2);
+  if (placement && two.size() == 2 && !hvd::test::setCpus(two)) {
     std::printf("placement: cannot narrow the main thread's mask\n");
     return 1;
   }
@@ -757,10 +742,11 @@ int main(int argc, char** argv) {
     };
     // Rank 0's background thread runs a pair on the first CPU, where it records its CPU, while the main
     // thread waits there too (bound to it, so that it cannot move anywhere meanwhile).
-    if (moves && rank == 0 && (!setMask(background, {two[0]}) || !setMask(0, {two[0]}))) return 1;
+    if (moves && rank == 0 && (!hvd::test::setCpus({two[0]}, background) || !hvd::test::pinTo(two[0])))
+      return 1;
     if (!pair("placement.warm_a", "placement.warm_b")) return 1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // longer than the moves' pacing
-    if (moves && rank == 0 && (!setMask(0, {two[1]}) || !setMask(0, two))) return 1;
+    if (moves && rank == 0 && (!hvd::test::pinTo(two[1]) || !hvd::test::setCpus(two))) return 1;
     // Rank 1 comes late, so that rank 0 surely waits while both of its operations are in flight.
     if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (!pair("placement.a", "placement.b")) return 1;
