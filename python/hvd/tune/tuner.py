@@ -45,7 +45,7 @@ from hvd.tune import pool as pools
 from hvd.tune import space
 from hvd.tune.analysis import Analysis
 from hvd.tune.pbt import PopulationBasedTraining, changes
-from hvd.tune.progress import Progress, describe, plot
+from hvd.tune.progress import Progress, describe, plot, prepare_plot
 from hvd.tune.trainable import DistributedTrainable
 from hvd.tune.trial import ERROR, PRUNED, TERMINATED, RunnerSettings, Trial, TrialRunner, Workers
 
@@ -367,9 +367,11 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     started = time.time()
     limit = max_concurrent_trials or len(specs)
     exhausted = False
+    events_seen = plot_prepared = False
     try:
         while True:
             running = len(search.runners)
+            started_now = False
             while not exhausted and running < limit:
                 placement = pool.take(per_rank, workers_per_trial, nodes_per_trial)
                 if placement is None:
@@ -387,6 +389,12 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
                 where = ", ".join(f"{h}:{n}" for h, n in placement)
                 progress.event(f"trial {trial.trial_id} ({describe(trial.config)}) started on {where}",
                                _ordered(search))
+                started_now = True
+            if started_now and events_seen and metric is not None and not plot_prepared:
+                # The plot's import, while trials that just started run and the driver waits for them: at the
+                # start it would compete with the first workers' start, next to an event with its handling.
+                prepare_plot()
+                plot_prepared = True
             if not search.runners:
                 break
             try:
@@ -396,6 +404,7 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
                     progress.table(_ordered(search))
                 continue
             _handle(event, search, pool, per_rank, nodes_per_trial, metric, progress)
+            events_seen = True
     except KeyboardInterrupt:
         _interrupt(search)
         raise
