@@ -2,7 +2,8 @@
 running trial's last metric), redrawn at most twice a second; elsewhere one line per event. At the end: the table
 once more, and a plot of the metric per trial over time written as <experiment>/<metric>.png.
 
-Threading: the tuner's main thread only. Nothing here raises: a failing plot is reported as one line.
+Threading: the tuner's main thread only; prepare_plot's thread only imports matplotlib. Nothing here raises: a
+failing plot is reported as one line.
 """
 
 from __future__ import annotations
