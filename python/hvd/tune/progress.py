@@ -105,23 +105,27 @@ def prepare_plot() -> None:
 
     def load() -> None:
         try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot  # noqa: F401
+            _pyplot()
         except Exception:
             pass
 
     threading.Thread(target=load, name="hvd-tune-import-matplotlib", daemon=True).start()
 
 
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot(trials: List[Trial], metric: str, started: float, path: str) -> Optional[str]:
     """The metric of every trial over time since the search started, as a PNG at path; None or why not."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = _pyplot()
     except Exception as e:
         return f"no plot: matplotlib cannot be imported ({e})"
     figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
