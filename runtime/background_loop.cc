@@ -146,15 +146,11 @@ bool Runtime::Impl::drive(const std::atomic<bool>& finished, std::chrono::micros
   }
   drivers_.fetch_add(1, std::memory_order_seq_cst);
   unsigned polls = 0;
-  // The clock is read every 16th poll, the first time at the 16th: a poll is a fraction of a microsecond, and
-  // most driven operations finish before then (a clock read is a good part of a small one's own time).
-  Clock::time_point until{};
-  const auto spinning = [&] {
-    if (polls % 16 != 0 || polls == 0) return true;
-    const auto now = Clock::now();
-    if (until == Clock::time_point{}) until = now + spin;
-    return now < until;
-  };
+  // The clock is read here and then every 16th poll: a poll is a fraction of a microsecond when progress()
+  // has nothing to do, but one that runs a step across hosts can take tens of microseconds, so the spin is
+  // bounded from the start (a deadline set only at the first check let such a thread spin far past it).
+  const Clock::time_point until = Clock::now() + spin;
+  const auto spinning = [&] { return polls % 16 != 0 || polls == 0 || Clock::now() < until; };
   while (!finished.load(std::memory_order_acquire) && spinning()) {
     {
       std::unique_lock lock(progress_, std::try_to_lock);

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <fstream>
+#include <string>
 
 namespace hvd::runtime {
 
@@ -28,6 +31,25 @@ int hostCores(gloo_backend::Communicator& local) {
   // The union: a CPU is in it where any rank's byte is 1.
   local.allreduce(cpus.data(), cpus.size(), gloo_backend::DataType::kUInt8, gloo_backend::ReduceOp::kMax);
   return countCpus(cpus);
+}
+
+bool sharesMachine(gloo_backend::Communicator& cross, gloo_backend::Communicator* local) {
+  // A kernel's boot id is random at each boot, so equal ids are one running kernel. Where it cannot be read
+  // the rank's id is its own cross rank, which no other rank's matches.
+  std::array<char, 40> id{};
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  std::string text;
+  if (!std::getline(file, text) || text.empty()) text = "unread " + std::to_string(cross.rank());
+  text.copy(id.data(), id.size() - 1);
+  std::vector<char> ids(id.size() * static_cast<size_t>(cross.size()));
+  cross.allgatherv(id.data(), ids.data(), std::vector<size_t>(static_cast<size_t>(cross.size()), id.size()));
+  int32_t shared = 0;
+  for (int r = 0; r < cross.size(); ++r) {
+    const auto theirs = ids.begin() + r * static_cast<ptrdiff_t>(id.size());
+    if (r != cross.rank() && std::equal(id.begin(), id.end(), theirs)) shared = 1;
+  }
+  if (local) local->allreduce(&shared, 1, gloo_backend::DataType::kInt32, gloo_backend::ReduceOp::kMax);
+  return shared == 1;
 }
 
 }  // namespace hvd::runtime

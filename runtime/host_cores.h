@@ -28,4 +28,11 @@ int countCpus(const std::vector<uint8_t>& cpus);
 // rank's taken on its calling thread. Throws what the communicator throws.
 int hostCores(gloo_backend::Communicator& local);
 
+// Whether another host of the job runs on this host's kernel (hosts that are network namespaces or containers
+// of one machine, told apart by the kernel's boot id): their ranks then share the CPUs that hostCores()
+// counted as this host's alone. Collective over `cross` (this rank's peers on the other hosts) and then
+// `local` (the host's ranks, null for a host of one rank), so that a host's ranks answer alike. Throws what
+// the communicators throw.
+bool sharesMachine(gloo_backend::Communicator& cross, gloo_backend::Communicator* local);
+
 }  // namespace hvd::runtime

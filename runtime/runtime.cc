@@ -126,15 +126,26 @@ Runtime::Impl::Impl(RuntimeOptions options, std::shared_ptr<rendezvous::Store> s
     const bool oversubscribed = options_.local_size > host_cores_;
     busy_poll_ = options_.busy_poll.value_or(oversubscribed ? std::chrono::microseconds(0)
                                                             : RuntimeOptions::kDefaultBusyPoll);
-    // Thread placement (thread_moves.h): where the ranks' callers and background threads outnumber the host's
-    // CPUs, but each rank has one of its own.
-    move_threads_ = options_.move_threads && options_.local_size > 1 && !oversubscribed &&
-                    2 * options_.local_size > host_cores_;
     phase("the host's cores");
     cross_ = options_.cross_size == options_.size
                  ? global_
                  : connect("cross_" + std::to_string(options_.local_rank), options_.cross_rank, options_.cross_size);
     phase("cross rendezvous");
+    // Thread placement (thread_moves.h): where the ranks' callers and background threads outnumber the host's
+    // CPUs, but each rank has one of its own. Not where other hosts of the job share the machine: a thread
+    // held to one CPU then competes there with ranks this host does not count, whom the kernel would move.
+    // (singleHost() holds on every rank or on none, as sharesMachine() needs.)
+    const bool shared_machine =
+        !singleHost() && sharesMachine(*cross_, options_.local_size > 1 ? local_.get() : nullptr);
+    const bool placing = options_.move_threads && options_.local_size > 1 && !oversubscribed &&
+                         2 * options_.local_size > host_cores_;
+    move_threads_ = placing && !shared_machine;
+    if (placing && shared_machine) {
+      log(LogLevel::kDebug,
+          "thread placement: off, this host's CPUs are shared with another host of the job "
+          "(the same kernel; HVD_MOVE_THREADS)");
+    }
+    phase("the host's machine");
     if (options_.shared_memory && options_.local_size > 1) {
       shm::Options o;
       o.scope = "shm_" + options_.hostname;

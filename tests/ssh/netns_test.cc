@@ -1,11 +1,13 @@
 // Several ssh hosts: network namespaces joined by a bridge, one sshd each, jobs started by the real
 // hvdrun binary from its own namespace. Reports SKIPPED (exit 77) where `ip netns` is not permitted.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -201,7 +203,7 @@ TEST_CASE("uneven hosts (2 ranks and 1): every rank agrees on the flat path and 
   const std::string list = lab.hostAddress(0) + ":2," + lab.hostAddress(1) + ":1";
   Hvdrun run(lab, home,
              {"-np", "3", "-H", list, "--ssh-known-hosts", "strict", "--hierarchical-allreduce", "-x",
-              "HOROVOD_LOG_LEVEL=info", buildDir() + "/tests/runtime/scenario_worker", "checksum"},
+              "HOROVOD_LOG_LEVEL=debug", buildDir() + "/tests/runtime/scenario_worker", "checksum"},
              home.home() + "/hvdrun.out");
   const int rc = run.wait(90s);
   INFO(run.output());
@@ -211,6 +213,31 @@ TEST_CASE("uneven hosts (2 ranks and 1): every rank agrees on the flat path and 
   const auto [ranks, seen] = printedChecksums(run.output());
   CHECK(ranks == 3);
   CHECK(seen.size() == 1);
+  // The namespaces are one machine: the first host's two ranks (two busy threads each) would hold their
+  // threads to its CPUs where there are fewer than four, but other hosts' ranks run on those CPUs too. Both
+  // leave them unplaced: local rank 1 has no peer on the other host (a cross size of 1) and learns it from
+  // local rank 0.
+  const std::string off = "thread placement: off, this host's CPUs are shared with another host of the job";
+  const std::regex line(R"(\[(\d+)\]<stderr>:.*thread placement: (off|a thread waiting).*)");
+  const std::string out = run.output();
+  std::vector<std::string> placements;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it)
+    placements.push_back((*it)[0]);
+  cpu_set_t cpus;  // the workers' too: the hosts' sshd was started by this process
+  REQUIRE(::sched_getaffinity(0, sizeof cpus, &cpus) == 0);
+  if (CPU_COUNT(&cpus) < 4) {
+    REQUIRE(placements.size() == 2);
+    std::sort(placements.begin(), placements.end());
+    for (int r : {0, 1}) {
+      CHECK(placements[r].rfind(std::to_string(r) + "]<stderr>:", 1) == 1);  // after its "["
+      CHECK(placements[r].find(off) != std::string::npos);
+    }
+  } else {
+    WARN(
+        "4 or more CPUs here: the first host has a CPU for each of its threads, no thread placement to "
+        "check");
+    CHECK(placements.empty());
+  }
 }
 
 TEST_CASE("without hvd-proxy (HVD_SSH_PROXY=never): one channel per rank, same result") {
