@@ -92,10 +92,20 @@ void Runtime::Impl::takeQueue(std::vector<const Request*>& fresh, bool& shutdown
   const auto now = timeline_on_ ? Clock::now() : Clock::time_point{};
   for (auto& e : taken_) {
     if (timeline_on_) timeline_->queued(e.request.name, e.enqueued, now);
-    const auto placed = table_.emplace(keyOf(e.request), std::move(e)).first;
-    fresh.push_back(&placed->second.request);
+    fresh.push_back(&place(std::move(e)).request);
   }
   taken_.clear();
+}
+
+Runtime::Impl::Entry& Runtime::Impl::place(Entry&& e) {
+  if (!spare_entry_) return table_.emplace(keyOf(e.request), std::move(e)).first->second;
+  spare_entry_.key().first = e.request.process_set;
+  spare_entry_.key().second.assign(e.request.name);
+  spare_entry_.mapped() = std::move(e);
+  auto placed = table_.insert(std::move(spare_entry_));
+  // A name already in the table keeps its entry, as emplace() would.
+  if (!placed.inserted) spare_entry_ = std::move(placed.node);
+  return placed.position->second;
 }
 
 void Runtime::Impl::loop() {
@@ -495,10 +505,12 @@ void Runtime::Impl::complete(int32_t set, const std::string& name, std::exceptio
   }
   {
     std::lock_guard lock(mutex_);
-    names_in_flight_.erase(node.key());
+    auto name = names_in_flight_.extract(node.key());
+    if (!spare_name_) spare_name_ = std::move(name);
     in_flight_.store(names_in_flight_.size(), std::memory_order_release);
   }
   work->finish(std::move(error));
+  if (!spare_entry_) spare_entry_ = std::move(node);
 }
 
 void Runtime::Impl::failAll(const std::string& reason) {

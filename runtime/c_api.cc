@@ -62,6 +62,8 @@ struct Handle {
   bool keeps_result = false;
 };
 std::unordered_map<int, Handle> handles;  // looked up, added and released once per operation
+// The node of the last handle released, reused by the next one: no allocation per operation.
+std::unordered_map<int, Handle>::node_type spare_handle;
 int next_handle = 1;  // Horovod's handles start at 1 too
 
 std::shared_ptr<Runtime> current() {
@@ -106,7 +108,17 @@ bool keepsResult(OpType type) {
 int addHandle(std::shared_ptr<Work> work, bool keeps_result) {  // requires state_mutex
   const int id = next_handle;
   next_handle = next_handle == INT32_MAX ? 1 : next_handle + 1;
-  handles[id] = {std::move(work), keeps_result};
+  if (!spare_handle) {
+    handles[id] = {std::move(work), keeps_result};
+    return id;
+  }
+  spare_handle.key() = id;
+  spare_handle.mapped() = {std::move(work), keeps_result};
+  auto placed = handles.insert(std::move(spare_handle));
+  if (!placed.inserted) {  // the numbers wrapped around to a handle never released: it is replaced
+    placed.position->second = std::move(placed.node.mapped());
+    spare_handle = std::move(placed.node);
+  }
   return id;
 }
 
@@ -498,7 +510,10 @@ int hvd_result_int(int handle, int64_t* value) {
 
 int hvd_release(int handle) {
   std::lock_guard lock(state_mutex);
-  if (handles.erase(handle) == 0) return unknownHandle(handle);
+  auto node = handles.extract(handle);
+  if (node.empty()) return unknownHandle(handle);
+  node.mapped().work.reset();
+  if (!spare_handle) spare_handle = std::move(node);
   return HVD_SUCCESS;
 }
 

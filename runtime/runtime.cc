@@ -364,7 +364,17 @@ void Runtime::Impl::check(Request& r) {
 }
 
 std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
-  HVD_CHECK(names_in_flight_.insert(keyOf(r)).second, UsageError, "Requested to ", runtime::name(r.type),
+  bool fresh_name = false;
+  if (spare_name_) {
+    spare_name_.value().first = r.process_set;
+    spare_name_.value().second.assign(r.name);
+    auto placed = names_in_flight_.insert(std::move(spare_name_));
+    fresh_name = placed.inserted;
+    if (!fresh_name) spare_name_ = std::move(placed.node);
+  } else {
+    fresh_name = names_in_flight_.insert(keyOf(r)).second;
+  }
+  HVD_CHECK(fresh_name, UsageError, "Requested to ", runtime::name(r.type),
             " a tensor with the same name as another tensor that is currently being processed: '", r.name,
             "'. If you want to request another tensor, use a different tensor name.");
   // Only small operations are driven: there the hand-offs are most of the time, while a large one's copies

@@ -283,6 +283,9 @@ class Runtime::Impl {
   mutable std::mutex mutex_;
   std::vector<Entry> queue_;
   std::unordered_set<Key, SetNameHash, SetNameEqual> names_in_flight_;
+  // The node of the last name that completed, reused by the next submission (push()): a steady state of one
+  // operation after another allocates no node and, for a name of the same length or shorter, no string.
+  decltype(names_in_flight_)::node_type spare_name_;
   std::atomic<size_t> in_flight_{0};  // names_in_flight_.size() (written under mutex_), read without the lock
   bool shutdown_requested_ = false;
   bool stopped_ = false;
@@ -295,6 +298,10 @@ class Runtime::Impl {
 
   // Background thread only.
   std::unordered_map<Key, Entry, SetNameHash, SetNameEqual> table_;
+  // As spare_name_, for table_: complete() keeps the node, place() reuses it.
+  decltype(table_)::node_type spare_entry_;
+  // Puts a submission into table_ (through spare_entry_ where there is one); the entry of its name.
+  Entry& place(Entry&& e);
   std::vector<std::byte> scratch_;  // fusion buffer, grown on demand and reused
   // Results of allgather, alltoall and reducescatter; up to 256 MiB of released ones stay mapped.
   std::shared_ptr<BufferPool> result_pool_ = std::make_shared<BufferPool>(size_t{256} << 20);
