@@ -14,6 +14,7 @@
 #include "base/cpu_relax.h"
 #include "rendezvous/round.h"
 #include "runtime/hierarchical.h"
+#include "runtime/spare_node.h"
 #include "runtime/thread_moves.h"
 
 namespace hvd::runtime {
@@ -98,14 +99,14 @@ void Runtime::Impl::takeQueue(std::vector<const Request*>& fresh, bool& shutdown
 }
 
 Runtime::Impl::Entry& Runtime::Impl::place(Entry&& e) {
-  if (!spare_entry_) return table_.emplace(keyOf(e.request), std::move(e)).first->second;
-  spare_entry_.key().first = e.request.process_set;
-  spare_entry_.key().second.assign(e.request.name);
-  spare_entry_.mapped() = std::move(e);
-  auto placed = table_.insert(std::move(spare_entry_));
   // A name already in the table keeps its entry, as emplace() would.
-  if (!placed.inserted) spare_entry_ = std::move(placed.node);
-  return placed.position->second;
+  const auto fill = [&](decltype(table_)::node_type& node) {
+    node.key().first = e.request.process_set;
+    node.key().second.assign(e.request.name);
+    node.mapped() = std::move(e);
+  };
+  const auto make = [&] { return std::pair<const Key, Entry>(keyOf(e.request), std::move(e)); };
+  return insertThrough(table_, spare_entry_, fill, make).first->second;
 }
 
 void Runtime::Impl::loop() {

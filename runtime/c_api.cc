@@ -14,6 +14,7 @@
 #include "runtime/c_api.h"
 #include "runtime/elastic.h"
 #include "runtime/runtime.h"
+#include "runtime/spare_node.h"
 
 namespace {
 
@@ -65,6 +66,7 @@ std::unordered_map<int, Handle> handles;  // looked up, added and released once 
 // The node of the last handle released, reused by the next one: no allocation per operation.
 std::unordered_map<int, Handle>::node_type spare_handle;
 int next_handle = 1;  // Horovod's handles start at 1 too
+bool handles_wrapped = false;  // next_handle went past INT32_MAX: a new handle's number may still be in use
 
 std::shared_ptr<Runtime> current() {
   std::lock_guard lock(state_mutex);
@@ -107,18 +109,16 @@ bool keepsResult(OpType type) {
 
 int addHandle(std::shared_ptr<Work> work, bool keeps_result) {  // requires state_mutex
   const int id = next_handle;
+  handles_wrapped = handles_wrapped || next_handle == INT32_MAX;
   next_handle = next_handle == INT32_MAX ? 1 : next_handle + 1;
-  if (!spare_handle) {
-    handles[id] = {std::move(work), keeps_result};
-    return id;
-  }
-  spare_handle.key() = id;
-  spare_handle.mapped() = {std::move(work), keeps_result};
-  auto placed = handles.insert(std::move(spare_handle));
-  if (!placed.inserted) {  // the numbers wrapped around to a handle never released: it is replaced
-    placed.position->second = std::move(placed.node.mapped());
-    spare_handle = std::move(placed.node);
-  }
+  if (handles_wrapped) handles.erase(id);  // a handle never released under this number is replaced
+  Handle h{std::move(work), keeps_result};
+  const auto fill = [&](std::unordered_map<int, Handle>::node_type& node) {
+    node.key() = id;
+    node.mapped() = std::move(h);
+  };
+  hvd::runtime::insertThrough(handles, spare_handle, fill,
+                              [&] { return std::pair<const int, Handle>(id, std::move(h)); });
   return id;
 }
 

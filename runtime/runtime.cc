@@ -14,6 +14,7 @@
 #include "runtime/elastic.h"
 #include "runtime/gpu.h"
 #include "runtime/host_cores.h"
+#include "runtime/spare_node.h"
 
 namespace hvd::runtime {
 
@@ -364,16 +365,11 @@ void Runtime::Impl::check(Request& r) {
 }
 
 std::shared_ptr<Work> Runtime::Impl::push(Request r, bool static_set) {
-  bool fresh_name = false;
-  if (spare_name_) {
-    spare_name_.value().first = r.process_set;
-    spare_name_.value().second.assign(r.name);
-    auto placed = names_in_flight_.insert(std::move(spare_name_));
-    fresh_name = placed.inserted;
-    if (!fresh_name) spare_name_ = std::move(placed.node);
-  } else {
-    fresh_name = names_in_flight_.insert(keyOf(r)).second;
-  }
+  const auto fill = [&](decltype(names_in_flight_)::node_type& node) {
+    node.value().first = r.process_set;
+    node.value().second.assign(r.name);
+  };
+  const bool fresh_name = insertThrough(names_in_flight_, spare_name_, fill, [&] { return keyOf(r); }).second;
   HVD_CHECK(fresh_name, UsageError, "Requested to ", runtime::name(r.type),
             " a tensor with the same name as another tensor that is currently being processed: '", r.name,
             "'. If you want to request another tensor, use a different tensor name.");

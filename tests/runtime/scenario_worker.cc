@@ -386,7 +386,13 @@ int collectivesScenario(int rank, int size) {
       }
     }
     if (at != rows * 3) return failed(name + " gave " + std::to_string(rows) + " rows");
-    hvd_release(h);
+    if (hvd_release(h) != HVD_SUCCESS) return failed(name + ": release failed: " + hvd_error_text());
+    // Released once (its node now kept for the next handle): the number is unknown from then on.
+    const std::string unknown = "unknown handle " + std::to_string(h);
+    if (hvd_release(h) != HVD_ERR_INVALID_ARGUMENT || std::string(hvd_error_text()).find(unknown) != 0) {
+      return failed(name + ": a second release of handle " + std::to_string(h) + " said '" +
+                    hvd_error_text() + "'");
+    }
   }
   // Alltoall: rank r sends splits[p] rows of 2 int32 to p, some none, some several MiB.
   for (int64_t scale : {int64_t{300007}, int64_t{3}}) {
