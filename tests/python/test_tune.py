@@ -291,6 +291,26 @@ def test_get_best_checkpoint_is_the_best_trials_best_checkpoint(tmp_path):
     assert best.path.startswith(analysis.best_logdir)
 
 
+def test_ctrl_c_waits_for_the_drivers_next_step():
+    """The driver's Ctrl-C is raised only where its loop checks for it, so never inside a write to the study; a
+    second one at once; and the handler is put back."""
+    from hvd.tune.tuner import _DeferredInterrupt
+    ctrl_c = _DeferredInterrupt()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs here, in the middle of "a write": nothing may be raised
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.check()
+        ctrl_c.check()  # taken once
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # the second, before a check: raised at once
+            time.sleep(1)
+    finally:
+        ctrl_c.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_ctrl_c_stops_every_trial_and_resume_continues(tmp_path):
     results = str(tmp_path / "results")
     driver_ = driver(tmp_path, resume=False, wait=False)
