@@ -5,6 +5,7 @@ raises, one that is SIGKILLed and a flaky one retried; a SIGKILLed driver resume
 anything runs; the experiment directory's files."""
 
 import json
+import math
 import os
 import re
 import signal
@@ -180,7 +181,12 @@ def test_a_killed_driver_leaves_nothing_running_and_resume_runs_only_what_did_no
         started += "started" in line
         if started == 2:  # the first trial finished, the second runs
             break
-    time.sleep(0.5)
+    # Killed once the second trial's ranks run (each leaves its ran.* file after init; the trial then has 1.2 s of
+    # epochs left), not after a fixed sleep, which a loaded machine can outlast before they start.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and \
+            not any(json.loads(p.read_text() or "{}").get("x") == 2.0 for p in tmp_path.glob("ran.*")):
+        time.sleep(0.02)
     driver_.kill()
     driver_.wait()
     deadline = time.monotonic() + 5
@@ -404,41 +410,119 @@ def test_asha_prunes_trials_worse_than_the_rung_before_them(tmp_path):
     assert pruned and all(len(by_offset[o].history) < 6 for o in pruned), {o: t.status for o, t in by_offset.items()}
 
 
-def test_pbt_reaches_a_better_skill_than_random_search_on_the_same_budget(tmp_path):
-    """4 trials of 2 ranks, 60 steps each, the same 4 initial learning rates (same seed): random search keeps
-    them; PBT lets the worst trial take a best one's checkpoint and its lr halved or doubled (or drawn anew)
-    every 3 iterations. A schedule-free simulation of the same search gives PBT 2x-4x random search's best skill
-    over 200 seeds; 1.3x is asserted."""
-    config = {"lr": tune.loguniform(0.01, 0.1), "steps": 60, "population": 4, "step_s": 0.15}
-    common = dict(num_samples=4, metric="skill", mode="max", workers_per_trial=2, hosts="localhost:8", seed=3,
-                  storage_path=str(tmp_path), num_to_keep=2)
-    (tmp_path / "random_starts").mkdir()
-    (tmp_path / "pbt_starts").mkdir()
-    plain = tune.run(pbt_task.drifting_optimum, dict(config, dir=str(tmp_path / "random_starts")), name="random",
-                     **common)
+def _pbt_search(tmp_path, name, config, num_samples=4, **kwargs):
+    """A search of pbt_task.drifting_optimum's 4 two-rank trials at once on 8 slots (num_samples of config, which
+    holds 4 configs or a grid of 4), seed 3; its Analysis and its exploits (pbt_global.txt's lines, in order)."""
+    (tmp_path / f"{name}_starts").mkdir()
+    analysis = tune.run(pbt_task.drifting_optimum, dict(config, dir=str(tmp_path / f"{name}_starts")), name=name,
+                        num_samples=num_samples, metric="skill", mode="max", workers_per_trial=2, hosts="localhost:8", seed=3,
+                        storage_path=str(tmp_path), num_to_keep=2, **kwargs)
+    assert all(t.status == TERMINATED for t in analysis.trials), \
+        [(t.trial_id, t.status, t.error) for t in analysis.trials]
+    log = tmp_path / name / "pbt_global.txt"
+    exploits = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return analysis, exploits
+
+
+def _without_timing(exploits):
+    """The exploits with the config keys that only set the run's pace and place (step_s, dir) left out."""
+    def strip(config):
+        return {k: v for k, v in config.items() if k not in ("step_s", "dir")}
+    return [dict(e, old_config=strip(e["old_config"]), new_config=strip(e["new_config"])) for e in exploits]
+
+
+def _rows(trial):
+    return {row["training_iteration"]: row for row in trial.history}
+
+
+def test_synchronous_pbt_gives_the_same_exploits_whatever_the_schedule_and_beats_random_search(tmp_path):
+    """4 trials of 2 ranks, 60 steps each, the same 4 initial learning rates (same seed). Random search keeps them;
+    synchronous PBT stops every trial at each shared point (every 3 iterations), and the worst one takes the best
+    one's checkpoint and its lr halved, doubled or drawn anew. Which trial ranks where depends only on the reported
+    values, so two searches whose steps take 0 and 0.05 s (a different schedule) decide alike, exploit for
+    exploit; and since every outcome is fixed, so is its benefit: 2.6x random search's best skill with this seed
+    (a schedule-free simulation gives 2x-4x over 200 seeds), of which 1.3x is asserted."""
+    config = {"lr": tune.loguniform(0.01, 0.1), "steps": 60, "population": 4}
+    plain, _ = _pbt_search(tmp_path, "random", dict(config, step_s=0.0))
+    runs = []
+    for name, step_s in (("fast", 0.0), ("slow", 0.05)):
+        pbt = tune.PopulationBasedTraining(perturbation_interval=3, perturbation_factors=(2.0, 0.5),
+                                           hyperparam_mutations={"lr": tune.loguniform(1e-4, 0.1)}, synch=True)
+        runs.append(_pbt_search(tmp_path, name, dict(config, step_s=step_s), scheduler=pbt))
+    (fast, fast_exploits), (slow, slow_exploits) = runs
+    assert _without_timing(fast_exploits) == _without_timing(slow_exploits)
+    assert [t.history and [r["skill"] for r in t.history] for t in fast.trials] == \
+        [t.history and [r["skill"] for r in t.history] for t in slow.trials]
+    # Each shared point (3, 6, ..., 60) has exactly one exploit: 4 trials, a quantile of 1 at either end.
+    assert [e["training_iteration"] for e in fast_exploits] == list(range(3, 61, 3)), fast_exploits
+    by_id = {t.trial_id: t for t in fast.trials}
+    # The same seed draws the same initial configs for the plan's trials in both searches.
+    lrs = {t.trial_id: plain.trials[t.index].config["lr"] for t in fast.trials}
+    for e in fast_exploits:
+        trial, donor, point = by_id[e["trial"]], by_id[e["donor"]], e["training_iteration"]
+        assert trial is not donor
+        # The new config is the donor's at that point, explored: its lr halved or doubled, or drawn anew.
+        assert e["old_config"]["lr"] == lrs[e["trial"]], (e, lrs)
+        new_lr = e["new_config"]["lr"]
+        assert math.isclose(new_lr, 2 * lrs[e["donor"]]) or math.isclose(new_lr, lrs[e["donor"]] / 2) or \
+            1e-4 <= new_lr <= 0.1, (e, lrs)
+        lrs[e["trial"]] = new_lr
+        # The donor's checkpoint is the one it held at that point, and the trial went on from its state: the
+        # next step is one past the donor's, and from the donor's skill.
+        held = _rows(donor)[point]
+        assert held["checkpoint_dir_name"] == e["checkpoint"], (e, held)
+        if point < 60:
+            after = _rows(trial)[point + 1]
+            assert after["step"] == held["step"] + 1 and after["skill"] > held["skill"], (e, held, after)
+        # The worst of the four at the point took the best one's state.
+        scores = sorted((_rows(t)[point]["skill"], t.trial_id) for t in fast.trials)
+        assert (scores[0][1], scores[-1][1]) == (e["trial"], e["donor"]), (e, scores)
+    for t in fast.trials:  # every trial reported every iteration once: nothing past a point was kept
+        assert [r["training_iteration"] for r in t.history] == list(range(1, 61))
+        assert [r["step"] for r in t.history] == list(range(1, 61))
+        mine = [e for e in fast_exploits if e["trial"] == t.trial_id]
+        if mine:
+            assert t.config == mine[-1]["new_config"], (t.trial_id, t.config, mine[-1])
+            assert json.loads((tmp_path / "fast" / f"trial_{t.number:05d}" / "params.json").read_text()) == t.config
+    best_plain = max(t.last("skill") for t in plain.trials)
+    best_pbt = max(t.last("skill") for t in fast.trials)
+    assert best_pbt > 1.3 * best_plain, (best_pbt, best_plain)
+    # The search's best trial ended on a learning rate below every one random search started with and kept.
+    assert fast.best_config["lr"] < min(t.config["lr"] for t in plain.trials), \
+        (fast.best_config, [t.config for t in plain.trials])
+
+
+def test_asynchronous_pbt_exploits_only_a_reported_checkpoint_of_another_trial_with_its_config_explored(tmp_path):
+    """The default, asynchronous mode decides at each trial's own point against what the others reported by then,
+    so how many exploits happen and from whom depends on the schedule; what holds for every schedule is checked.
+    One of the four learning rates (1e-6) gains almost nothing, so its trial is the worst whenever another trial
+    has reported, and exploits at its first point unless the other three have not reported once in its first 3
+    steps."""
+    config = {"lr": tune.grid_search([1e-6, 0.03, 0.01, 0.003]), "steps": 30, "population": 4, "step_s": 0.1}
     pbt = tune.PopulationBasedTraining(perturbation_interval=3, perturbation_factors=(2.0, 0.5),
                                        hyperparam_mutations={"lr": tune.loguniform(1e-4, 0.1)})
-    found = tune.run(pbt_task.drifting_optimum, dict(config, dir=str(tmp_path / "pbt_starts")), name="pbt",
-                     scheduler=pbt, **common)
-    assert all(t.status == TERMINATED for t in plain.trials + found.trials), \
-        [(t.trial_id, t.status, t.error) for t in plain.trials + found.trials]
-    best_plain = max(t.last("skill") for t in plain.trials)
-    best_pbt = max(t.last("skill") for t in found.trials)
-    exploits = [json.loads(line) for line in (tmp_path / "pbt" / "pbt_global.txt").read_text().splitlines()]
-    assert best_pbt > 1.3 * best_plain, (best_pbt, best_plain, len(exploits))
-    # Every exploit names two trials of the search, and the trial then went on from the donor's checkpoint with
-    # the donor's config, mutated: its config is the last exploit's new config.
-    assert exploits and all(e["trial"] != e["donor"] for e in exploits)
-    ids = {t.trial_id: t for t in found.trials}
-    for trial_id, trial in ids.items():
+    found, exploits = _pbt_search(tmp_path, "pbt", config, num_samples=1, scheduler=pbt)
+    assert exploits, "no exploit"
+    by_id = {t.trial_id: t for t in found.trials}
+    configs = {t.trial_id: {"lr": [1e-6, 0.03, 0.01, 0.003][t.index]} for t in found.trials}
+    for e in exploits:  # in the order they were decided
+        donor = by_id[e["donor"]]
+        assert e["trial"] != e["donor"] and e["trial"] in by_id
+        # The donor had reported that checkpoint.
+        assert e["checkpoint"] in {r["checkpoint_dir_name"] for r in donor.history}, (e, donor.history)
+        # The new config is the donor's at that moment, explored: its lr halved or doubled, or drawn anew.
+        donor_lr, new_lr = configs[e["donor"]]["lr"], e["new_config"]["lr"]
+        assert math.isclose(new_lr, 2 * donor_lr) or math.isclose(new_lr, donor_lr / 2) or 1e-4 <= new_lr <= 0.1, \
+            (e, donor_lr)
+        assert {k: v for k, v in e["new_config"].items() if k != "lr"} == \
+            {k: v for k, v in e["old_config"].items() if k != "lr"}
+        configs[e["trial"]] = {"lr": new_lr}
+    for trial_id, trial in by_id.items():
         mine = [e for e in exploits if e["trial"] == trial_id]
         if mine:
             assert trial.config == mine[-1]["new_config"], (trial_id, trial.config, mine[-1])
             assert json.loads((tmp_path / "pbt" / f"trial_{trial.number:05d}" / "params.json").read_text()) == \
                 trial.config
-    # The search's best trial ended on a learning rate below every one random search started with and kept.
-    assert found.best_config["lr"] < min(t.config["lr"] for t in plain.trials), \
-        (found.best_config, [t.config for t in plain.trials])
 
 
 def test_pbt_bad_input_is_refused_before_anything_runs(tmp_path):
@@ -454,6 +538,8 @@ def test_pbt_bad_input_is_refused_before_anything_runs(tmp_path):
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             tune.PopulationBasedTraining(**kwargs)
+    with pytest.raises(TypeError, match="synch must be a bool, got str 'yes'"):
+        tune.PopulationBasedTraining(synch="yes")
     with pytest.raises(TypeError, match="hyperparam_mutations must be a dict, got list"):
         tune.PopulationBasedTraining(hyperparam_mutations=["lr"])
     run = dict(storage_path=str(tmp_path), workers_per_trial=1, hosts="localhost:1")

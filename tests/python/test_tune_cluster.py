@@ -73,7 +73,7 @@ def test_a_search_on_a_dask_cluster_runs_two_trials_at_once_on_its_four_worker_p
 
 
 SHARED = """
-import json, os, sys, time
+import glob, json, os, sys, time
 sys.path.insert(0, {tests!r})
 import numpy as np
 import hvd.tune as tune
@@ -84,6 +84,13 @@ def slow(config):
     if hn.rank() == 0:
         with open(os.path.join({dir!r}, "ran.%d.%s" % (config["x"], {who!r})), "w") as f:
             f.write("x")
+        # No trial of this driver ends before the other driver runs one, so that both take trials whatever
+        # their start times: a driver that started seconds late could otherwise find every trial taken.
+        deadline = time.monotonic() + 60
+        while not glob.glob(os.path.join({dir!r}, "ran.*.%s" % {other!r})):
+            assert time.monotonic() < deadline, "the other driver ran no trial within 60 s"
+            time.sleep(0.01)
+    hn.barrier()
     time.sleep(0.6)
     tune.report(loss=float(hn.allreduce(np.array([float(config["x"])]), op=hn.Sum)[0]))
 
@@ -103,7 +110,8 @@ def test_two_drivers_share_one_search_through_postgresql_and_run_each_trial_once
         drivers = []
         for who in ("a", "b"):
             script = tmp_path / f"driver_{who}.py"
-            script.write_text(SHARED.format(tests=tests, dir=str(tmp_path), who=who, url=pg.url,
+            other = "b" if who == "a" else "a"
+            script.write_text(SHARED.format(tests=tests, dir=str(tmp_path), who=who, other=other, url=pg.url,
                                             results=str(tmp_path / f"results_{who}")))
             drivers.append(subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                                             stderr=subprocess.STDOUT, text=True, env=env))

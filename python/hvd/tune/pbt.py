@@ -28,10 +28,34 @@ needs `report(..., checkpoint=...)`, and a trial must load get_checkpoint() when
 Keys the mutations name that the config lacks are added to it, drawn from their mutation when a trial starts (a
 function mutation cannot be drawn before the search: ValueError). Every exploit is a line of pbt_global.txt in the
 experiment directory (JSON: trial, donor, time, the donor's checkpoint, old and new config) and a line of the
-search's progress; the trial's config (params.json, the Analysis) is the one it ran last. Differences from Ray
-Tune: time_attr defaults to training_iteration and perturbation_interval to 4 (Ray Tune: time_total_s and 60 s);
-there is no synchronous mode and no time-multiplexing of a population larger than the slots. resume=True runs an
-interrupted trial again from its first config.
+search's progress; the trial's config (params.json, the Analysis) is the one it ran last.
+
+Asynchronous (synch=False, the default). A trial decides at its own perturbation point, against whatever the
+others have reported by then: no trial ever waits, but which trials rank where at that moment, and so how many
+exploits happen and from which donor, depends on the schedule (on a busy machine the same seed gives another
+search). What holds for every schedule: a trial never exploits itself, a donor has reported a checkpoint (the one
+taken is its latest), and the new config is the donor's, explored.
+
+Synchronous (synch=True, Ray Tune's PopulationBasedTraining(synch=True)). The perturbation points are shared:
+the first is max(perturbation_interval, burn_in_period) of time_attr, the next one interval later (or at the
+furthest time a trial had reached, when that is later, as in Ray Tune). A trial's first report at or past the
+point that carries a checkpoint and a number for the metric holds it: its job is stopped at once and its later
+reports of that job are dropped, so what it holds is exactly that report's score and checkpoint. When every trial
+running (not stopping) holds, the decision is made for all of them at once, in trial order, with the seeded
+random draw: the bottom quantile exploits the top one (the donor's held checkpoint, its config explored), every
+other trial goes on with its own config from its own held checkpoint; every job then starts again. A trial that
+ends without reaching the point leaves the population, and a trial that never reports a checkpoint or the metric
+never holds, so the others wait for its end. The outcome depends only on the reports' values: a deterministic
+training function with the same seed gives the same exploits, however the trials are scheduled, when the whole
+population runs at once (num_samples trials on the slots at once; a trial that starts later, in slots another
+one left, joins the wait at whatever point the others are). The price: every trial's job starts again at every
+point, and the fastest trials wait for the slowest. Use it where reproducibility matters more than throughput.
+
+Differences from Ray Tune: time_attr defaults to training_iteration and perturbation_interval to 4 (Ray Tune:
+time_total_s and 60 s); there is no time-multiplexing of a population larger than the slots; in synchronous mode a
+trial that starts late is waited for at the next point (Ray Tune can decide as soon as that trial passes its own
+first interval, comparing it with trials far ahead). resume=True runs an interrupted trial again from its first
+config.
 
 Bad arguments are a ValueError or TypeError naming the value, raised when the scheduler is made or when run()
 checks it against the config, before anything runs.
@@ -43,6 +67,7 @@ import json
 import math
 import numbers
 import random
+import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hvd.tune import space
@@ -84,7 +109,7 @@ class PopulationBasedTraining:
                  quantile_fraction: float = 0.25, resample_probability: float = 0.25,
                  perturbation_factors: Tuple[float, float] = (1.2, 0.8),
                  custom_explore_fn: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
-                 metric: Optional[str] = None, mode: Optional[str] = None) -> None:
+                 metric: Optional[str] = None, mode: Optional[str] = None, synch: bool = False) -> None:
         if not isinstance(time_attr, str) or not time_attr:
             raise TypeError(f"time_attr must be a non-empty str, got {time_attr!r}")
         if not _number(perturbation_interval) or not math.isfinite(perturbation_interval) \
@@ -107,6 +132,8 @@ class PopulationBasedTraining:
             raise TypeError(f"metric must be a str, got {type(metric).__name__}")
         if mode not in (None, "min", "max"):
             raise ValueError(f"mode={mode!r}: choose 'min' or 'max'")
+        if not isinstance(synch, bool):
+            raise TypeError(f"synch must be a bool, got {type(synch).__name__} {synch!r}")
         self.time_attr = time_attr
         self.perturbation_interval = perturbation_interval
         self.burn_in_period = burn_in_period
@@ -117,11 +144,12 @@ class PopulationBasedTraining:
         self.custom_explore_fn = custom_explore_fn
         self.metric = metric
         self.mode = mode
+        self.synch = synch
 
     def __repr__(self) -> str:
         keys = sorted(self.mutations) if self.mutations is not None else "the config's domains"
         return (f"PopulationBasedTraining({self.time_attr}, interval={self.perturbation_interval:g}, "
-                f"mutations={keys})")
+                f"mutations={keys}{', synch' if self.synch else ''})")
 
     def complete(self, config: Dict[str, Any]) -> Dict[str, Any]:
         """The search space with the keys the mutations name and it lacks added (drawn when a trial starts);
@@ -165,8 +193,36 @@ class _Member:
         self.last_perturbation: float = 0
 
 
+class _Held:
+    """A trial held at the synchronous mode's point: the report's time, score and checkpoint directory name."""
+
+    __slots__ = ("time", "score", "checkpoint")
+
+    def __init__(self, time: float, score: float, checkpoint: str) -> None:
+        self.time = time
+        self.score = score
+        self.checkpoint = checkpoint
+
+
+class Step:
+    """The synchronous mode's decision for one held trial: go on from `checkpoint` (a directory name of `source`,
+    the trial itself or its donor) with `config`; donor is None when the trial keeps its own state and config."""
+
+    __slots__ = ("trial", "donor", "source", "checkpoint", "config", "time")
+
+    def __init__(self, trial, donor, source, checkpoint: str, config: Dict[str, Any], time: float) -> None:
+        self.trial = trial
+        self.time = time  # the trial's time_attr where it held
+        self.donor = donor
+        self.source = source
+        self.checkpoint = checkpoint
+        self.config = config
+
+
 class Population:
-    """One search's PBT state, used by the tuner's thread only: each trial's last score and perturbation point."""
+    """One search's PBT state: each trial's last score and perturbation point, used by the tuner's thread; in
+    synchronous mode also the shared point and the trials held at it, which hold() fills from the trials' runner
+    threads (under the lock)."""
 
     def __init__(self, pbt: PopulationBasedTraining, mutations: Dict[str, Any], metric: str, mode: str,
                  rng: random.Random, log_path: str) -> None:
@@ -177,10 +233,55 @@ class Population:
         self.rng = rng
         self.log_path = log_path
         self.members: Dict[int, _Member] = {}
+        self._lock = threading.Lock()
+        self.point = max(pbt.perturbation_interval, pbt.burn_in_period)  # the synchronous mode's next point
+        self._held: Dict[int, _Held] = {}
+
+    @property
+    def synch(self) -> bool:
+        return self.pbt.synch
+
+    def hold(self, trial, row: Dict[str, Any]) -> bool:
+        """Synchronous mode, in the trial's runner thread, for each recorded report: True when this report holds
+        the trial at the point (its job is then stopped and its later reports dropped)."""
+        value, now, checkpoint = row.get(self.metric), row.get(self.pbt.time_attr), row.get("checkpoint_dir_name")
+        if not (_number(value) and math.isfinite(value) and _number(now) and checkpoint):
+            return False
+        with self._lock:
+            if now < self.point:
+                return False
+            self._held[trial.number] = _Held(now, self.sign * float(value), checkpoint)
+            return True
+
+    def synchronize(self, population: Sequence[Any]) -> "Optional[List[Step]]":
+        """Synchronous mode: when every trial of population (the trials running, not stopping) is held, the step
+        of each, in trial order, and the next point; else None."""
+        with self._lock:
+            if not population or any(t.number not in self._held for t in population):
+                return None
+            order = sorted(population, key=lambda t: t.number)
+            held = {t.number: self._held.pop(t.number) for t in order}
+            for t in order:
+                member = self.members.setdefault(t.number, _Member())
+                member.score = held[t.number].score
+                member.last_perturbation = held[t.number].time
+            lower, upper = self._quantiles(order)
+            steps = []
+            for t in order:
+                donors = [d for d in upper if d is not t]
+                if t in lower and donors:
+                    donor = self.rng.choice(donors)
+                    self.members[t.number].score = self.members[donor.number].score
+                    steps.append(Step(t, donor, donor, held[donor.number].checkpoint, self.explore(donor.config),
+                                      held[t.number].time))
+                else:
+                    steps.append(Step(t, None, t, held[t.number].checkpoint, t.config, held[t.number].time))
+            self.point = max(self.point + self.pbt.perturbation_interval, max(h.time for h in held.values()))
+            return steps
 
     def on_report(self, trial, row: Dict[str, Any], population: Sequence[Any]) -> "Optional[Tuple[Any, dict]]":
-        """(donor trial, new config) when this report is trial's perturbation point and it should exploit,
-        else None. population: the trials running now (trial among them)."""
+        """Asynchronous mode: (donor trial, new config) when this report is trial's perturbation point and it
+        should exploit, else None. population: the trials running now (trial among them)."""
         member = self.members.setdefault(trial.number, _Member())
         value, now = row.get(self.metric), row.get(self.pbt.time_attr)
         if _number(value) and math.isfinite(value):
@@ -204,6 +305,8 @@ class Population:
 
     def forget(self, trial) -> None:
         self.members.pop(trial.number, None)
+        with self._lock:
+            self._held.pop(trial.number, None)
 
     def _quantiles(self, population: Sequence[Any]) -> "Tuple[List[Any], List[Any]]":
         scored = [t for t in population if t.number in self.members and self.members[t.number].score is not None]

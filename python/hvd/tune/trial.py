@@ -3,15 +3,18 @@ pool gave it) that runs train_fn(config) on every rank, records rank 0's reports
 retried, from its latest checkpoint, up to max_failures times.
 
 Contract. TrialRunner(trial, payload, settings).start() runs the trial in a thread of its own and
-puts events on the tuner's queue, in order: ("report", trial, row) per report (row: the metrics plus
+puts events on the tuner's queue, in order: ("report", trial, row, held) per report (row: the metrics plus
 training_iteration, timestamp, time_this_iter_s, time_total_s, checkpoint_dir_name, as hvd.train records them),
 ("retry", trial, error) per failed attempt that is retried, then exactly one ("end", trial, error) (error None
 when train_fn returned on every rank). stop() ends the trial's job at once (its executor's shutdown: every rank
 ends within a second, its slots are free once "end" arrived) and marks the end as a stop, not a failure.
 restart(payload, checkpoint) ends the current job and starts the trial again on its slots with a new training
-function and config, from that checkpoint (population-based training's exploit; not a failure, no retry). The
-executor comes from Workers, which hands a finished trial's healthy executor to the next trial of the same
-placement (Tune's reuse_actors).
+function and config, from that checkpoint (population-based training's exploit; not a failure, no retry). With
+settings.hold (synchronous population-based training), a report for which hold(trial, row) is True holds the
+trial: its "report" event says so, its job is stopped at once, its later reports of that job are dropped, and the
+runner waits, its slots kept, until restart() says how to go on (or stop() ends it). The executor comes from
+Workers, which hands a finished trial's healthy executor to the next trial of the same placement (Tune's
+reuse_actors).
 
 The trial's directory holds output.log (the job's output, tagged by rank; for ranks hosted in Dask worker
 processes, what they print from Python), progress.jsonl (one line per report), params.json (the config),
@@ -141,13 +144,15 @@ class Workers:
 class RunnerSettings:
     """What every TrialRunner of one search shares. workers: the search's executors; max_failures: the retries
     of a trial; checkpoint_config: the retention of each trial's checkpoints; experiment: the search's name (what
-    get_context().get_experiment_name() answers in the training function); events: the tuner's queue."""
+    get_context().get_experiment_name() answers in the training function); events: the tuner's queue; hold:
+    called in the runner's thread with each recorded report, True to hold the trial there."""
 
     workers: Workers
     max_failures: int
     checkpoint_config: CheckpointConfig
     experiment: str
     events: Any
+    hold: Optional[Callable[[Trial, Dict[str, Any]], bool]] = None
 
 
 class TrialRunner:
@@ -156,8 +161,10 @@ class TrialRunner:
         self._payload = payload
         self._settings = settings
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # restart() or stop() while the trial is held
         self._executor = None
         self._stopping = False
+        self._held = False
         self._restart: Optional[tuple] = None
         os.makedirs(trial.directory, exist_ok=True)
         with open(os.path.join(trial.directory, "params.json"), "w", encoding="utf-8") as f:
@@ -176,6 +183,7 @@ class TrialRunner:
         with self._lock:
             self._stopping = True
             executor = self._executor
+            self._changed.notify_all()
         if executor is not None:
             executor.shutdown()
 
@@ -188,6 +196,7 @@ class TrialRunner:
                 return False
             self._restart = (payload, checkpoint)
             executor = self._executor
+            self._changed.notify_all()
         if executor is not None:
             executor.shutdown()
         return True
@@ -196,10 +205,31 @@ class TrialRunner:
         self._thread.join(timeout)
 
     def _on_report(self, attempt: int, value: Any) -> None:
+        if self._held:
+            return  # the job runs on until it is stopped: what it reports past the point is not the trial's
         before = len(self._recorder.history)
         self._recorder.on_report(attempt, value)
-        if len(self._recorder.history) > before:
-            self._settings.events.put(("report", self.trial, dict(self._recorder.history[-1])))
+        if len(self._recorder.history) == before:
+            return
+        row = dict(self._recorder.history[-1])
+        hold = self._settings.hold is not None and self._settings.hold(self.trial, row)
+        if hold:
+            with self._lock:
+                self._held = True
+                executor = self._executor
+        self._settings.events.put(("report", self.trial, row, hold))
+        if hold and executor is not None:
+            executor.shutdown()
+
+    def _await_decision(self) -> Optional[tuple]:
+        """A held trial: waits until restart() gives the next job's payload and checkpoint, or stop() (None). The
+        wait lasts as long as the slowest trial of the population takes to reach the point; stop() ends it."""
+        with self._lock:
+            while self._restart is None and not self._stopping:
+                self._changed.wait()
+            restart, self._restart = self._restart, None
+            self._held = False
+            return None if self._stopping else restart
 
     def _made(self, executor) -> None:
         with self._lock:
@@ -233,11 +263,24 @@ class TrialRunner:
                 with self._lock:
                     self._executor = None
                     restart, self._restart = self._restart, None
+                    held = self._held
                 if executor is not None:
-                    healthy = error is None and not self._stopping and restart is None
+                    healthy = error is None and not self._stopping and restart is None and not held
                     self._settings.workers.release(self.trial, executor, healthy=healthy)
             if self._recorder.error is not None and error is None:
                 error = self._recorder.error
+            if held and self._recorder.error is None:
+                # Held at the point: whatever ended the job after that (the stop, or its own end) is not the
+                # trial's; the decision says how it goes on.
+                if restart is None:
+                    restart = self._await_decision()
+                else:
+                    with self._lock:
+                        self._held = False
+                if restart is None:
+                    break
+                self._payload, resume = restart
+                continue
             if self._stopping:
                 break
             if restart is not None and self._recorder.error is None:
@@ -265,6 +308,10 @@ class TrialRunner:
     @property
     def restarting(self) -> bool:
         return self._restart is not None
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     @property
     def stopping(self) -> bool:

@@ -362,7 +362,8 @@ def run(train_fn: Callable, config: Optional[Dict[str, Any]] = None, *, num_samp
     # Dask places an executor's ranks on the workers that are free when it starts: one start at a time.
     start_lock = threading.Lock() if pool.kind == "dask" else None
     workers = Workers(make_executor, reuse_actors, start_lock)
-    runner_settings = RunnerSettings(workers, max_failures, checkpoint_config, name, events)
+    hold = population.hold if population is not None and population.synch else None
+    runner_settings = RunnerSettings(workers, max_failures, checkpoint_config, name, events, hold)
     progress = Progress(metric, mode, len(specs), live=verbose)
     started = time.time()
     limit = max_concurrent_trials or len(specs)
@@ -459,7 +460,11 @@ def _handle(event, search: _Search, pool, per_rank, nodes, metric, progress) -> 
         row = event[2]
         trial.history.append(row)
         value = row.get(metric) if metric else None
-        if search.population is not None and runner is not None and not runner.stopping and not runner.restarting:
+        if search.population is not None and search.population.synch:
+            if event[3]:
+                _synchronize(search, progress)
+        elif search.population is not None and runner is not None and not runner.stopping and \
+                not runner.restarting:
             _perturb(search, runner, row, progress)
         if runner is not None and not runner.stopping and isinstance(value, (int, float)):
             ot = trial.optuna_trial
@@ -480,6 +485,8 @@ def _handle(event, search: _Search, pool, per_rank, nodes, metric, progress) -> 
     search.runners.pop(trial.number, None)
     if search.population is not None:
         search.population.forget(trial)
+        if search.population.synch:
+            _synchronize(search, progress)  # the others may all be waiting for this trial alone
     pool.give(trial.placement, per_rank, nodes)
     trial.ended = time.time()
     ot = trial.optuna_trial
@@ -511,7 +518,7 @@ def _perturb(search: _Search, runner, row, progress) -> None:
     """Population-based training at one report: a trial in the worst quantile at its perturbation point takes the
     latest checkpoint of one in the best and that trial's config, explored (see hvd.tune.pbt)."""
     from hvd.run_task import _pickler
-    from hvd.train.checkpoint import json_keys, pack_directory, to_json
+    from hvd.train.checkpoint import pack_directory
 
     trial = runner.trial
     population = [r.trial for r in search.runners.values() if not r.stopping]
@@ -526,14 +533,47 @@ def _perturb(search: _Search, runner, row, progress) -> None:
         return  # the donor's checkpoint was replaced by a newer one while it was read: the next point decides
     if not runner.restart(_pickler.dumps((search.train_fn, config)), packed):
         return
+    _exploited(search, trial, donor, config, row.get(search.population.pbt.time_attr),
+               os.path.basename(checkpoint.path), progress)
+
+
+def _synchronize(search: _Search, progress) -> None:
+    """Synchronous population-based training: once every running trial holds at the point, each one's job starts
+    again from the checkpoint the decision names (its own, or its donor's) with its config (see hvd.tune.pbt)."""
+    from hvd.run_task import _pickler
+    from hvd.train.checkpoint import pack_directory
+
+    steps = search.population.synchronize([r.trial for r in search.runners.values() if not r.stopping])
+    if steps is None:
+        return
+    # Every held checkpoint is read before any job starts again: a donor's next reports would make retention
+    # remove the checkpoint it held.
+    packed = {}
+    for step in steps:
+        path = os.path.join(step.source.directory, step.checkpoint)
+        try:
+            packed[step.trial.number] = pack_directory(path)
+        except (OSError, ValueError) as e:
+            raise RuntimeError(f"hvd.tune: trial {step.trial.trial_id} holds at checkpoint {path!r}, which cannot be "
+                               f"read: {e}") from None
+    for step in steps:
+        runner = search.runners[step.trial.number]
+        if runner.restart(_pickler.dumps((search.train_fn, step.config)), packed[step.trial.number]) and \
+                step.donor is not None:
+            _exploited(search, step.trial, step.donor, step.config, step.time, step.checkpoint, progress)
+
+
+def _exploited(search: _Search, trial, donor, config, now, checkpoint: str, progress) -> None:
+    """An exploit has restarted trial from donor's checkpoint with config: the trial's config, params.json, the
+    study, pbt_global.txt and the progress say so."""
+    from hvd.train.checkpoint import json_keys, to_json
+
     old, trial.config = trial.config, config
     with open(os.path.join(trial.directory, "params.json"), "w", encoding="utf-8") as f:
         json.dump(json_keys(config), f, default=to_json, indent=1)
     trial.optuna_trial.set_user_attr("config", json.dumps(config, default=repr))
-    now = row.get(search.population.pbt.time_attr)
-    name = os.path.basename(checkpoint.path)
-    search.population.log(trial, donor, now, name, old, config)
-    progress.event(f"trial {trial.trial_id} exploits trial {donor.trial_id} ({name}) at "
+    search.population.log(trial, donor, now, checkpoint, old, config)
+    progress.event(f"trial {trial.trial_id} exploits trial {donor.trial_id} ({checkpoint}) at "
                    f"{search.population.pbt.time_attr} {now}: {changes(old, config)}", _ordered(search))
 
 
