@@ -195,7 +195,9 @@ class TrialRunner:
             if self._stopping or self._restart is not None:
                 return False
             self._restart = (payload, checkpoint)
-            executor = self._executor
+            # A held trial's own thread is already stopping its job: a second shutdown() here would only wait
+            # for that one, in the tuner's thread.
+            executor = None if self._held else self._executor
             self._changed.notify_all()
         if executor is not None:
             executor.shutdown()
