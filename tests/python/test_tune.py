@@ -415,8 +415,8 @@ def _pbt_search(tmp_path, name, config, num_samples=4, **kwargs):
     holds 4 configs or a grid of 4), seed 3; its Analysis and its exploits (pbt_global.txt's lines, in order)."""
     (tmp_path / f"{name}_starts").mkdir()
     analysis = tune.run(pbt_task.drifting_optimum, dict(config, dir=str(tmp_path / f"{name}_starts")), name=name,
-                        num_samples=num_samples, metric="skill", mode="max", workers_per_trial=2, hosts="localhost:8", seed=3,
-                        storage_path=str(tmp_path), num_to_keep=2, **kwargs)
+                        num_samples=num_samples, metric="skill", mode="max", workers_per_trial=2,
+                        hosts="localhost:8", seed=3, storage_path=str(tmp_path), num_to_keep=2, **kwargs)
     assert all(t.status == TERMINATED for t in analysis.trials), \
         [(t.trial_id, t.status, t.error) for t in analysis.trials]
     log = tmp_path / name / "pbt_global.txt"
@@ -451,8 +451,8 @@ def test_synchronous_pbt_gives_the_same_exploits_whatever_the_schedule_and_beats
         runs.append(_pbt_search(tmp_path, name, dict(config, step_s=step_s), scheduler=pbt))
     (fast, fast_exploits), (slow, slow_exploits) = runs
     assert _without_timing(fast_exploits) == _without_timing(slow_exploits)
-    assert [t.history and [r["skill"] for r in t.history] for t in fast.trials] == \
-        [t.history and [r["skill"] for r in t.history] for t in slow.trials]
+    assert [[r["skill"] for r in t.history] for t in fast.trials] == \
+        [[r["skill"] for r in t.history] for t in slow.trials]
     # Each shared point (3, 6, ..., 60) has exactly one exploit: 4 trials, a quantile of 1 at either end.
     assert [e["training_iteration"] for e in fast_exploits] == list(range(3, 61, 3)), fast_exploits
     by_id = {t.trial_id: t for t in fast.trials}

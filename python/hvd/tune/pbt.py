@@ -205,18 +205,22 @@ class _Held:
 
 
 class Step:
-    """The synchronous mode's decision for one held trial: go on from `checkpoint` (a directory name of `source`,
-    the trial itself or its donor) with `config`; donor is None when the trial keeps its own state and config."""
+    """The synchronous mode's decision for one held trial, which held at `time`: go on from `checkpoint` (a
+    directory name of the donor's, or of the trial's own when donor is None) with `config`."""
 
-    __slots__ = ("trial", "donor", "source", "checkpoint", "config", "time")
+    __slots__ = ("trial", "time", "donor", "checkpoint", "config")
 
-    def __init__(self, trial, donor, source, checkpoint: str, config: Dict[str, Any], time: float) -> None:
+    def __init__(self, trial, time: float, donor, checkpoint: str, config: Dict[str, Any]) -> None:
         self.trial = trial
-        self.time = time  # the trial's time_attr where it held
+        self.time = time
         self.donor = donor
-        self.source = source
         self.checkpoint = checkpoint
         self.config = config
+
+    @property
+    def source(self):
+        """The trial whose checkpoint the trial goes on from."""
+        return self.donor if self.donor is not None else self.trial
 
 
 class Population:
@@ -261,21 +265,18 @@ class Population:
                 return None
             order = sorted(population, key=lambda t: t.number)
             held = {t.number: self._held.pop(t.number) for t in order}
-            for t in order:
-                member = self.members.setdefault(t.number, _Member())
-                member.score = held[t.number].score
-                member.last_perturbation = held[t.number].time
+            for t in order:  # the scores _quantiles ranks by: those held at this point
+                self.members.setdefault(t.number, _Member()).score = held[t.number].score
             lower, upper = self._quantiles(order)
             steps = []
             for t in order:
                 donors = [d for d in upper if d is not t]
                 if t in lower and donors:
                     donor = self.rng.choice(donors)
-                    self.members[t.number].score = self.members[donor.number].score
-                    steps.append(Step(t, donor, donor, held[donor.number].checkpoint, self.explore(donor.config),
-                                      held[t.number].time))
+                    steps.append(Step(t, held[t.number].time, donor, held[donor.number].checkpoint,
+                                      self.explore(donor.config)))
                 else:
-                    steps.append(Step(t, None, t, held[t.number].checkpoint, t.config, held[t.number].time))
+                    steps.append(Step(t, held[t.number].time, None, held[t.number].checkpoint, t.config))
             self.point = max(self.point + self.pbt.perturbation_interval, max(h.time for h in held.values()))
             return steps
 

@@ -223,13 +223,15 @@ class TrialRunner:
         if hold and executor is not None:
             executor.shutdown()
 
-    def _await_decision(self) -> Optional[tuple]:
-        """A held trial: waits until restart() gives the next job's payload and checkpoint, or stop() (None). The
-        wait lasts as long as the slowest trial of the population takes to reach the point; stop() ends it."""
+    def _await_decision(self, restart: Optional[tuple]) -> Optional[tuple]:
+        """A held trial whose job has ended: the next job's payload and checkpoint, restart when restart() gave
+        them before the job ended, else once restart() gives them; None when stop() comes first. The wait lasts
+        as long as the slowest trial of the population takes to reach the point; stop() ends it."""
         with self._lock:
-            while self._restart is None and not self._stopping:
+            while restart is None and self._restart is None and not self._stopping:
                 self._changed.wait()
-            restart, self._restart = self._restart, None
+            if restart is None:
+                restart, self._restart = self._restart, None
             self._held = False
             return None if self._stopping else restart
 
@@ -274,11 +276,7 @@ class TrialRunner:
             if held and self._recorder.error is None:
                 # Held at the point: whatever ended the job after that (the stop, or its own end) is not the
                 # trial's; the decision says how it goes on.
-                if restart is None:
-                    restart = self._await_decision()
-                else:
-                    with self._lock:
-                        self._held = False
+                restart = self._await_decision(restart)
                 if restart is None:
                     break
                 self._payload, resume = restart
@@ -310,10 +308,6 @@ class TrialRunner:
     @property
     def restarting(self) -> bool:
         return self._restart is not None
-
-    @property
-    def held(self) -> bool:
-        return self._held
 
     @property
     def stopping(self) -> bool:
